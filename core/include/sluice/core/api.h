@@ -1,0 +1,108 @@
+// The core's whole surface as the plugin layer sees it. plugin/ maps NCCL's versioned tables onto
+// these calls; nothing here knows NCCL's types. All functions are thread safe with respect to
+// different comms; one comm is driven by one thread at a time (NCCL's rule).
+//
+// Return conventions:
+//  * Status::ok()       - done; out-parameters are valid.
+//  * Code::kAgain       - (isend/irecv only) cannot post yet; the plugin returns ncclSuccess with
+//                         *request = NULL.
+//  * anything else      - failure with a human-readable message; the plugin WARNs it once and maps
+//                         the code to ncclResult_t.
+// listen/connect/accept are non-blocking: connect/accept return ok() with *out == nullptr while the
+// connection is still being established, and must be called again with the same arguments.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "sluice/core/log.h"
+#include "sluice/core/status.h"
+
+namespace sluice {
+
+inline constexpr size_t kHandleSize = 128;  // NCCL_NET_HANDLE_MAXSIZE
+inline constexpr int kMaxRecvs = 8;         // grouped receives per irecv
+inline constexpr int kMaxRequests = 32;     // NCCL_NET_MAX_REQUESTS per comm
+
+// ptrSupport bits (same values as NCCL_PTR_*).
+inline constexpr int kPtrHost = 0x1;
+inline constexpr int kPtrCuda = 0x2;
+inline constexpr int kPtrDmabuf = 0x4;
+
+class ListenComm;
+class SendComm;
+class RecvComm;
+struct MemHandle;
+struct Request;
+
+// Where a verbs device sits, supplied by the plugin layer from topology/ (core never depends on
+// topology). pci_path empty = virtual device / unknown; numa_node -1 = unknown.
+struct DeviceLocality {
+  std::string pci_path;
+  int numa_node = -1;
+  std::vector<int> cpus;  // OS indexes of the cores local to the device (empty = unknown)
+};
+using LocalityProvider = std::function<DeviceLocality(const std::string& ibdev_name)>;
+
+// Process-wide engine: refcounted. The first acquire reads the configuration and discovers devices;
+// the last release stops and joins every thread Sluice started and frees everything.
+// `sink` (may be NULL) becomes the log sink; `locality` (may be empty) places devices.
+Status engine_acquire(LogSink sink, LocalityProvider locality = {});
+void engine_release();
+
+// Number of usable devices (one per active port that passes NCCL_IB_HCA). Requires the engine.
+int device_count();
+
+struct DeviceProperties {
+  const char* name = nullptr;      // unique, e.g. "rxe0" or "mlx5_0:1"; valid until last release
+  const char* pci_path = nullptr;  // sysfs PCI function path, or nullptr for virtual devices
+  uint64_t guid = 0;
+  int ptr_support = kPtrHost;
+  int reg_is_global = 1;
+  int force_flush = 0;
+  int speed_mbps = 0;
+  int port = 0;
+  float latency_us = 0;
+  int max_comms = 0;
+  int max_recvs = kMaxRecvs;
+  size_t max_p2p_bytes = 0;
+  size_t max_coll_bytes = 0;
+  int numa_node = -1;
+};
+Status device_properties(int dev, DeviceProperties* out);
+
+struct CommConfig {
+  int traffic_class = -1;  // from ncclNetCommConfig (v10+); -1 = not set
+};
+
+// `handle` is NCCL's 128-byte opaque buffer. listen fills it; connect reads it (and keeps its
+// in-progress state reachable from it, so the same pointer must be passed on every call).
+Status listen(int dev, void* handle, ListenComm** out);
+Status connect(int dev, void* handle, const CommConfig& cfg, SendComm** out);
+Status accept(ListenComm* listen_comm, RecvComm** out);
+
+enum class MemType { kHost, kCuda };
+// `comm` is a SendComm* or RecvComm* (validated).
+Status reg_mr(void* comm, void* data, size_t size, MemType type, MemHandle** out);
+Status reg_mr_dmabuf(void* comm, void* data, size_t size, MemType type, uint64_t offset, int fd,
+                     MemHandle** out);
+Status dereg_mr(void* comm, MemHandle* mh);
+
+Status isend(SendComm* comm, void* data, size_t size, int tag, MemHandle* mh, Request** out);
+Status irecv(RecvComm* comm, int n, void* const* data, const size_t* sizes, const int* tags,
+             MemHandle* const* mhs, Request** out);
+// *out = nullptr when nothing needs flushing (host memory).
+Status iflush(RecvComm* comm, int n, void* const* data, const int* sizes, MemHandle* const* mhs,
+              Request** out);
+// On done, fills sizes[0..n) (n = receives in the request, 1 for sends) when sizes != nullptr
+// and releases the request.
+Status test(Request* request, int* done, size_t* sizes);
+
+Status close_send(SendComm* comm);
+Status close_recv(RecvComm* comm);
+Status close_listen(ListenComm* comm);
+
+}  // namespace sluice

@@ -1,0 +1,75 @@
+// Addresses: CIDR ranges, GID classification and automatic RoCE GID choice, and the choice of the IP
+// interface for the out-of-band TCP socket. Pure functions, unit-tested without verbs.
+#pragma once
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sluice/core/status.h"
+
+namespace sluice {
+
+using GidBytes = std::array<uint8_t, 16>;
+
+// "10.0.0.0/16", "fd00::/8". Family AF_INET or AF_INET6.
+struct Cidr {
+  int family = 0;
+  std::array<uint8_t, 16> addr{};  // network byte order; IPv4 uses the first 4 bytes
+  int prefix_len = 0;
+  static Result<Cidr> parse(std::string_view text);
+  bool contains_gid(const GidBytes& gid) const;  // IPv4-mapped GIDs compare as IPv4
+};
+
+// "fe80::1", "::ffff:10.0.0.1" -> "10.0.0.1" for IPv4-mapped.
+std::string gid_to_string(const GidBytes& gid);
+bool gid_is_zero(const GidBytes& gid);
+bool gid_is_ipv4_mapped(const GidBytes& gid);  // ::ffff:a.b.c.d
+bool gid_is_link_local(const GidBytes& gid);   // fe80::/10
+
+struct GidEntry {
+  int index = 0;
+  GidBytes gid{};
+  int roce_version = 0;  // 1, 2, or 0 = unknown (sysfs gid_attrs/types unreadable)
+};
+
+struct GidPolicy {
+  int forced_index = -1;    // NCCL_IB_GID_INDEX (>= 0 wins outright, if it exists in `gids`)
+  int family = AF_INET;     // NCCL_IB_ADDR_FAMILY
+  std::string range;        // NCCL_IB_ADDR_RANGE ("" = any)
+  int roce_version = 2;     // NCCL_IB_ROCE_VERSION_NUM
+};
+
+struct GidChoice {
+  int index = -1;
+  GidBytes gid{};
+  std::string reason;  // one line, e.g. "RoCEv2 IPv4 10.0.0.1 (NCCL_IB_ADDR_FAMILY=AF_INET)"
+};
+
+// RoCE: forced index if set (error if absent or zero); else preference order: RoCE version ==
+// policy, family == policy (IPv4-mapped = AF_INET), inside range, not link-local; link-local only
+// when nothing else exists; lowest index breaks ties. Empty or all-zero table -> error.
+Result<GidChoice> choose_roce_gid(const std::vector<GidEntry>& gids, const GidPolicy& policy);
+
+struct IfAddr {
+  std::string name;
+  int family = 0;
+  sockaddr_storage addr{};  // port 0
+  bool up = true;
+  bool loopback = false;
+};
+
+// NCCL_SOCKET_IFNAME syntax (same prefix / '=' / '^' rules as NCCL_IB_HCA, no ports); family 0 =
+// any. Auto order (spec empty): "ib*", then anything but docker*/lo/virbr*, then docker*, lo,
+// virbr*. Within a class: IPv4 before IPv6 unless family says otherwise; IPv6 link-local last.
+Result<IfAddr> choose_interface(const std::vector<IfAddr>& addrs, std::string_view ifname_spec,
+                                int family);
+std::vector<IfAddr> list_interfaces();  // getifaddrs(), up interfaces only
+std::string sockaddr_to_string(const sockaddr_storage& sa);  // "10.0.0.1:4711", "[fe80::1%eth0]:4711"
+
+}  // namespace sluice

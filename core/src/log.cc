@@ -1,0 +1,58 @@
+#include "sluice/core/log.h"
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace sluice {
+namespace {
+
+std::atomic<LogSink> g_sink{nullptr};
+
+int stderr_level() {
+  static const int level = [] {
+    // Read once; this is the stderr fallback only (NCCL's logger applies NCCL_DEBUG itself).
+    const char* v = std::getenv("SLUICE_LOG");  // NOLINT(concurrency-mt-unsafe)
+    if (v == nullptr) return int{kLogWarn};
+    if (strcasecmp(v, "none") == 0) return int{kLogNone};
+    if (strcasecmp(v, "info") == 0) return int{kLogInfo};
+    if (strcasecmp(v, "trace") == 0) return int{kLogTrace};
+    return int{kLogWarn};
+  }();
+  return level;
+}
+
+const char* level_name(int level) {
+  switch (level) {
+    case kLogWarn:
+      return "WARN";
+    case kLogInfo:
+      return "INFO";
+    case kLogTrace:
+      return "TRACE";
+    default:
+      return "LOG";
+  }
+}
+
+}  // namespace
+
+void set_log_sink(LogSink sink) { g_sink.store(sink, std::memory_order_release); }
+
+void log_write(int level, unsigned long flags, const char* file, int line, const char* fmt, ...) {
+  char msg[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  LogSink sink = g_sink.load(std::memory_order_acquire);
+  if (sink != nullptr) {
+    sink(level, flags, file, line, "%s", msg);
+    return;
+  }
+  if (level > stderr_level()) return;
+  std::fprintf(stderr, "sluice %s %s\n", level_name(level), msg);
+}
+
+}  // namespace sluice
