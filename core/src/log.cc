@@ -38,7 +38,9 @@ const char* level_name(int level) {
 
 }  // namespace
 
-void set_log_sink(LogSink sink) { g_sink.store(sink, std::memory_order_release); }
+void set_log_sink(LogSink sink) {
+  g_sink.store(sink, std::memory_order_release);
+}
 
 void log_write(int level, unsigned long flags, const char* file, int line, const char* fmt, ...) {
   char msg[2048];

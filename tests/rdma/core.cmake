@@ -1,0 +1,4 @@
+# Core verbs tests: QP bring-up on real devices.
+add_executable(qp_bringup_test ${CMAKE_CURRENT_LIST_DIR}/qp_bringup_test.cc)
+target_link_libraries(qp_bringup_test PRIVATE sluice_core GTest::gtest_main)
+sluice_add_rdma_test(NAME qp_bringup COMMAND $<TARGET_FILE:qp_bringup_test> TIMEOUT 300)
