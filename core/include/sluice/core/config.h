@@ -14,13 +14,13 @@ namespace sluice {
 
 struct Config {
   // Devices and addressing
-  std::string ib_hca;           // NCCL_IB_HCA: device filter ("" = every active port)
-  int gid_index = -1;           // NCCL_IB_GID_INDEX: RoCE GID index, -1 = automatic
-  int addr_family = 2;          // NCCL_IB_ADDR_FAMILY: AF_INET (2) or AF_INET6 (10)
-  std::string addr_range;       // NCCL_IB_ADDR_RANGE: CIDR the GID must be in ("" = any)
-  int roce_version = 2;         // NCCL_IB_ROCE_VERSION_NUM: preferred RoCE version (1 or 2)
-  std::string socket_ifname;    // NCCL_SOCKET_IFNAME: interface(s) for the out-of-band TCP socket
-  int socket_family = 0;        // NCCL_SOCKET_FAMILY: 0 = any, AF_INET or AF_INET6
+  std::string ib_hca;         // NCCL_IB_HCA: device filter ("" = every active port)
+  int gid_index = -1;         // NCCL_IB_GID_INDEX: RoCE GID index, -1 = automatic
+  int addr_family = 2;        // NCCL_IB_ADDR_FAMILY: AF_INET (2) or AF_INET6 (10)
+  std::string addr_range;     // NCCL_IB_ADDR_RANGE: CIDR the GID must be in ("" = any)
+  int roce_version = 2;       // NCCL_IB_ROCE_VERSION_NUM: preferred RoCE version (1 or 2)
+  std::string socket_ifname;  // NCCL_SOCKET_IFNAME: interface(s) for the out-of-band TCP socket
+  int socket_family = 0;      // NCCL_SOCKET_FAMILY: 0 = any, AF_INET or AF_INET6
   // Queue pairs
   int ib_timeout = 20;          // NCCL_IB_TIMEOUT: ACK timeout exponent, 4.096us * 2^x (1..31)
   int retry_cnt = 7;            // NCCL_IB_RETRY_CNT: transport retries (0..7)
@@ -46,9 +46,9 @@ struct Config {
 
 // How a parameter got its value, for the INFO dump.
 struct ParamSource {
-  std::string name;      // canonical name (the one documented)
-  std::string set_by;    // the environment variable that set it, "" = default
-  std::string value;     // final value as text
+  std::string name;    // canonical name (the one documented)
+  std::string set_by;  // the environment variable that set it, "" = default
+  std::string value;   // final value as text
 };
 
 // One row of the table, for documentation and `sluice-info --config`.
@@ -57,15 +57,15 @@ struct ParamDoc {
   std::vector<std::string> aliases;  // other accepted names (earlier in list wins)
   std::string type;                  // "int", "bool", "string", "enum"
   std::string default_value;
-  std::string allowed;               // "1..31", "AF_INET|AF_INET6", ...
-  std::string doc;                   // one line
+  std::string allowed;  // "1..31", "AF_INET|AF_INET6", ...
+  std::string doc;      // one line
 };
 
 using EnvLookup = std::function<std::optional<std::string>(std::string_view name)>;
 
 // Parses every parameter from `env` (defaults to getenv). A malformed or out-of-range value is an
 // error naming the variable, the value and the accepted values. `sources` (optional) receives
-// one entry per parameter that is not at its default.
+// one entry per parameter set by the environment (even when set to its default value).
 Result<Config> load_config(const EnvLookup& env, std::vector<ParamSource>* sources = nullptr);
 Result<Config> load_config_from_environment(std::vector<ParamSource>* sources = nullptr);
 

@@ -32,9 +32,12 @@ void log_write(int level, unsigned long flags, const char* file, int line, const
 }  // namespace sluice
 
 // WARN passes __FILE__, INFO/TRACE pass __func__, as NCCL itself does.
-#define SLUICE_WARN(fmt, ...) \
-  ::sluice::log_write(::sluice::kLogWarn, ::sluice::kSubAll, __FILE__, __LINE__, "NET/Sluice : " fmt, ##__VA_ARGS__)
-#define SLUICE_INFO(flags, fmt, ...) \
-  ::sluice::log_write(::sluice::kLogInfo, (flags), __func__, __LINE__, "NET/Sluice : " fmt, ##__VA_ARGS__)
-#define SLUICE_TRACE(flags, fmt, ...) \
-  ::sluice::log_write(::sluice::kLogTrace, (flags), __func__, __LINE__, "NET/Sluice : " fmt, ##__VA_ARGS__)
+#define SLUICE_WARN(fmt, ...)                                                    \
+  ::sluice::log_write(::sluice::kLogWarn, ::sluice::kSubAll, __FILE__, __LINE__, \
+                      "NET/Sluice : " fmt, ##__VA_ARGS__)
+#define SLUICE_INFO(flags, fmt, ...)                                                        \
+  ::sluice::log_write(::sluice::kLogInfo, (flags), __func__, __LINE__, "NET/Sluice : " fmt, \
+                      ##__VA_ARGS__)
+#define SLUICE_TRACE(flags, fmt, ...)                                                        \
+  ::sluice::log_write(::sluice::kLogTrace, (flags), __func__, __LINE__, "NET/Sluice : " fmt, \
+                      ##__VA_ARGS__)

@@ -1,5 +1,5 @@
-// Addresses: CIDR ranges, GID classification and automatic RoCE GID choice, and the choice of the IP
-// interface for the out-of-band TCP socket. Pure functions, unit-tested without verbs.
+// Addresses: CIDR ranges, GID classification and automatic RoCE GID choice, and the choice of the
+// IP interface for the out-of-band TCP socket. Pure functions, unit-tested without verbs.
 #pragma once
 
 #include <netinet/in.h>
@@ -39,10 +39,10 @@ struct GidEntry {
 };
 
 struct GidPolicy {
-  int forced_index = -1;    // NCCL_IB_GID_INDEX (>= 0 wins outright, if it exists in `gids`)
-  int family = AF_INET;     // NCCL_IB_ADDR_FAMILY
-  std::string range;        // NCCL_IB_ADDR_RANGE ("" = any)
-  int roce_version = 2;     // NCCL_IB_ROCE_VERSION_NUM
+  int forced_index = -1;  // NCCL_IB_GID_INDEX (>= 0 wins outright, if it exists in `gids`)
+  int family = AF_INET;   // NCCL_IB_ADDR_FAMILY
+  std::string range;      // NCCL_IB_ADDR_RANGE ("" = any)
+  int roce_version = 2;   // NCCL_IB_ROCE_VERSION_NUM
 };
 
 struct GidChoice {
@@ -70,6 +70,7 @@ struct IfAddr {
 Result<IfAddr> choose_interface(const std::vector<IfAddr>& addrs, std::string_view ifname_spec,
                                 int family);
 std::vector<IfAddr> list_interfaces();  // getifaddrs(), up interfaces only
-std::string sockaddr_to_string(const sockaddr_storage& sa);  // "10.0.0.1:4711", "[fe80::1%eth0]:4711"
+std::string sockaddr_to_string(
+    const sockaddr_storage& sa);  // "10.0.0.1:4711", "[fe80::1%eth0]:4711"
 
 }  // namespace sluice

@@ -50,7 +50,7 @@ Status errno_status(Code code, std::string_view what, int err);
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}        // NOLINT(google-explicit-constructor)
+  Result(T value) : v_(std::move(value)) {}         // NOLINT(google-explicit-constructor)
   Result(Status status) : v_(std::move(status)) {}  // NOLINT(google-explicit-constructor)
 
   bool is_ok() const { return std::holds_alternative<T>(v_); }
@@ -65,8 +65,8 @@ class [[nodiscard]] Result {
 
 }  // namespace sluice
 
-#define SLUICE_RETURN_IF_ERROR(expr)          \
-  do {                                        \
-    ::sluice::Status _sluice_st = (expr);     \
+#define SLUICE_RETURN_IF_ERROR(expr)            \
+  do {                                          \
+    ::sluice::Status _sluice_st = (expr);       \
     if (!_sluice_st.is_ok()) return _sluice_st; \
   } while (0)

@@ -1,0 +1,406 @@
+#include "sluice/core/config.h"
+
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace sluice {
+namespace {
+
+using Env = std::map<std::string, std::string, std::less<>>;
+
+EnvLookup lookup(const Env& env) {
+  return [&env](std::string_view name) -> std::optional<std::string> {
+    const auto it = env.find(name);
+    if (it == env.end()) return std::nullopt;
+    return it->second;
+  };
+}
+
+Config load_ok(const Env& env, std::vector<ParamSource>* sources = nullptr) {
+  auto c = load_config(lookup(env), sources);
+  EXPECT_TRUE(c.is_ok()) << c.status().message();
+  return c.is_ok() ? c.value() : Config{};
+}
+
+Status load_error(const Env& env) {
+  auto c = load_config(lookup(env));
+  EXPECT_FALSE(c.is_ok());
+  if (!c.is_ok()) {
+    EXPECT_EQ(c.status().code(), Code::kInvalidUsage);
+  }
+  return c.status();
+}
+
+TEST(Config, DefaultsWithEmptyEnvironment) {
+  std::vector<ParamSource> sources = {{"stale", "x", "y"}};
+  const Config c = load_ok({}, &sources);
+  EXPECT_TRUE(sources.empty());
+  EXPECT_EQ(c.ib_hca, "");
+  EXPECT_EQ(c.gid_index, -1);
+  EXPECT_EQ(c.addr_family, AF_INET);
+  EXPECT_EQ(c.addr_range, "");
+  EXPECT_EQ(c.roce_version, 2);
+  EXPECT_EQ(c.socket_ifname, "");
+  EXPECT_EQ(c.socket_family, 0);
+  EXPECT_EQ(c.ib_timeout, 20);
+  EXPECT_EQ(c.retry_cnt, 7);
+  EXPECT_EQ(c.rnr_retry, 7);
+  EXPECT_EQ(c.min_rnr_timer, 12);
+  EXPECT_EQ(c.traffic_class, -1);
+  EXPECT_EQ(c.fifo_traffic_class, -1);
+  EXPECT_EQ(c.service_level, -1);
+  EXPECT_EQ(c.pkey_index, 0);
+  EXPECT_EQ(c.qps_per_connection, 1);
+  EXPECT_TRUE(c.cts_inline);
+  EXPECT_EQ(c.connect_timeout_ms, 120000);
+  EXPECT_EQ(c.close_timeout_ms, 2000);
+  EXPECT_FALSE(c.gdr_flush_disable);
+  EXPECT_TRUE(c.dmabuf_enable);
+  EXPECT_EQ(c.nic_affinity, "");
+  EXPECT_EQ(c.gpu_nic_map, "");
+  EXPECT_EQ(c.topo_file, "");
+}
+
+// Every parameter set to a non-default value at once: each lands in its own field and is
+// reported in `sources`, in table order.
+TEST(Config, EveryParameterReachesItsField) {
+  const Env env = {
+      {"NCCL_IB_HCA", "=mlx5_0:1,mlx5_1"},
+      {"NCCL_IB_GID_INDEX", "3"},
+      {"NCCL_IB_ADDR_FAMILY", "AF_INET6"},
+      {"NCCL_IB_ADDR_RANGE", "fd00::/8"},
+      {"NCCL_IB_ROCE_VERSION_NUM", "1"},
+      {"NCCL_SOCKET_IFNAME", "^docker,lo"},
+      {"NCCL_SOCKET_FAMILY", "AF_INET"},
+      {"NCCL_IB_TIMEOUT", "22"},
+      {"NCCL_IB_RETRY_CNT", "5"},
+      {"SLUICE_RNR_RETRY", "4"},
+      {"SLUICE_MIN_RNR_TIMER", "30"},
+      {"NCCL_IB_TC", "106"},
+      {"NCCL_IB_FIFO_TC", "184"},
+      {"NCCL_IB_SL", "3"},
+      {"NCCL_IB_PKEY", "2"},
+      {"NCCL_IB_QPS_PER_CONNECTION", "4"},
+      {"NCCL_IB_USE_INLINE", "0"},
+      {"SLUICE_CONNECT_TIMEOUT_MS", "5000"},
+      {"SLUICE_CLOSE_TIMEOUT_MS", "0"},
+      {"NCCL_GDR_FLUSH_DISABLE", "1"},
+      {"NCCL_DMABUF_ENABLE", "0"},
+      {"SLUICE_NIC_AFFINITY", "auto"},
+      {"SLUICE_GPU_NIC_MAP", "0:mlx5_0,1:mlx5_1"},
+      {"SLUICE_TOPO_FILE", "/tmp/topo.xml"},
+  };
+  std::vector<ParamSource> sources;
+  const Config c = load_ok(env, &sources);
+  EXPECT_EQ(c.ib_hca, "=mlx5_0:1,mlx5_1");
+  EXPECT_EQ(c.gid_index, 3);
+  EXPECT_EQ(c.addr_family, AF_INET6);
+  EXPECT_EQ(c.addr_range, "fd00::/8");
+  EXPECT_EQ(c.roce_version, 1);
+  EXPECT_EQ(c.socket_ifname, "^docker,lo");
+  EXPECT_EQ(c.socket_family, AF_INET);
+  EXPECT_EQ(c.ib_timeout, 22);
+  EXPECT_EQ(c.retry_cnt, 5);
+  EXPECT_EQ(c.rnr_retry, 4);
+  EXPECT_EQ(c.min_rnr_timer, 30);
+  EXPECT_EQ(c.traffic_class, 106);
+  EXPECT_EQ(c.fifo_traffic_class, 184);
+  EXPECT_EQ(c.service_level, 3);
+  EXPECT_EQ(c.pkey_index, 2);
+  EXPECT_EQ(c.qps_per_connection, 4);
+  EXPECT_FALSE(c.cts_inline);
+  EXPECT_EQ(c.connect_timeout_ms, 5000);
+  EXPECT_EQ(c.close_timeout_ms, 0);
+  EXPECT_TRUE(c.gdr_flush_disable);
+  EXPECT_FALSE(c.dmabuf_enable);
+  EXPECT_EQ(c.nic_affinity, "auto");
+  EXPECT_EQ(c.gpu_nic_map, "0:mlx5_0,1:mlx5_1");
+  EXPECT_EQ(c.topo_file, "/tmp/topo.xml");
+
+  // One source per parameter, in table (= param_docs) order, each set by its canonical name.
+  ASSERT_EQ(sources.size(), env.size());
+  ASSERT_EQ(param_docs().size(), env.size());
+  for (size_t i = 0; i < sources.size(); ++i) {
+    EXPECT_EQ(sources[i].name, param_docs()[i].name);
+    EXPECT_EQ(sources[i].set_by, sources[i].name);
+    EXPECT_EQ(sources[i].value, env.at(sources[i].name)) << sources[i].name;
+  }
+}
+
+TEST(Config, SourcesReportTheVariableAndTheNormalisedValue) {
+  std::vector<ParamSource> sources;
+  load_ok({{"NCCL_IB_TIMEOUT", " +18 "},
+           {"SLUICE_CTS_INLINE", "off"},
+           {"NCCL_IB_ADDR_FAMILY", "af_inet"},
+           {"SLUICE_NIC_AFFINITY", "AUTO"}},
+          &sources);
+  ASSERT_EQ(sources.size(), 4u);
+  // Table order: addr family, timeout, inline, affinity.
+  EXPECT_EQ(sources[0].name, "NCCL_IB_ADDR_FAMILY");
+  EXPECT_EQ(sources[0].set_by, "NCCL_IB_ADDR_FAMILY");
+  EXPECT_EQ(sources[0].value, "AF_INET");  // set to its default: still reported
+  EXPECT_EQ(sources[1].name, "NCCL_IB_TIMEOUT");
+  EXPECT_EQ(sources[1].value, "18");
+  EXPECT_EQ(sources[2].name, "NCCL_IB_USE_INLINE");
+  EXPECT_EQ(sources[2].set_by, "SLUICE_CTS_INLINE");
+  EXPECT_EQ(sources[2].value, "0");
+  EXPECT_EQ(sources[3].name, "SLUICE_NIC_AFFINITY");
+  EXPECT_EQ(sources[3].value, "auto");
+}
+
+TEST(Config, AliasSetsTheParameter) {
+  EXPECT_FALSE(load_ok({{"SLUICE_CTS_INLINE", "0"}}).cts_inline);
+  EXPECT_TRUE(load_ok({{"SLUICE_CTS_INLINE", "1"}}).cts_inline);
+}
+
+TEST(Config, CanonicalNameBeatsAlias) {
+  std::vector<ParamSource> sources;
+  const Config c = load_ok({{"NCCL_IB_USE_INLINE", "1"}, {"SLUICE_CTS_INLINE", "0"}}, &sources);
+  EXPECT_TRUE(c.cts_inline);
+  ASSERT_EQ(sources.size(), 1u);
+  EXPECT_EQ(sources[0].set_by, "NCCL_IB_USE_INLINE");
+  // The losing alias is not even parsed: garbage there is not an error.
+  EXPECT_TRUE(load_ok({{"NCCL_IB_USE_INLINE", "0"}, {"SLUICE_CTS_INLINE", "junk"}}).cts_inline ==
+              false);
+  // An empty canonical value is unset, so the alias applies.
+  EXPECT_FALSE(load_ok({{"NCCL_IB_USE_INLINE", ""}, {"SLUICE_CTS_INLINE", "no"}}).cts_inline);
+}
+
+struct IntCase {
+  const char* name;
+  int Config::*field;
+  long long min, max;
+};
+
+const IntCase kIntCases[] = {
+    {"NCCL_IB_GID_INDEX", &Config::gid_index, -1, 65535},
+    {"NCCL_IB_ROCE_VERSION_NUM", &Config::roce_version, 1, 2},
+    {"NCCL_IB_TIMEOUT", &Config::ib_timeout, 1, 31},
+    {"NCCL_IB_RETRY_CNT", &Config::retry_cnt, 0, 7},
+    {"SLUICE_RNR_RETRY", &Config::rnr_retry, 0, 7},
+    {"SLUICE_MIN_RNR_TIMER", &Config::min_rnr_timer, 0, 31},
+    {"NCCL_IB_TC", &Config::traffic_class, -1, 255},
+    {"NCCL_IB_FIFO_TC", &Config::fifo_traffic_class, -1, 255},
+    {"NCCL_IB_SL", &Config::service_level, -1, 15},
+    {"NCCL_IB_PKEY", &Config::pkey_index, 0, 65535},
+    {"NCCL_IB_QPS_PER_CONNECTION", &Config::qps_per_connection, 1, 16},
+    {"SLUICE_CONNECT_TIMEOUT_MS", &Config::connect_timeout_ms, 100, 3600000},
+    {"SLUICE_CLOSE_TIMEOUT_MS", &Config::close_timeout_ms, 0, 60000},
+};
+
+TEST(Config, IntegerBoundsAtBothEdgesAndOnePast) {
+  for (const IntCase& k : kIntCases) {
+    SCOPED_TRACE(k.name);
+    EXPECT_EQ(load_ok({{k.name, std::to_string(k.min)}}).*k.field, k.min);
+    EXPECT_EQ(load_ok({{k.name, std::to_string(k.max)}}).*k.field, k.max);
+    const std::string expected =
+        "expected an integer in " + std::to_string(k.min) + ".." + std::to_string(k.max);
+    for (long long bad : {k.min - 1, k.max + 1}) {
+      const Status st = load_error({{k.name, std::to_string(bad)}});
+      EXPECT_EQ(st.message(),
+                std::string(k.name) + "=\"" + std::to_string(bad) + "\" is not valid: " + expected);
+    }
+  }
+}
+
+TEST(Config, IntegerGarbage) {
+  EXPECT_EQ(load_error({{"NCCL_IB_TIMEOUT", "abc"}}).message(),
+            "NCCL_IB_TIMEOUT=\"abc\" is not valid: expected an integer in 1..31");
+  for (const char* bad : {"1x", "0x10", "1.5", "1e1", "--1", "+-1", "++1", "+", "-", "1 2",
+                          "99999999999999999999999", "２"}) {
+    const Status st = load_error({{"NCCL_IB_TIMEOUT", bad}});
+    EXPECT_NE(st.message().find("NCCL_IB_TIMEOUT"), std::string::npos) << bad;
+  }
+  EXPECT_EQ(load_ok({{"NCCL_IB_TIMEOUT", "\t 7 \n"}}).ib_timeout, 7);
+  EXPECT_EQ(load_ok({{"NCCL_IB_TIMEOUT", "+7"}}).ib_timeout, 7);
+  EXPECT_EQ(load_ok({{"NCCL_IB_TIMEOUT", "007"}}).ib_timeout, 7);
+  EXPECT_EQ(load_ok({{"NCCL_IB_TC", "-1"}}).traffic_class, -1);
+}
+
+TEST(Config, Booleans) {
+  for (const char* t : {"1", "true", "TRUE", "True", "yes", "YES", "on", "On", " on "}) {
+    EXPECT_TRUE(load_ok({{"NCCL_GDR_FLUSH_DISABLE", t}}).gdr_flush_disable) << t;
+  }
+  for (const char* f : {"0", "false", "FALSE", "no", "No", "off", "OFF"}) {
+    EXPECT_FALSE(load_ok({{"NCCL_DMABUF_ENABLE", f}}).dmabuf_enable) << f;
+  }
+  for (const char* bad : {"2", "-1", "y", "n", "enable", "truee", "01"}) {
+    const Status st = load_error({{"NCCL_DMABUF_ENABLE", bad}});
+    EXPECT_EQ(st.message(), std::string("NCCL_DMABUF_ENABLE=\"") + bad +
+                                "\" is not valid: expected a boolean "
+                                "(0|1|true|false|yes|no|on|off)");
+  }
+  // Error messages name the variable that was actually used.
+  EXPECT_NE(load_error({{"SLUICE_CTS_INLINE", "maybe"}}).message().find("SLUICE_CTS_INLINE="),
+            std::string::npos);
+}
+
+TEST(Config, Enums) {
+  EXPECT_EQ(load_ok({{"NCCL_IB_ADDR_FAMILY", "AF_INET6"}}).addr_family, AF_INET6);
+  EXPECT_EQ(load_ok({{"NCCL_IB_ADDR_FAMILY", "AF_INET"}}).addr_family, AF_INET);
+  EXPECT_EQ(load_ok({{"NCCL_SOCKET_FAMILY", "AF_INET6"}}).socket_family, AF_INET6);
+  EXPECT_EQ(load_ok({{"NCCL_SOCKET_FAMILY", "af_inet"}}).socket_family, AF_INET);
+  EXPECT_EQ(load_ok({{"SLUICE_NIC_AFFINITY", "off"}}).nic_affinity, "off");
+  EXPECT_EQ(load_ok({{"SLUICE_NIC_AFFINITY", "Auto"}}).nic_affinity, "auto");
+  EXPECT_EQ(load_error({{"NCCL_IB_ADDR_FAMILY", "10"}}).message(),
+            "NCCL_IB_ADDR_FAMILY=\"10\" is not valid: expected one of AF_INET|AF_INET6");
+  EXPECT_EQ(load_error({{"NCCL_SOCKET_FAMILY", "AF_UNIX"}}).message(),
+            "NCCL_SOCKET_FAMILY=\"AF_UNIX\" is not valid: expected one of AF_INET|AF_INET6");
+  EXPECT_EQ(load_error({{"SLUICE_NIC_AFFINITY", "on"}}).message(),
+            "SLUICE_NIC_AFFINITY=\"on\" is not valid: expected one of off|auto");
+}
+
+TEST(Config, EmptyValuesAreUnset) {
+  Env env;
+  for (const ParamDoc& d : param_docs()) {
+    env[d.name] = "";
+    for (const std::string& a : d.aliases) env[a] = "  ";
+  }
+  std::vector<ParamSource> sources;
+  const Config c = load_ok(env, &sources);
+  EXPECT_TRUE(sources.empty());
+  EXPECT_EQ(c.ib_timeout, 20);
+  EXPECT_TRUE(c.cts_inline);
+  EXPECT_EQ(c.addr_family, AF_INET);
+}
+
+TEST(Config, AddrRangeIsValidated) {
+  EXPECT_EQ(load_ok({{"NCCL_IB_ADDR_RANGE", "10.1.0.0/16"}}).addr_range, "10.1.0.0/16");
+  for (const char* bad : {"10.1.0.0/33", "10.1.0.0", "garbage", "fd00::/200"}) {
+    const Status st = load_error({{"NCCL_IB_ADDR_RANGE", bad}});
+    EXPECT_EQ(st.message().rfind(std::string("NCCL_IB_ADDR_RANGE=\"") + bad + "\" is not valid", 0),
+              0u)
+        << st.message();
+  }
+}
+
+TEST(Config, AddrRangeFamilyMustMatchAddrFamily) {
+  const Status st =
+      load_error({{"NCCL_IB_ADDR_RANGE", "10.0.0.0/8"}, {"NCCL_IB_ADDR_FAMILY", "AF_INET6"}});
+  EXPECT_NE(st.message().find("NCCL_IB_ADDR_FAMILY"), std::string::npos) << st.message();
+  EXPECT_NE(load_error({{"NCCL_IB_ADDR_RANGE", "fd00::/8"}}).message().find("IPv6 range"),
+            std::string::npos);  // the default family is AF_INET
+  EXPECT_EQ(load_ok({{"NCCL_IB_ADDR_RANGE", "fd00::/8"}, {"NCCL_IB_ADDR_FAMILY", "AF_INET6"}})
+                .addr_family,
+            AF_INET6);
+}
+
+TEST(Config, HcaAndIfnameListsAreValidated) {
+  EXPECT_EQ(load_ok({{"NCCL_IB_HCA", "^=mlx5_1,mlx5_4"}}).ib_hca, "^=mlx5_1,mlx5_4");
+  std::string many;
+  for (int i = 0; i < 33; ++i) many += "mlx5_" + std::to_string(i) + ",";
+  EXPECT_EQ(load_error({{"NCCL_IB_HCA", many}}).message().rfind("NCCL_IB_HCA=\"", 0), 0u);
+  EXPECT_EQ(load_error({{"NCCL_IB_HCA", "mlx5_0:x"}}).message().rfind("NCCL_IB_HCA=\"", 0), 0u);
+  EXPECT_EQ(load_error({{"NCCL_SOCKET_IFNAME", "eth0,^eth1"}})
+                .message()
+                .rfind("NCCL_SOCKET_IFNAME=\"", 0),
+            0u);
+}
+
+TEST(Config, FreeStringsAreKeptTrimmed) {
+  const Config c = load_ok({{"SLUICE_GPU_NIC_MAP", " anything goes "}, {"SLUICE_TOPO_FILE", "x"}});
+  EXPECT_EQ(c.gpu_nic_map, "anything goes");
+  EXPECT_EQ(c.topo_file, "x");
+}
+
+TEST(Config, LoadFromEnvironmentReadsTheProcessEnvironment) {
+  ASSERT_EQ(setenv("SLUICE_CLOSE_TIMEOUT_MS", "1234", 1), 0);
+  ASSERT_EQ(setenv("SLUICE_CTS_INLINE", "false", 1), 0);
+  std::vector<ParamSource> sources;
+  auto c = load_config_from_environment(&sources);
+  unsetenv("SLUICE_CLOSE_TIMEOUT_MS");
+  unsetenv("SLUICE_CTS_INLINE");
+  ASSERT_TRUE(c.is_ok()) << c.status().message();
+  EXPECT_EQ(c.value().close_timeout_ms, 1234);
+  EXPECT_FALSE(c.value().cts_inline);
+  bool found = false;
+  for (const ParamSource& s : sources) {
+    if (s.name == "SLUICE_CLOSE_TIMEOUT_MS") {
+      found = true;
+      EXPECT_EQ(s.set_by, "SLUICE_CLOSE_TIMEOUT_MS");
+      EXPECT_EQ(s.value, "1234");
+    }
+  }
+  EXPECT_TRUE(found);
+
+  ASSERT_EQ(setenv("NCCL_IB_RETRY_CNT", "8", 1), 0);
+  auto bad = load_config_from_environment();
+  unsetenv("NCCL_IB_RETRY_CNT");
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_EQ(bad.status().message(),
+            "NCCL_IB_RETRY_CNT=\"8\" is not valid: expected an integer in 0..7");
+}
+
+TEST(ParamDocs, OneRowPerParameterWithEverythingFilledIn) {
+  const auto& docs = param_docs();
+  EXPECT_EQ(docs.size(), 24u);
+  std::set<std::string> names;
+  for (const ParamDoc& d : docs) {
+    SCOPED_TRACE(d.name);
+    EXPECT_TRUE(names.insert(d.name).second) << "duplicate";
+    for (const std::string& a : d.aliases) EXPECT_TRUE(names.insert(a).second) << "duplicate " << a;
+    EXPECT_TRUE(d.name.starts_with("NCCL_") || d.name.starts_with("SLUICE_"));
+    EXPECT_TRUE(d.type == "int" || d.type == "bool" || d.type == "string" || d.type == "enum");
+    EXPECT_FALSE(d.allowed.empty());
+    EXPECT_FALSE(d.doc.empty());
+    if (d.type != "string") {
+      EXPECT_FALSE(d.default_value.empty());
+    }
+  }
+  const auto find = [&](std::string_view n) {
+    for (const ParamDoc& d : docs) {
+      if (d.name == n) return d;
+    }
+    ADD_FAILURE() << n;
+    return ParamDoc{};
+  };
+  EXPECT_EQ(find("NCCL_IB_TIMEOUT").default_value, "20");
+  EXPECT_EQ(find("NCCL_IB_TIMEOUT").allowed, "1..31");
+  EXPECT_EQ(find("NCCL_IB_ADDR_FAMILY").default_value, "AF_INET");
+  EXPECT_EQ(find("NCCL_IB_ADDR_FAMILY").allowed, "AF_INET|AF_INET6");
+  EXPECT_EQ(find("NCCL_IB_USE_INLINE").aliases, std::vector<std::string>{"SLUICE_CTS_INLINE"});
+  EXPECT_EQ(find("NCCL_IB_USE_INLINE").default_value, "1");
+  EXPECT_EQ(find("NCCL_DMABUF_ENABLE").default_value, "1");
+  EXPECT_EQ(find("NCCL_GDR_FLUSH_DISABLE").default_value, "0");
+  EXPECT_EQ(find("SLUICE_NIC_AFFINITY").default_value, "off");
+  EXPECT_EQ(find("SLUICE_CONNECT_TIMEOUT_MS").default_value, "120000");
+}
+
+// docs/configuration.md lists every parameter and alias, in the table's order.
+TEST(ParamDocs, ConfigurationMarkdownIsInSync) {
+  std::ifstream in(std::string(SLUICE_SOURCE_DIR) + "/docs/configuration.md");
+  ASSERT_TRUE(in) << "docs/configuration.md not found";
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string md = ss.str();
+  size_t last = 0;
+  for (const ParamDoc& d : param_docs()) {
+    const std::string cell = "| `" + d.name + "` |";
+    const size_t at = md.find(cell);
+    ASSERT_NE(at, std::string::npos) << d.name << " is missing from docs/configuration.md";
+    EXPECT_GT(at, last) << d.name << " is out of order in docs/configuration.md";
+    last = at;
+    const size_t eol = md.find('\n', at);
+    const std::string row = md.substr(at, eol - at);
+    for (const std::string& a : d.aliases) {
+      EXPECT_NE(row.find("`" + a + "`"), std::string::npos) << a << " missing from the row";
+    }
+    EXPECT_NE(row.find("| " + d.type + " |"), std::string::npos) << d.name << ": type";
+    std::string allowed;  // a '|' inside a Markdown table cell is written "\|"
+    for (char ch : d.allowed) allowed += ch == '|' ? std::string("\\|") : std::string(1, ch);
+    std::string plain_row = row;  // code spans are formatting only
+    std::erase(plain_row, '`');
+    EXPECT_NE(plain_row.find(allowed), std::string::npos) << d.name << ": allowed " << allowed;
+  }
+}
+
+}  // namespace
+}  // namespace sluice
