@@ -2,3 +2,7 @@
 add_executable(qp_bringup_test ${CMAKE_CURRENT_LIST_DIR}/qp_bringup_test.cc)
 target_link_libraries(qp_bringup_test PRIVATE sluice_core GTest::gtest_main)
 sluice_add_rdma_test(NAME qp_bringup COMMAND $<TARGET_FILE:qp_bringup_test> TIMEOUT 300)
+
+add_executable(core_datapath_test ${CMAKE_CURRENT_LIST_DIR}/core_datapath_test.cc)
+target_link_libraries(core_datapath_test PRIVATE sluice_core GTest::gtest_main)
+sluice_add_rdma_test(NAME core_datapath COMMAND $<TARGET_FILE:core_datapath_test> TIMEOUT 900)

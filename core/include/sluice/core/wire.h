@@ -1,0 +1,119 @@
+// Everything Sluice puts on a wire or into memory a peer writes: the 128-byte listen handle, the
+// connection metadata exchanged over the out-of-band TCP socket, the clear-to-send (CTS) FIFO
+// entries and the completion records. Both ends are Sluice of the same wire version; integers are
+// little-endian host order (x86_64/aarch64), checked by the version and magic fields.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include "sluice/core/status.h"
+
+namespace sluice::wire {
+
+inline constexpr uint64_t kHandleMagic = 0x45434955'4c53ull;  // "SLUICE"
+inline constexpr uint64_t kMetaMagic = 0x4154454d'434c53ull;  // "SLCMETA"
+inline constexpr uint16_t kVersion = 1;
+inline constexpr int kMaxQps = 16;         // NCCL_IB_QPS_PER_CONNECTION upper bound
+inline constexpr int kFifoSlots = 32;      // = receives in flight per comm (NCCL_NET_MAX_REQUESTS)
+inline constexpr int kEntriesPerSlot = 8;  // = maxRecvs
+
+// The listen handle (first bytes of NCCL's 128-byte handle). The connector keeps a reference to its
+// in-progress state in `connect_state` (NCCL passes the same handle memory on every connect call).
+struct Handle {
+  uint64_t magic;
+  uint16_t version;
+  uint16_t family;  // AF_INET / AF_INET6
+  uint16_t port;    // network byte order
+  uint16_t reserved;
+  uint8_t addr[16];  // IPv4 in the first 4 bytes
+  uint32_t scope_id;
+  uint32_t listen_dev;
+  uint64_t nonce;     // random per listener; the connector echoes it so strays are rejected
+  uint32_t checksum;  // FNV-1a over the bytes above
+  uint32_t reserved2;
+  uint64_t connect_state;  // connector-private: id of its state machine (0 = not started)
+  uint64_t connect_check;  // connect_state ^ nonce ^ kHandleMagic: guards against garbage
+};
+static_assert(sizeof(Handle) == 72);
+static_assert(offsetof(Handle, checksum) == 48);
+static_assert(sizeof(Handle) <= 128, "must fit NCCL_NET_HANDLE_MAXSIZE");
+static_assert(std::is_trivially_copyable_v<Handle>);
+
+uint32_t handle_checksum(const Handle& h);
+// Verifies magic, version, checksum, family and port. The error names what is wrong.
+Status validate_handle(const Handle& h);
+
+struct QpInfo {
+  uint32_t qpn;
+  uint32_t psn;  // the sender's initial sq_psn for this QP; the peer uses it as rq_psn
+};
+
+// Connection metadata: sent by the connector (sender side), answered by the acceptor.
+struct Meta {
+  uint64_t magic;
+  uint16_t version;
+  uint8_t role;  // 0 = sender (connector), 1 = receiver (acceptor)
+  uint8_t link_layer;
+  uint8_t port;
+  uint8_t mtu;  // enum ibv_mtu of the port's active MTU
+  uint8_t gid_index;
+  uint8_t nqps;
+  uint16_t lid;
+  uint8_t traffic_class;
+  uint8_t service_level;
+  uint32_t fifo_slots;  // kFifoSlots
+  uint64_t nonce;       // the listener's nonce, echoed
+  uint8_t gid[16];
+  uint64_t buf_addr;  // sender: its CTS FIFO; receiver: its completion-record array
+  uint32_t buf_rkey;
+  uint32_t reserved;
+  char dev_name[32];  // for messages
+  QpInfo qps[kMaxQps];
+};
+static_assert(sizeof(Meta) == 224);
+static_assert(offsetof(Meta, qps) == 96);
+static_assert(std::is_trivially_copyable_v<Meta>);
+
+// Verifies magic, version, role, nqps, fifo_slots and the echoed nonce.
+Status validate_meta(const Meta& m, uint8_t expected_role, uint64_t nonce);
+
+// A clear-to-send entry: the receiver describes one posted buffer. Written by the receiver into the
+// sender's FIFO (slot = seq % kFifoSlots, entry = index in the grouped receive) with one RDMA WRITE
+// per irecv. `seq` is the receive's sequence number + 1 and sits at the end so that a sender that
+// reads the expected seq in every entry of a slot reads complete entries; the sender never writes
+// the FIFO.
+struct alignas(64) CtsEntry {
+  uint64_t addr;
+  uint64_t size;
+  uint32_t rkey;
+  int32_t tag;
+  uint16_t nreqs;  // receives in this group (same in every entry of the slot)
+  uint16_t index;  // this entry's position in the group
+  uint32_t reserved;
+  uint64_t seq;
+  uint8_t pad[24];
+};
+static_assert(sizeof(CtsEntry) == 64);
+static_assert(offsetof(CtsEntry, seq) == 32);
+
+// Completion record: written by the sender into the receiver's array (one per FIFO slot) with the
+// closing WRITE_WITH_IMM of a grouped send or of an error notice; read by the receiver only after
+// every QP's immediate for that slot arrived (same-QP ordering makes it visible by then).
+struct alignas(64) DoneRecord {
+  uint64_t sizes[kEntriesPerSlot];  // bytes sent into each entry (attempted size on error)
+  uint32_t status;                  // kRecordOk or kRecordTooLarge
+  uint32_t bad_index;               // on error: the entry that was too small
+  uint64_t seq;
+};
+static_assert(sizeof(DoneRecord) == 128);
+inline constexpr uint32_t kRecordOk = 0;
+inline constexpr uint32_t kRecordTooLarge = 1;
+
+// Immediate data of the closing WRITE_WITH_IMM (host order, converted with htonl/ntohl):
+//  bit 31 clear: single receive, the value is the byte count (< 2^31, we never allow more);
+//  bit 31 set:   read the completion record of slot (value & 0xffff).
+inline constexpr uint32_t kImmRecord = 0x80000000u;
+
+}  // namespace sluice::wire

@@ -1,0 +1,147 @@
+// Comm objects and requests. Invariants of the data path:
+//  * The receiver owns its posted buffers and its completion-record array; the sender writes them
+//    (RDMA WRITE / WRITE_WITH_IMM) only after reading a CTS entry the receiver published.
+//  * The sender owns its CTS FIFO memory; only the receiver writes it (RDMA WRITE of the entries of
+//    one slot), only for a slot whose previous use the sender has consumed: the receiver has at
+//    most kFifoSlots receives in flight and reuses slot s % kFifoSlots only after receive s -
+//    kFifoSlots completed, which needs the sender to have read that entry first.
+//  * Both sides walk the same sequence numbers: receive k uses FIFO slot k % kFifoSlots, record
+//  slot
+//    k % kFifoSlots, and every data QP carries exactly one immediate for it.
+//  * A comm is driven by one thread at a time (NCCL's rule), so nothing here is locked.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "engine.h"
+#include "sluice/core/api.h"
+#include "sluice/core/verbs.h"
+#include "sluice/core/wire.h"
+
+namespace sluice {
+
+// Anonymous memory preferring a NUMA node (mbind MPOL_PREFERRED, best effort), page aligned,
+// zeroed. Used for everything the NIC reads or writes on the comm's behalf.
+class NumaBuffer {
+ public:
+  NumaBuffer() = default;
+  static Result<NumaBuffer> allocate(size_t bytes, int numa_node);
+  NumaBuffer(NumaBuffer&& o) noexcept : p_(o.p_), n_(o.n_) { o.p_ = nullptr, o.n_ = 0; }
+  NumaBuffer& operator=(NumaBuffer&& o) noexcept;
+  ~NumaBuffer();
+  void* data() const { return p_; }
+  size_t size() const { return n_; }
+
+ private:
+  void* p_ = nullptr;
+  size_t n_ = 0;
+};
+
+enum class CommKind : uint32_t {
+  kListen = 0x4c49534e,  // "LISN"
+  kSend = 0x53454e44,    // "SEND"
+  kRecv = 0x52454356,    // "RECV"
+  kDead = 0xdeadc0de,
+};
+
+struct CommBase {
+  explicit CommBase(CommKind k) : kind(k) {}
+  CommKind kind;
+};
+
+class SendComm;
+class RecvComm;
+
+// A request handed to NCCL. Send and receive requests live in their comm's fixed pool (no
+// allocation on the data path); `kind` tells test() which one it holds.
+struct Request {
+  static constexpr uint32_t kMagic = 0x52455153;  // "REQS"
+  uint32_t magic = kMagic;
+  bool is_send = false;
+  bool in_use = false;
+  bool done = false;
+  CommBase* comm = nullptr;
+};
+
+struct SendReq : Request {
+  bool posted = false;  // the group's chain is on the wire
+  uint8_t pending = 0;  // leader: closing completions still expected (one per QP)
+  uint8_t group_n = 0;  // leader: members in `group`
+  uint16_t index = 0;   // position in the pool (the closing WR's wr_id)
+  uint32_t lkey = 0;
+  const char* data = nullptr;
+  size_t size = 0;
+  uint16_t group[wire::kEntriesPerSlot] = {};  // leader: pool indexes of the group's members
+};
+
+struct RecvReq : Request {
+  uint8_t n = 1;        // buffers in the grouped receive
+  uint8_t pending = 0;  // immediates still expected (one per QP)
+  bool has_record = false;
+  uint64_t seq = 0;  // receive sequence number (FIFO slot = seq % kFifoSlots)
+  size_t posted[wire::kEntriesPerSlot] = {};    // capacity of each buffer
+  size_t received[wire::kEntriesPerSlot] = {};  // bytes that arrived
+  int tags[wire::kEntriesPerSlot] = {};
+};
+
+// State shared by both comm directions.
+struct Conn {
+  Device* dev = nullptr;
+  int nqps = 0;
+  std::string peer;        // "10.0.0.2:4711"
+  std::string remote_dev;  // the peer's device name
+  std::string local_desc;  // "rxe0:1"
+  std::string remote_gid;  // text
+  int fd = -1;             // the out-of-band socket, kept for the comm's lifetime
+  // Verbs objects in dependency order: CQ before QPs, so QPs are destroyed first.
+  verbs::Cq cq;
+  verbs::Qp qps[wire::kMaxQps];
+  uint32_t remote_qpn[wire::kMaxQps] = {};
+  uint32_t max_inline = 0;
+  Status failure;  // sticky: once set every call fails with it
+  bool failed() const { return !failure.is_ok(); }
+  std::string describe_qp(int q) const;  // "qpn 17 (rxe0:1) -> qpn 18 (rxe1) at 127.0.0.1:4711"
+  ~Conn();
+};
+
+class SendComm : public CommBase {
+ public:
+  static constexpr int kPool = wire::kFifoSlots * wire::kEntriesPerSlot;  // 256 isends in flight
+  SendComm() : CommBase(CommKind::kSend) {}
+  // Declared first so they are released last, after the QPs in `c` are gone.
+  NumaBuffer mem;  // FIFO (written by the receiver) + local completion records (read by the NIC)
+  verbs::Mr mem_mr;
+  wire::CtsEntry* fifo = nullptr;       // kFifoSlots * kEntriesPerSlot entries
+  wire::DoneRecord* records = nullptr;  // kFifoSlots, source of record writes
+  uint64_t remote_records = 0;          // receiver's completion-record array
+  uint32_t remote_records_rkey = 0;
+  uint64_t head = 0;  // receives consumed so far; the next slot is head % kFifoSlots
+  // Matching state of the slot at `head`:
+  uint8_t matched = 0;  // bit i: entry i has its isend
+  SendReq* slot_reqs[wire::kEntriesPerSlot] = {};
+  SendReq pool[kPool];
+  uint16_t free_list[kPool];
+  int free_top = 0;
+  Conn c;
+};
+
+class RecvComm : public CommBase {
+ public:
+  RecvComm() : CommBase(CommKind::kRecv) {}
+  NumaBuffer mem;  // CTS staging (read by the NIC) + completion records (written by the peer)
+  verbs::Mr mem_mr;
+  wire::CtsEntry* stage = nullptr;      // kFifoSlots * kEntriesPerSlot
+  wire::DoneRecord* records = nullptr;  // kFifoSlots
+  uint64_t remote_fifo = 0;             // the sender's CTS FIFO
+  uint32_t remote_fifo_rkey = 0;
+  uint64_t seq = 0;                             // receives posted so far
+  uint32_t cts_unsignaled[wire::kMaxQps] = {};  // CTS writes since the last signaled one
+  uint32_t cts_outstanding[wire::kMaxQps] =
+      {};                          // CTS writes whose send-queue slot is not reclaimed
+  RecvReq pool[wire::kFifoSlots];  // the request of receive k lives at k % kFifoSlots
+  Conn c;
+};
+
+}  // namespace sluice

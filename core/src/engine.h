@@ -1,0 +1,109 @@
+// The process-wide engine: configuration, devices (one per usable port), per-adapter verbs context,
+// protection domain and registration cache, the async-event threads, and the out-of-band interface.
+// Created by the first engine_acquire, destroyed by the last engine_release.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "sluice/core/api.h"
+#include "sluice/core/config.h"
+#include "sluice/core/net_addr.h"
+#include "sluice/core/verbs.h"
+
+namespace sluice {
+
+struct Adapter;
+
+// A registration: one MR over a page-rounded range, shared by every regMr call the range contains.
+struct MemHandle {
+  static constexpr uint32_t kMagic = 0x534c4d52;  // "SLMR"
+  uint32_t magic = kMagic;
+  uint32_t lkey = 0;
+  uint32_t rkey = 0;
+  uintptr_t base = 0;  // page-rounded start
+  size_t len = 0;      // page-rounded length
+  Adapter* adapter = nullptr;
+  int refs = 0;  // guarded by Adapter::mr_mu
+  verbs::Mr mr;
+  bool contains(const void* p, size_t n) const {
+    auto a = reinterpret_cast<uintptr_t>(p);
+    return a >= base && n <= len && a - base <= len - n;
+  }
+};
+
+// One verbs device (adapter): context, PD and registration cache shared by all of its ports and
+// comms.
+struct Adapter {
+  std::string name;  // ibv device name
+  verbs::Context ctx;
+  verbs::Pd pd;
+  DeviceLocality locality;
+  std::mutex mr_mu;
+  std::map<uintptr_t, std::unique_ptr<MemHandle>> mrs;  // lookup index, keyed by base
+  std::vector<std::unique_ptr<MemHandle>> retired;      // superseded by a larger MR, still used
+  std::atomic<bool> fatal{false};
+  std::mutex fatal_mu;
+  std::string fatal_reason;
+  ~Adapter();
+};
+
+// One usable port: what NCCL calls a device.
+struct Device {
+  int index = 0;
+  std::string name;  // unique
+  Adapter* adapter = nullptr;
+  uint8_t port = 1;
+  ibv_port_attr attr{};
+  bool roce = false;
+  GidChoice gid;  // RoCE: the chosen GID; IB: index 0
+  uint64_t guid = 0;
+  int max_qp = 0;
+  int max_qp_wr = 0;
+  int max_cqe = 0;
+  int speed_mbps = 0;
+  DeviceProperties props;
+  std::string pci_path;
+};
+
+class Engine {
+ public:
+  static Result<std::unique_ptr<Engine>> create(const LocalityProvider& locality);
+  ~Engine();
+
+  const Config& config() const { return cfg_; }
+  const std::vector<std::unique_ptr<Device>>& devices() const { return devices_; }
+  const IfAddr& oob_interface() const { return oob_; }
+  Device* device(int i) const {
+    return i >= 0 && i < static_cast<int>(devices_.size()) ? devices_[i].get() : nullptr;
+  }
+
+  std::atomic<int> open_comms{0};
+
+ private:
+  Engine() = default;
+  Status discover(const LocalityProvider& locality);
+  void async_loop(Adapter* a);
+
+  Config cfg_;
+  IfAddr oob_;
+  std::vector<std::unique_ptr<Adapter>> adapters_;
+  std::vector<std::unique_ptr<Device>> devices_;
+  std::atomic<bool> stop_{false};
+  std::vector<std::thread> threads_;
+};
+
+// The live engine (valid between acquire and release). Callers hold a comm or are inside an
+// acquire/release pair, so the pointer is stable for them.
+Engine* engine();
+
+// Per-lane Mbps x lanes from ibv_port_attr (active_speed / active_width encodings).
+int port_speed_mbps(uint8_t active_speed, uint8_t active_width);
+
+}  // namespace sluice
