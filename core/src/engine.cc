@@ -332,9 +332,15 @@ void Engine::async_loop(Adapter* a) {
   }
 }
 
-Engine::~Engine() {
+void Engine::stop_threads() {
   stop_.store(true, std::memory_order_release);
-  for (auto& t : threads_) t.join();
+  for (auto& t : threads_)
+    if (t.joinable()) t.join();
+  threads_.clear();
+}
+
+Engine::~Engine() {
+  stop_threads();
   devices_.clear();
   adapters_.clear();
 }
@@ -361,6 +367,7 @@ void engine_release() {
   if (int open = g_engine->open_comms.load(); open > 0) {
     SLUICE_WARN("last finalize with %d comm(s) still open: keeping devices alive for them", open);
     // Keep the engine (a leak) rather than free resources still in use; threads are stopped.
+    g_engine->stop_threads();
     g_engine.release();  // NOLINT(bugprone-unused-return-value)
     g_engine_ptr.store(nullptr, std::memory_order_release);
     return;

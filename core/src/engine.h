@@ -85,6 +85,9 @@ class Engine {
   }
 
   std::atomic<int> open_comms{0};
+  // Stops and joins the async-event threads (idempotent). NCCL may dlclose us after the last
+  // finalize, so no thread of ours may outlive it.
+  void stop_threads();
 
  private:
   Engine() = default;
