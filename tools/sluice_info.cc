@@ -1,0 +1,628 @@
+// sluice-info: what Sluice sees on this machine and why it would choose what it chooses.
+// RDMA devices (verbs), GPUs, NUMA nodes, the GPU -> NIC table, GPUDirect status (later issue),
+// the locked-memory limit, and warnings with a one-line fix. --json for scripts, --dot for a
+// picture, --topology FILE.xml to read an hwloc XML instead of the live machine.
+#include <infiniband/verbs.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "sluice/core/config.h"
+#include "sluice/core/net_addr.h"
+#include "sluice/topology/affinity.h"
+#include "sluice/topology/topology.h"
+
+namespace {
+
+using namespace sluice;
+using namespace sluice::topo;
+
+struct Gid {
+  int index = 0;
+  std::string text;
+  std::string type;  // "RoCE v2", "IB/RoCE v1", "" unknown
+  GidEntry entry;
+};
+
+struct Port {
+  int num = 0;
+  std::string state;  // ACTIVE, DOWN, ...
+  bool active = false;
+  std::string link_layer;  // InfiniBand, Ethernet
+  double speed_gbps = 0;
+  int active_mtu = 0, max_mtu = 0;
+  std::vector<Gid> gids;
+  std::string chosen;  // "index 3: reason" or "error: ..."
+  int chosen_index = -1;
+};
+
+struct Device {
+  std::string name;
+  std::string node_guid;
+  std::string source;  // "verbs" or "hwloc XML"
+  std::vector<Port> ports;
+  DeviceLocality loc;
+};
+
+struct Warning {
+  std::string what, fix;
+};
+
+std::string json_str(const std::string& s) {
+  std::string r = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      r += '\\';
+      r += static_cast<char>(c);
+    } else if (c < 0x20) {
+      char b[8];
+      std::snprintf(b, sizeof b, "\\u%04x", c);
+      r += b;
+    } else {
+      r += static_cast<char>(c);
+    }
+  }
+  return r + "\"";
+}
+
+int mtu_bytes(ibv_mtu m) {
+  switch (m) {
+    case IBV_MTU_256:
+      return 256;
+    case IBV_MTU_512:
+      return 512;
+    case IBV_MTU_1024:
+      return 1024;
+    case IBV_MTU_2048:
+      return 2048;
+    case IBV_MTU_4096:
+      return 4096;
+  }
+  return 0;
+}
+
+double port_speed_gbps(const ibv_port_attr& a) {
+  double lane = 0;
+  switch (a.active_speed) {
+    case 1:
+      lane = 2.5;
+      break;
+    case 2:
+      lane = 5;
+      break;
+    case 4:
+    case 8:
+      lane = 10;
+      break;
+    case 16:
+      lane = 14;
+      break;
+    case 32:
+      lane = 25;
+      break;
+    case 64:
+      lane = 50;
+      break;
+    case 128:
+      lane = 100;
+      break;
+    default:
+      lane = 0;
+  }
+  int width = 0;
+  switch (a.active_width) {
+    case 1:
+      width = 1;
+      break;
+    case 2:
+      width = 4;
+      break;
+    case 4:
+      width = 8;
+      break;
+    case 8:
+      width = 12;
+      break;
+    case 16:
+      width = 2;
+      break;
+    default:
+      width = 0;
+  }
+  return lane * width;
+}
+
+std::string read_line(const std::string& path) {
+  std::ifstream f(path);
+  std::string s;
+  if (f) std::getline(f, s);
+  return s;
+}
+
+std::vector<Device> list_verbs_devices(const Topology* topo, const Config& cfg,
+                                       std::string* error) {
+  std::vector<Device> out;
+  int n = 0;
+  ibv_device** list = ibv_get_device_list(&n);
+  if (list == nullptr) {
+    *error = std::string("ibv_get_device_list: ") + std::strerror(errno);
+    return out;
+  }
+  GidPolicy policy;
+  policy.forced_index = cfg.gid_index;
+  policy.family = cfg.addr_family;
+  policy.range = cfg.addr_range;
+  policy.roce_version = cfg.roce_version;
+  for (int i = 0; i < n; ++i) {
+    Device d;
+    d.name = ibv_get_device_name(list[i]);
+    d.source = "verbs";
+    char guid[32];
+    uint64_t g = be64toh(ibv_get_device_guid(list[i]));
+    std::snprintf(guid, sizeof guid, "%04x:%04x:%04x:%04x", static_cast<unsigned>(g >> 48) & 0xffff,
+                  static_cast<unsigned>(g >> 32) & 0xffff, static_cast<unsigned>(g >> 16) & 0xffff,
+                  static_cast<unsigned>(g) & 0xffff);
+    d.node_guid = guid;
+    if (topo) d.loc = topo->locality_of_ibdev(d.name);
+    ibv_context* ctx = ibv_open_device(list[i]);
+    if (ctx == nullptr) {
+      Port p;
+      p.state = std::string("cannot open: ") + std::strerror(errno);
+      d.ports.push_back(p);
+      out.push_back(std::move(d));
+      continue;
+    }
+    ibv_device_attr da{};
+    if (ibv_query_device(ctx, &da) == 0) {
+      for (int pn = 1; pn <= da.phys_port_cnt; ++pn) {
+        ibv_port_attr pa{};
+        Port p;
+        p.num = pn;
+        if (ibv_query_port(ctx, static_cast<uint8_t>(pn), &pa) != 0) {
+          p.state = "query failed";
+          d.ports.push_back(p);
+          continue;
+        }
+        p.state = ibv_port_state_str(pa.state);
+        p.active = pa.state == IBV_PORT_ACTIVE;
+        p.link_layer = pa.link_layer == IBV_LINK_LAYER_ETHERNET ? "Ethernet" : "InfiniBand";
+        p.speed_gbps = port_speed_gbps(pa);
+        p.active_mtu = mtu_bytes(pa.active_mtu);
+        p.max_mtu = mtu_bytes(pa.max_mtu);
+        std::vector<GidEntry> entries;
+        for (int gi = 0; gi < pa.gid_tbl_len; ++gi) {
+          ibv_gid gid{};
+          if (ibv_query_gid(ctx, static_cast<uint8_t>(pn), gi, &gid) != 0) continue;
+          GidEntry e;
+          e.index = gi;
+          std::memcpy(e.gid.data(), gid.raw, 16);
+          if (gid_is_zero(e.gid)) continue;
+          std::string type =
+              read_line("/sys/class/infiniband/" + d.name + "/ports/" + std::to_string(pn) +
+                        "/gid_attrs/types/" + std::to_string(gi));
+          if (type.find("v2") != std::string::npos)
+            e.roce_version = 2;
+          else if (!type.empty())
+            e.roce_version = 1;
+          entries.push_back(e);
+          p.gids.push_back({gi, gid_to_string(e.gid), type, e});
+        }
+        if (pa.link_layer == IBV_LINK_LAYER_ETHERNET) {
+          auto c = choose_roce_gid(entries, policy);
+          if (c.is_ok()) {
+            p.chosen_index = c.value().index;
+            p.chosen = c.value().reason;
+            if (p.chosen.rfind("index", 0) != 0)
+              p.chosen = "index " + std::to_string(c.value().index) + ": " + p.chosen;
+          } else {
+            p.chosen = "none: " + c.status().message();
+          }
+        } else {
+          p.chosen = "InfiniBand: LID routing (GID used only across subnets)";
+        }
+        d.ports.push_back(std::move(p));
+      }
+    }
+    ibv_close_device(ctx);
+    out.push_back(std::move(d));
+  }
+  ibv_free_device_list(list);
+  return out;
+}
+
+std::vector<Device> devices_from_xml(const Topology& t) {
+  std::vector<Device> out;
+  for (const auto& n : t.nics()) {
+    Device d;
+    d.name = n.name;
+    d.node_guid = n.node_guid;
+    d.source = "hwloc XML";
+    d.loc = t.locality_of_nic(n.index);
+    for (size_t i = 0; i < n.port_states.size(); ++i) {
+      Port p;
+      p.num = static_cast<int>(i + 1);
+      p.active = n.port_states[i] == 4;
+      p.state = p.active                ? "ACTIVE"
+                : n.port_states[i] == 1 ? "DOWN"
+                                        : std::to_string(n.port_states[i]);
+      p.chosen = "(not available from an XML file)";
+      d.ports.push_back(p);
+    }
+    out.push_back(std::move(d));
+  }
+  return out;
+}
+
+std::string cpus_str(const std::vector<int>& c) {
+  if (c.empty()) return "unknown";
+  std::string s;
+  for (size_t i = 0; i < c.size();) {
+    size_t j = i;
+    while (j + 1 < c.size() && c[j + 1] == c[j] + 1) ++j;
+    if (!s.empty()) s += ',';
+    s += std::to_string(c[i]);
+    if (j > i) s += "-" + std::to_string(c[j]);
+    i = j + 1;
+  }
+  return s;
+}
+
+std::string memlock_str(const rlimit& rl) {
+  if (rl.rlim_cur == RLIM_INFINITY) return "unlimited";
+  return std::to_string(rl.rlim_cur / 1024) + " KiB";
+}
+
+void usage(std::ostream& os) {
+  os << "usage: sluice-info [--topology FILE.xml] [--json | --dot [FILE]] [--help]\n"
+        "  Lists RDMA devices (ports, state, link layer, speed, MTU, GIDs and the GID Sluice\n"
+        "  would choose), GPUs, NUMA nodes, the GPU -> NIC table with distance classes,\n"
+        "  GPUDirect status, the locked-memory limit, and warnings with a one-line fix.\n"
+        "  --topology FILE.xml  read an hwloc XML export instead of the live machine\n"
+        "                       (RDMA devices then come from the file, not from verbs)\n"
+        "  --json               machine-readable output\n"
+        "  --dot [FILE]         Graphviz DOT of GPUs, NICs, switches and NUMA nodes; FILE.svg or\n"
+        "                       FILE.png is rendered with `dot` when installed, other FILEs get\n"
+        "                       the DOT text, no FILE prints it\n"
+        "  Environment: SLUICE_TOPO_FILE (as --topology), SLUICE_NIC_AFFINITY, "
+        "SLUICE_GPU_NIC_MAP,\n"
+        "  NCCL_IB_GID_INDEX / NCCL_IB_ADDR_FAMILY / NCCL_IB_ADDR_RANGE / "
+        "NCCL_IB_ROCE_VERSION_NUM.\n";
+}
+
+int render_dot(const std::string& dot, const std::string& file) {
+  auto ends_with = [&](const char* suf) {
+    size_t n = std::strlen(suf);
+    return file.size() >= n && file.compare(file.size() - n, n, suf) == 0;
+  };
+  if (file.empty()) {
+    std::cout << dot;
+    return 0;
+  }
+  std::string fmt = ends_with(".svg") ? "svg" : ends_with(".png") ? "png" : "";
+  if (fmt.empty()) {
+    std::ofstream f(file);
+    f << dot;
+    if (!f) {
+      std::cerr << "sluice-info: cannot write " << file << "\n";
+      return 1;
+    }
+    return 0;
+  }
+  std::string dotfile = file + ".dot";
+  {
+    std::ofstream f(dotfile);
+    f << dot;
+  }
+  pid_t pid = fork();
+  if (pid == 0) {
+    std::string o = "-o" + file, t = "-T" + fmt;
+    execlp("dot", "dot", t.c_str(), o.c_str(), dotfile.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  int st = 0;
+  if (pid < 0 || waitpid(pid, &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+    std::cerr << "sluice-info: Graphviz `dot` is not installed or failed; DOT text left in "
+              << dotfile << " (render it with: dot -T" << fmt << " -o " << file << " " << dotfile
+              << ")\n";
+    return 1;
+  }
+  std::remove(dotfile.c_str());
+  std::cerr << "sluice-info: wrote " << file << "\n";
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string topo_file, dot_file;
+  bool json = false, dot = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      usage(std::cout);
+      return 0;
+    } else if (a == "--json") {
+      json = true;
+    } else if (a == "--dot") {
+      dot = true;
+      if (i + 1 < argc && argv[i + 1][0] != '-') dot_file = argv[++i];
+    } else if (a == "--topology" && i + 1 < argc) {
+      topo_file = argv[++i];
+    } else if (a.rfind("--topology=", 0) == 0) {
+      topo_file = a.substr(11);
+    } else {
+      std::cerr << "sluice-info: unknown argument '" << a << "'\n";
+      usage(std::cerr);
+      return 2;
+    }
+  }
+
+  std::vector<Warning> warnings;
+  auto cfg_r = load_config_from_environment();
+  Config cfg;
+  if (cfg_r.is_ok()) {
+    cfg = cfg_r.value();
+  } else {
+    warnings.push_back(
+        {"configuration: " + cfg_r.status().message(), "fix or unset the variable named above"});
+  }
+  if (topo_file.empty()) topo_file = cfg.topo_file;
+
+  auto topo_r = topo_file.empty() ? Topology::load_live() : Topology::load_xml_file(topo_file);
+  if (!topo_r.is_ok()) {
+    std::cerr << "sluice-info: " << topo_r.status().message() << "\n";
+    return 1;
+  }
+  const Topology& t = topo_r.value();
+
+  if (dot) return render_dot(t.to_dot(), dot_file);
+
+  std::string verbs_error;
+  std::vector<Device> devices =
+      t.is_live() ? list_verbs_devices(&t, cfg, &verbs_error) : devices_from_xml(t);
+
+  rlimit rl{};
+  getrlimit(RLIMIT_MEMLOCK, &rl);
+  auto assignment = t.assign();
+
+  // Affinity configuration.
+  std::vector<std::string> nic_names;
+  for (const auto& d : devices) nic_names.push_back(d.name);
+  std::string affinity_mode = "off", override_text;
+  auto mode = parse_affinity_mode(cfg.nic_affinity);
+  if (!mode.is_ok())
+    warnings.push_back({mode.status().message(), "set SLUICE_NIC_AFFINITY=auto or off"});
+  else if (mode.value() == AffinityMode::kAuto)
+    affinity_mode = "auto";
+  GpuNicMap override_map;
+  if (!cfg.gpu_nic_map.empty()) {
+    auto m = parse_gpu_nic_map(cfg.gpu_nic_map, t, nic_names);
+    if (m.is_ok()) {
+      override_map = m.value();
+      override_text = override_map.to_string();
+    } else {
+      warnings.push_back(
+          {m.status().message(), "correct SLUICE_GPU_NIC_MAP (see docs/topology.md)"});
+    }
+  }
+
+  // Warnings.
+  if (t.is_live() && !verbs_error.empty())
+    warnings.push_back({verbs_error, "install rdma-core / load the RDMA driver (rdma link show)"});
+  if (devices.empty())
+    warnings.push_back({"no RDMA device found",
+                        t.is_live() ? "load the NIC's RDMA driver, or for testing: rdma link add "
+                                      "rxe0 type rxe netdev <if>"
+                                    : "this topology has no OpenFabrics device"});
+  std::map<int, std::vector<std::string>> mtus;
+  for (const auto& d : devices)
+    for (const auto& p : d.ports) {
+      if (p.num > 0 && !p.active)
+        warnings.push_back({d.name + " port " + std::to_string(p.num) + " is " + p.state,
+                            "check the cable/switch port and `ip link set <netdev> up`; Sluice "
+                            "skips inactive ports"});
+      if (p.active && p.active_mtu > 0)
+        mtus[p.active_mtu].push_back(d.name + ":" + std::to_string(p.num));
+      if (p.active && p.link_layer == "Ethernet" && p.chosen_index < 0)
+        warnings.push_back(
+            {d.name + " port " + std::to_string(p.num) + ": no usable RoCE GID (" + p.chosen + ")",
+             "give the netdev an IP address (ip addr add ... dev <netdev>)"});
+    }
+  if (mtus.size() > 1) {
+    std::string s;
+    for (const auto& [m, ps] : mtus)
+      for (const auto& p : ps) s += (s.empty() ? "" : ", ") + p + "=" + std::to_string(m);
+    warnings.push_back({"active MTU differs between ports (" + s + ")",
+                        "set the same MTU on every netdev/switch port (ip link set <if> mtu ...)"});
+  }
+  for (const auto& ga : assignment) {
+    if (ga.cls == PathClass::kSYS) {
+      std::string nics;
+      for (int n : ga.nics) nics += (nics.empty() ? "" : ",") + t.nics()[n].name;
+      warnings.push_back(
+          {"GPU" + std::to_string(ga.gpu) + " (" + t.gpus()[ga.gpu].bus_id + ", NUMA " +
+               std::to_string(t.gpus()[ga.gpu].numa_node) +
+               ") has no NIC on its NUMA node; nearest is " + nics + " (SYS)",
+           "expect cross-socket traffic; bind the rank to the NIC's NUMA node or add "
+           "a NIC near this GPU"});
+    }
+  }
+  const rlim_t kMinMemlock = 64ull << 20;
+  if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < kMinMemlock)
+    warnings.push_back({"locked-memory limit is " + memlock_str(rl) +
+                            " (RDMA registration needs "
+                            "more)",
+                        "ulimit -l unlimited (containers: --ulimit memlock=-1; systemd: "
+                        "LimitMEMLOCK=infinity)"});
+
+  const std::string gdr =
+      "not detected yet (GPU support lands in a later issue): dmabuf, nvidia-peermem and "
+      "GPU memory registration are not checked";
+
+  if (json) {
+    std::ostringstream o;
+    o << "{\n  \"source\": " << json_str(t.source())
+      << ",\n  \"live\": " << (t.is_live() ? "true" : "false")
+      << ",\n  \"packages\": " << t.package_count() << ",\n  \"rdma_devices\": [";
+    for (size_t i = 0; i < devices.size(); ++i) {
+      const auto& d = devices[i];
+      o << (i ? "," : "") << "\n    {\"name\": " << json_str(d.name)
+        << ", \"source\": " << json_str(d.source) << ", \"node_guid\": " << json_str(d.node_guid)
+        << ", \"pci_path\": " << json_str(d.loc.pci_path) << ", \"numa_node\": " << d.loc.numa_node
+        << ", \"cpus\": " << json_str(cpus_str(d.loc.cpus)) << ", \"ports\": [";
+      for (size_t k = 0; k < d.ports.size(); ++k) {
+        const auto& p = d.ports[k];
+        o << (k ? ", " : "") << "{\"port\": " << p.num << ", \"state\": " << json_str(p.state)
+          << ", \"link_layer\": " << json_str(p.link_layer) << ", \"speed_gbps\": " << p.speed_gbps
+          << ", \"active_mtu\": " << p.active_mtu << ", \"max_mtu\": " << p.max_mtu
+          << ", \"chosen_gid_index\": " << p.chosen_index
+          << ", \"chosen_gid\": " << json_str(p.chosen) << ", \"gids\": [";
+        for (size_t q = 0; q < p.gids.size(); ++q)
+          o << (q ? ", " : "") << "{\"index\": " << p.gids[q].index
+            << ", \"gid\": " << json_str(p.gids[q].text)
+            << ", \"type\": " << json_str(p.gids[q].type) << "}";
+        o << "]}";
+      }
+      o << "]}";
+    }
+    o << "\n  ],\n  \"nics\": [";
+    for (size_t i = 0; i < t.nics().size(); ++i) {
+      const auto& n = t.nics()[i];
+      o << (i ? "," : "") << "\n    {\"name\": " << json_str(n.name)
+        << ", \"pci_bus_id\": " << json_str(n.bus_id) << ", \"numa_node\": " << n.numa_node
+        << ", \"adapter\": " << n.adapter << ", \"link_speed_GBps\": " << n.link_speed_gbps
+        << ", \"cpus\": " << json_str(cpus_str(n.cpus)) << "}";
+    }
+    o << "\n  ],\n  \"gpus\": [";
+    for (size_t i = 0; i < t.gpus().size(); ++i) {
+      const auto& g = t.gpus()[i];
+      o << (i ? "," : "") << "\n    {\"index\": " << g.index
+        << ", \"pci_bus_id\": " << json_str(g.bus_id) << ", \"name\": " << json_str(g.name)
+        << ", \"numa_node\": " << g.numa_node << ", \"link_speed_GBps\": " << g.link_speed_gbps
+        << ", \"cpus\": " << json_str(cpus_str(g.cpus)) << ", \"classes\": {";
+      for (size_t k = 0; k < t.nics().size(); ++k) {
+        auto pi = t.classify(g.index, static_cast<int>(k));
+        o << (k ? ", " : "") << json_str(t.nics()[k].name) << ": "
+          << json_str(std::string(path_class_name(pi.cls)) +
+                      (pi.cls == PathClass::kSYS && pi.same_package ? " (same pkg)" : ""));
+      }
+      o << "}, \"nearest\": [";
+      auto near = t.nearest_nics(g.index);
+      for (size_t k = 0; k < near.size(); ++k)
+        o << (k ? ", " : "") << json_str(t.nics()[near[k].nic].name);
+      o << "], \"assigned\": [";
+      for (size_t k = 0; k < assignment[i].nics.size(); ++k)
+        o << (k ? ", " : "") << json_str(t.nics()[assignment[i].nics[k]].name);
+      o << "], \"class\": " << json_str(path_class_name(assignment[i].cls)) << "}";
+    }
+    o << "\n  ],\n  \"numa_nodes\": [";
+    for (size_t i = 0; i < t.numa_nodes().size(); ++i) {
+      const auto& nn = t.numa_nodes()[i];
+      o << (i ? ", " : "") << "{\"os_index\": " << nn.os_index << ", \"package\": " << nn.package
+        << ", \"cpus\": " << json_str(cpus_str(nn.cpus))
+        << ", \"memory_bytes\": " << nn.local_memory << "}";
+    }
+    o << "],\n  \"nic_affinity\": " << json_str(affinity_mode)
+      << ",\n  \"gpu_nic_map\": " << json_str(override_text)
+      << ",\n  \"gpudirect\": " << json_str(gdr)
+      << ",\n  \"memlock\": " << json_str(memlock_str(rl)) << ",\n  \"warnings\": [";
+    for (size_t i = 0; i < warnings.size(); ++i)
+      o << (i ? "," : "") << "\n    {\"problem\": " << json_str(warnings[i].what)
+        << ", \"fix\": " << json_str(warnings[i].fix) << "}";
+    o << "\n  ]\n}\n";
+    std::cout << o.str();
+    return 0;
+  }
+
+  std::ostream& o = std::cout;
+  o << "Sluice topology: " << (t.is_live() ? "live machine" : "hwloc XML " + t.source()) << ", "
+    << t.package_count() << " package(s), " << t.numa_nodes().size() << " NUMA node(s), "
+    << t.gpus().size() << " GPU(s), " << t.nics().size() << " RDMA NIC(s) in hwloc ("
+    << t.adapter_count() << " adapter(s))\n\n";
+
+  o << "RDMA devices (" << (t.is_live() ? "verbs" : "from the XML file") << "): " << devices.size()
+    << "\n";
+  for (const auto& d : devices) {
+    o << "  " << d.name << "  guid " << d.node_guid << "  "
+      << (d.loc.pci_path.empty() && d.loc.numa_node < 0
+              ? std::string("locality unknown (virtual or non-PCI device)")
+              : "NUMA " + std::to_string(d.loc.numa_node) + "  cpus " + cpus_str(d.loc.cpus) +
+                    (d.loc.pci_path.empty() ? "" : "  " + d.loc.pci_path))
+      << "\n";
+    for (const auto& p : d.ports) {
+      o << "    port " << p.num << ": " << p.state;
+      if (!p.link_layer.empty())
+        o << ", " << p.link_layer << ", " << p.speed_gbps << " Gb/s, MTU " << p.active_mtu
+          << " (max " << p.max_mtu << ")";
+      o << "\n";
+      for (const auto& gd : p.gids)
+        o << "      gid[" << gd.index << "] " << gd.text << "  "
+          << (gd.type.empty() ? "?" : gd.type) << "\n";
+      if (!p.chosen.empty()) o << "      Sluice would use: " << p.chosen << "\n";
+    }
+  }
+
+  o << "\nGPUs: " << t.gpus().size() << "\n";
+  for (const auto& g : t.gpus())
+    o << "  GPU" << g.index << "  " << g.bus_id << "  " << (g.name.empty() ? "?" : g.name)
+      << "  NUMA " << g.numa_node << "  cpus " << cpus_str(g.cpus) << "  PCIe " << g.link_speed_gbps
+      << " GB/s\n";
+
+  o << "\nNUMA nodes: " << t.numa_nodes().size() << "\n";
+  for (const auto& nn : t.numa_nodes())
+    o << "  P#" << nn.os_index << "  package " << nn.package << "  cpus " << cpus_str(nn.cpus)
+      << "  " << (nn.local_memory >> 20) << " MiB\n";
+
+  o << "\nNICs in the topology: " << t.nics().size() << "\n";
+  for (const auto& n : t.nics())
+    o << "  " << n.name << "  " << (n.bus_id.empty() ? "(no PCI: unknown locality)" : n.bus_id)
+      << "  NUMA " << n.numa_node << "  adapter " << n.adapter << "  PCIe " << n.link_speed_gbps
+      << " GB/s" << (n.model.empty() ? "" : "  " + n.model) << "\n";
+
+  if (!t.gpus().empty()) {
+    o << "\nGPU -> NIC (PIX same PCIe switch, PXB several switches, PHB same host bridge, NODE "
+         "same NUMA node, SYS across NUMA nodes; * = SYS within one package)\n";
+    o << "  GPU ";
+    for (const auto& n : t.nics()) o << "  " << n.name;
+    o << "  | Sluice assigns\n";
+    for (const auto& g : t.gpus()) {
+      o << "  GPU" << g.index;
+      for (const auto& n : t.nics()) {
+        auto pi = t.classify(g.index, n.index);
+        std::string c = std::string(path_class_name(pi.cls)) +
+                        (pi.cls == PathClass::kSYS && pi.same_package ? "*" : "");
+        std::string pad(n.name.size() > c.size() ? n.name.size() - c.size() : 0, ' ');
+        o << "  " << c << pad;
+      }
+      o << "  | ";
+      const auto& ga = assignment[g.index];
+      if (ga.nics.empty()) o << "(no NIC)";
+      for (size_t k = 0; k < ga.nics.size(); ++k) o << (k ? "," : "") << t.nics()[ga.nics[k]].name;
+      if (!ga.nics.empty()) o << " (" << path_class_name(ga.cls) << ")";
+      o << "\n";
+    }
+  }
+  o << "\nNIC affinity: SLUICE_NIC_AFFINITY=" << affinity_mode;
+  if (!override_text.empty()) o << ", override SLUICE_GPU_NIC_MAP=" << override_text;
+  o << "\n";
+  if (t.is_live() && t.gpus().empty()) {
+    auto order = order_nics(t, nic_names, AffinityRequest{"", t.current_cpu_binding()});
+    o << "  no GPU: NIC order for this process's CPU binding: ";
+    for (size_t k = 0; k < order.nics.size(); ++k) o << (k ? ", " : "") << order.nics[k];
+    o << " (" << order.reason << ")\n";
+  }
+  o << "GPUDirect RDMA: " << gdr << "\n";
+  o << "Locked-memory limit (ulimit -l): " << memlock_str(rl) << "\n";
+  o << "\nWarnings: " << (warnings.empty() ? "none" : std::to_string(warnings.size())) << "\n";
+  for (const auto& w : warnings) o << "  WARNING " << w.what << "\n    fix: " << w.fix << "\n";
+  return 0;
+}

@@ -1,0 +1,760 @@
+#include "sluice/topology/topology.h"
+
+#include <hwloc.h>
+#include <limits.h>
+#include <stdlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <numeric>
+#include <sstream>
+#include <tuple>
+
+#include "sluice/core/log.h"
+
+namespace sluice::topo {
+
+const char* path_class_name(PathClass c) {
+  switch (c) {
+    case PathClass::kPIX:
+      return "PIX";
+    case PathClass::kPXB:
+      return "PXB";
+    case PathClass::kPHB:
+      return "PHB";
+    case PathClass::kNODE:
+      return "NODE";
+    case PathClass::kSYS:
+      return "SYS";
+    case PathClass::kUnknown:
+      break;
+  }
+  return "unknown";
+}
+
+namespace {
+
+bool parse_hex(std::string_view s, unsigned long max, unsigned long* out) {
+  if (s.empty() || s.size() > 8) return false;
+  unsigned long v = 0;
+  for (char ch : s) {
+    int d;
+    if (ch >= '0' && ch <= '9')
+      d = ch - '0';
+    else if (ch >= 'a' && ch <= 'f')
+      d = ch - 'a' + 10;
+    else if (ch >= 'A' && ch <= 'F')
+      d = ch - 'A' + 10;
+    else
+      return false;
+    v = v * 16 + static_cast<unsigned long>(d);
+  }
+  if (v > max) return false;
+  *out = v;
+  return true;
+}
+
+std::string format_bus_id(unsigned domain, unsigned bus, unsigned dev, unsigned func) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%04x:%02x:%02x.%x", domain, bus, dev, func);
+  return buf;
+}
+
+std::string pci_bus_id(hwloc_obj_t o) {
+  const auto& p = o->attr->pcidev;
+  return format_bus_id(p.domain, p.bus, p.dev, p.func);
+}
+
+std::vector<int> bitmap_to_vector(hwloc_const_bitmap_t b) {
+  std::vector<int> out;
+  if (b == nullptr || hwloc_bitmap_iszero(b) || hwloc_bitmap_weight(b) < 0) return out;
+  int i;
+  hwloc_bitmap_foreach_begin(i, b) {
+    out.push_back(i);
+  }
+  hwloc_bitmap_foreach_end();
+  return out;
+}
+
+std::string info_or_empty(hwloc_obj_t o, const char* name) {
+  const char* v = hwloc_obj_get_info_by_name(o, name);
+  return v ? v : "";
+}
+
+bool is_gpu_pci(hwloc_obj_t o) {
+  if (o->type != HWLOC_OBJ_PCI_DEVICE) return false;
+  const auto& p = o->attr->pcidev;
+  // 0x0302 3D controller, 0x0300 VGA. NVSwitches are 10de too, with class 0x0680 (or 0x0000).
+  return p.vendor_id == 0x10de && (p.class_id == 0x0302 || p.class_id == 0x0300);
+}
+
+// Number of objects between o and the root.
+int obj_depth_from_root(hwloc_obj_t o) {
+  int d = 0;
+  for (hwloc_obj_t p = o->parent; p != nullptr; p = p->parent) ++d;
+  return d;
+}
+
+std::string describe(hwloc_obj_t o) {
+  char buf[128];
+  if (o->type == HWLOC_OBJ_BRIDGE) {
+    if (o->attr->bridge.upstream_type == HWLOC_OBJ_BRIDGE_HOST) {
+      std::snprintf(buf, sizeof buf, "HostBridge %04x:[%02x-%02x]",
+                    o->attr->bridge.downstream.pci.domain,
+                    o->attr->bridge.downstream.pci.secondary_bus,
+                    o->attr->bridge.downstream.pci.subordinate_bus);
+    } else {
+      const auto& p = o->attr->bridge.upstream.pci;
+      std::snprintf(buf, sizeof buf, "PCIBridge %s [%04x:%04x]",
+                    format_bus_id(p.domain, p.bus, p.dev, p.func).c_str(), p.vendor_id,
+                    p.device_id);
+    }
+    return buf;
+  }
+  if (o->type == HWLOC_OBJ_PCI_DEVICE) {
+    std::snprintf(buf, sizeof buf, "PCI %s [%04x:%04x]", pci_bus_id(o).c_str(),
+                  o->attr->pcidev.vendor_id, o->attr->pcidev.device_id);
+    return buf;
+  }
+  std::snprintf(buf, sizeof buf, "%s L#%u", hwloc_obj_type_string(o->type), o->logical_index);
+  return buf;
+}
+
+hwloc_obj_t package_of(hwloc_obj_t o) {
+  for (hwloc_obj_t p = o; p != nullptr; p = p->parent)
+    if (p->type == HWLOC_OBJ_PACKAGE) return p;
+  return nullptr;
+}
+
+hwloc_obj_t non_io_ancestor(hwloc_obj_t o) {
+  hwloc_obj_t p = o;
+  while (p != nullptr && (p->type == HWLOC_OBJ_BRIDGE || p->type == HWLOC_OBJ_PCI_DEVICE ||
+                          p->type == HWLOC_OBJ_OS_DEVICE || p->type == HWLOC_OBJ_MISC))
+    p = p->parent;
+  return p;
+}
+
+int single_numa(hwloc_topology_t topo, hwloc_obj_t locality) {
+  if (locality == nullptr || locality->nodeset == nullptr) return -1;
+  if (hwloc_bitmap_weight(locality->nodeset) != 1) return -1;
+  int idx = hwloc_bitmap_first(locality->nodeset);
+  hwloc_obj_t n = hwloc_get_numanode_obj_by_os_index(topo, static_cast<unsigned>(idx));
+  return n ? static_cast<int>(n->os_index) : idx;
+}
+
+std::string read_file_trimmed(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) return "";
+  std::string s;
+  std::getline(f, s);
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+std::vector<int> parse_cpulist(const std::string& s) {
+  std::vector<int> out;
+  std::stringstream ss(s);
+  std::string part;
+  while (std::getline(ss, part, ',')) {
+    if (part.empty()) continue;
+    auto dash = part.find('-');
+    try {
+      if (dash == std::string::npos) {
+        out.push_back(std::stoi(part));
+      } else {
+        int a = std::stoi(part.substr(0, dash)), b = std::stoi(part.substr(dash + 1));
+        for (int i = a; i <= b && i - a < 65536; ++i) out.push_back(i);
+      }
+    } catch (...) {
+      return {};
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string normalize_pci_bus_id(std::string_view text) {
+  // [domain:]bus:dev.func
+  std::vector<std::string_view> parts;
+  size_t start = 0;
+  for (size_t i = 0; i <= text.size(); ++i) {
+    if (i == text.size() || text[i] == ':') {
+      parts.push_back(text.substr(start, i - start));
+      start = i + 1;
+    }
+  }
+  if (parts.size() == 2) parts.insert(parts.begin(), std::string_view("0"));
+  if (parts.size() != 3) return "";
+  auto dot = parts[2].find('.');
+  if (dot == std::string_view::npos) return "";
+  unsigned long dom, bus, dev, fn;
+  if (!parse_hex(parts[0], 0xffffffff, &dom) || !parse_hex(parts[1], 0xff, &bus) ||
+      !parse_hex(parts[2].substr(0, dot), 0x1f, &dev) ||
+      !parse_hex(parts[2].substr(dot + 1), 7, &fn))
+    return "";
+  return format_bus_id(static_cast<unsigned>(dom), static_cast<unsigned>(bus),
+                       static_cast<unsigned>(dev), static_cast<unsigned>(fn));
+}
+
+bool Nic::maybe_active() const {
+  if (port_states.empty()) return true;
+  return std::any_of(port_states.begin(), port_states.end(), [](int s) { return s == 4; });
+}
+
+struct Topology::Impl {
+  hwloc_topology_t topo = nullptr;
+  bool live = false;
+  std::string source;
+  std::vector<Gpu> gpus;
+  std::vector<Nic> nics;
+  std::vector<NumaNode> numa;
+  int packages = 0;
+  int adapters = 0;
+  std::vector<hwloc_obj_t> gpu_obj;  // PCI objects
+  std::vector<hwloc_obj_t> nic_obj;  // OS devices
+  std::vector<hwloc_obj_t> nic_pci;  // PCI parent or nullptr
+
+  ~Impl() {
+    if (topo) hwloc_topology_destroy(topo);
+  }
+  void discover();
+};
+
+void Topology::Impl::discover() {
+  packages = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_PACKAGE);
+
+  for (hwloc_obj_t n = hwloc_get_next_obj_by_type(topo, HWLOC_OBJ_NUMANODE, nullptr); n != nullptr;
+       n = hwloc_get_next_obj_by_type(topo, HWLOC_OBJ_NUMANODE, n)) {
+    NumaNode nn;
+    nn.os_index = static_cast<int>(n->os_index);
+    hwloc_obj_t pkg = package_of(n);
+    nn.package = pkg ? static_cast<int>(pkg->logical_index) : -1;
+    nn.cpus = bitmap_to_vector(n->cpuset);
+    nn.local_memory = n->attr ? n->attr->numanode.local_memory : 0;
+    numa.push_back(std::move(nn));
+  }
+  std::sort(numa.begin(), numa.end(),
+            [](const NumaNode& a, const NumaNode& b) { return a.os_index < b.os_index; });
+
+  auto fill_locality = [&](hwloc_obj_t dev, int* numa_node, std::vector<int>* cpus) {
+    hwloc_obj_t loc = non_io_ancestor(dev);
+    *numa_node = single_numa(topo, loc);
+    *cpus = loc ? bitmap_to_vector(loc->cpuset) : std::vector<int>{};
+  };
+
+  // GPUs: PCI devices 10de with class 0302/0300, in bus-id order.
+  std::vector<hwloc_obj_t> g;
+  for (hwloc_obj_t o = hwloc_get_next_pcidev(topo, nullptr); o != nullptr;
+       o = hwloc_get_next_pcidev(topo, o))
+    if (is_gpu_pci(o)) g.push_back(o);
+  auto pci_key = [](hwloc_obj_t o) {
+    const auto& p = o->attr->pcidev;
+    return std::make_tuple(p.domain, p.bus, p.dev, p.func);
+  };
+  std::sort(g.begin(), g.end(),
+            [&](hwloc_obj_t a, hwloc_obj_t b) { return pci_key(a) < pci_key(b); });
+  for (hwloc_obj_t o : g) {
+    Gpu gpu;
+    gpu.index = static_cast<int>(gpus.size());
+    gpu.bus_id = pci_bus_id(o);
+    gpu.vendor_id = o->attr->pcidev.vendor_id;
+    gpu.device_id = o->attr->pcidev.device_id;
+    gpu.class_id = o->attr->pcidev.class_id;
+    gpu.link_speed_gbps = o->attr->pcidev.linkspeed;
+    for (hwloc_obj_t c = o->io_first_child; c != nullptr; c = c->next_sibling) {
+      if (c->type != HWLOC_OBJ_OS_DEVICE || c->name == nullptr) continue;
+      gpu.os_devices.push_back(c->name);
+      if (gpu.name.empty()) gpu.name = info_or_empty(c, "GPUModel");
+    }
+    if (gpu.name.empty()) gpu.name = info_or_empty(o, "PCIDevice");
+    fill_locality(o, &gpu.numa_node, &gpu.cpus);
+    gpus.push_back(std::move(gpu));
+    gpu_obj.push_back(o);
+  }
+
+  // NICs: OpenFabrics OS devices.
+  std::vector<hwloc_obj_t> n;
+  for (hwloc_obj_t o = hwloc_get_next_osdev(topo, nullptr); o != nullptr;
+       o = hwloc_get_next_osdev(topo, o))
+    if (o->attr->osdev.type == HWLOC_OBJ_OSDEV_OPENFABRICS && o->name != nullptr) n.push_back(o);
+  auto pci_parent = [](hwloc_obj_t o) -> hwloc_obj_t {
+    return (o->parent && o->parent->type == HWLOC_OBJ_PCI_DEVICE) ? o->parent : nullptr;
+  };
+  std::sort(n.begin(), n.end(), [&](hwloc_obj_t a, hwloc_obj_t b) {
+    hwloc_obj_t pa = pci_parent(a), pb = pci_parent(b);
+    if ((pa == nullptr) != (pb == nullptr)) return pa != nullptr;
+    if (pa && pb && pci_key(pa) != pci_key(pb)) return pci_key(pa) < pci_key(pb);
+    return std::string_view(a->name) < std::string_view(b->name);
+  });
+  for (hwloc_obj_t o : n) {
+    Nic nic;
+    nic.index = static_cast<int>(nics.size());
+    nic.name = o->name;
+    hwloc_obj_t p = pci_parent(o);
+    if (p) {
+      nic.bus_id = pci_bus_id(p);
+      nic.vendor_id = p->attr->pcidev.vendor_id;
+      nic.device_id = p->attr->pcidev.device_id;
+      nic.class_id = p->attr->pcidev.class_id;
+      nic.link_speed_gbps = p->attr->pcidev.linkspeed;
+      nic.model = info_or_empty(p, "PCIDevice");
+      fill_locality(p, &nic.numa_node, &nic.cpus);
+    }
+    nic.node_guid = info_or_empty(o, "NodeGUID");
+    nic.sys_image_guid = info_or_empty(o, "SysImageGUID");
+    for (int port = 1; port <= 64; ++port) {
+      std::string key = "Port" + std::to_string(port) + "State";
+      const char* v = hwloc_obj_get_info_by_name(o, key.c_str());
+      if (v == nullptr) break;
+      nic.port_states.push_back(std::atoi(v));
+    }
+    nics.push_back(std::move(nic));
+    nic_obj.push_back(o);
+    nic_pci.push_back(p);
+  }
+
+  // Adapters: functions in one PCI slot (domain:bus:dev), or sharing a SysImageGUID, are one card.
+  std::vector<int> parent(nics.size());
+  std::iota(parent.begin(), parent.end(), 0);
+  std::function<int(int)> find = [&](int x) {
+    return parent[x] == x ? x : parent[x] = find(parent[x]);
+  };
+  for (size_t i = 0; i < nics.size(); ++i) {
+    for (size_t j = 0; j < i; ++j) {
+      bool same = false;
+      if (nic_pci[i] && nic_pci[j]) {
+        const auto& a = nic_pci[i]->attr->pcidev;
+        const auto& b = nic_pci[j]->attr->pcidev;
+        same = a.domain == b.domain && a.bus == b.bus && a.dev == b.dev;
+      }
+      const auto& gi = nics[i].sys_image_guid;
+      if (!gi.empty() && gi != "0000:0000:0000:0000" && gi == nics[j].sys_image_guid) same = true;
+      if (same) parent[find(static_cast<int>(i))] = find(static_cast<int>(j));
+    }
+  }
+  std::map<int, int> adapter_id;
+  for (size_t i = 0; i < nics.size(); ++i) {
+    int root = find(static_cast<int>(i));
+    auto it = adapter_id.find(root);
+    if (it == adapter_id.end())
+      it = adapter_id.emplace(root, static_cast<int>(adapter_id.size())).first;
+    nics[i].adapter = it->second;
+  }
+  adapters = static_cast<int>(adapter_id.size());
+}
+
+namespace {
+
+Result<hwloc_topology_t> init_topology() {
+  hwloc_topology_t t = nullptr;
+  if (hwloc_topology_init(&t) != 0)
+    return errno_status(Code::kSystemError, "hwloc_topology_init", errno);
+  // hwloc's default keeps no PCI objects at all, for XML input too.
+  if (hwloc_topology_set_io_types_filter(t, HWLOC_TYPE_FILTER_KEEP_ALL) != 0) {
+    hwloc_topology_destroy(t);
+    return Status(Code::kSystemError, "hwloc_topology_set_io_types_filter failed");
+  }
+  return t;
+}
+
+}  // namespace
+
+Topology::Topology(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Topology::Topology(Topology&&) noexcept = default;
+Topology& Topology::operator=(Topology&&) noexcept = default;
+Topology::~Topology() = default;
+
+Result<Topology> Topology::load_live() {
+  auto t = init_topology();
+  if (!t.is_ok()) return t.status();
+  auto impl = std::make_unique<Impl>();
+  impl->topo = t.value();
+  impl->live = true;
+  impl->source = "live";
+  // I/O discovery on a live machine: keep only important PCI objects (the full tree can be large).
+  hwloc_topology_set_io_types_filter(impl->topo, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
+  if (hwloc_topology_load(impl->topo) != 0)
+    return errno_status(Code::kSystemError, "hwloc_topology_load (live machine)", errno);
+  impl->discover();
+  return Topology(std::move(impl));
+}
+
+Result<Topology> Topology::load_xml_buffer(std::string_view xml, std::string source) {
+  if (xml.empty()) return Status(Code::kInvalidArgument, "hwloc XML " + source + " is empty");
+  if (xml.size() > static_cast<size_t>(INT_MAX))
+    return Status(Code::kInvalidArgument, "hwloc XML " + source + " is too large");
+  auto t = init_topology();
+  if (!t.is_ok()) return t.status();
+  auto impl = std::make_unique<Impl>();
+  impl->topo = t.value();
+  impl->source = std::move(source);
+  // The buffer must be NUL-terminated for hwloc's parsers.
+  std::string copy(xml);
+  copy.push_back('\0');
+  // A failed set_xml*() makes hwloc_topology_load() silently fall back to HWLOC_XMLFILE or to the
+  // live machine: check it, and never call load after a failure.
+  if (hwloc_topology_set_xmlbuffer(impl->topo, copy.data(), static_cast<int>(copy.size())) != 0)
+    return Status(Code::kInvalidArgument,
+                  "hwloc cannot parse XML topology " + impl->source + " (not hwloc XML v1/v2?)");
+  if (hwloc_topology_load(impl->topo) != 0)
+    return errno_status(Code::kInvalidArgument, "hwloc_topology_load(" + impl->source + ")", errno);
+  impl->discover();
+  return Topology(std::move(impl));
+}
+
+Result<Topology> Topology::load_xml_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f)
+    return Status(Code::kInvalidArgument, "cannot read hwloc XML topology file '" + path + "'");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  if (f.bad()) return Status(Code::kInvalidArgument, "error reading '" + path + "'");
+  return load_xml_buffer(ss.str(), path);
+}
+
+bool Topology::is_live() const {
+  return impl_->live;
+}
+const std::string& Topology::source() const {
+  return impl_->source;
+}
+const std::vector<Gpu>& Topology::gpus() const {
+  return impl_->gpus;
+}
+const std::vector<Nic>& Topology::nics() const {
+  return impl_->nics;
+}
+const std::vector<NumaNode>& Topology::numa_nodes() const {
+  return impl_->numa;
+}
+int Topology::package_count() const {
+  return impl_->packages;
+}
+int Topology::adapter_count() const {
+  return impl_->adapters;
+}
+
+int Topology::find_gpu(std::string_view bus_id) const {
+  std::string norm = normalize_pci_bus_id(bus_id);
+  if (norm.empty()) return -1;
+  for (const auto& g : impl_->gpus)
+    if (g.bus_id == norm) return g.index;
+  return -1;
+}
+
+int Topology::find_nic(std::string_view name) const {
+  for (const auto& n : impl_->nics)
+    if (n.name == name) return n.index;
+  return -1;
+}
+
+PairInfo Topology::classify(int gpu, int nic) const {
+  PairInfo info;
+  if (gpu < 0 || gpu >= static_cast<int>(impl_->gpus.size()) || nic < 0 ||
+      nic >= static_cast<int>(impl_->nics.size()))
+    return info;
+  hwloc_obj_t g = impl_->gpu_obj[gpu];
+  hwloc_obj_t n = impl_->nic_pci[nic];
+  if (n == nullptr) return info;  // virtual NIC: unknown locality
+
+  // Lowest common ancestor by walking parents (never hwloc_get_common_ancestor_obj, see header).
+  std::vector<hwloc_obj_t> gchain;
+  for (hwloc_obj_t p = g; p != nullptr; p = p->parent) gchain.push_back(p);
+  hwloc_obj_t lca = nullptr;
+  int nic_steps = 0;
+  for (hwloc_obj_t p = n; p != nullptr; p = p->parent, ++nic_steps) {
+    if (std::find(gchain.begin(), gchain.end(), p) != gchain.end()) {
+      lca = p;
+      break;
+    }
+  }
+  if (lca == nullptr) return info;
+  auto bridges_between = [](hwloc_obj_t dev, hwloc_obj_t anc) {
+    int k = 0;
+    for (hwloc_obj_t p = dev->parent; p != nullptr && p != anc; p = p->parent)
+      if (p->type == HWLOC_OBJ_BRIDGE) ++k;
+    return k;
+  };
+  info.gpu_bridges = bridges_between(g, lca);
+  info.nic_bridges = bridges_between(n, lca);
+  info.lca_depth = obj_depth_from_root(lca);
+  info.lca = describe(lca);
+  hwloc_obj_t gp = package_of(g), np = package_of(n);
+  info.same_package = gp != nullptr && gp == np;
+
+  if (lca->type == HWLOC_OBJ_PCI_DEVICE) {
+    info.cls = PathClass::kPIX;  // same function (or one device below the other)
+  } else if (lca->type == HWLOC_OBJ_BRIDGE) {
+    if (lca->attr->bridge.upstream_type == HWLOC_OBJ_BRIDGE_HOST)
+      info.cls = PathClass::kPHB;
+    else
+      info.cls =
+          (info.gpu_bridges <= 1 && info.nic_bridges <= 1) ? PathClass::kPIX : PathClass::kPXB;
+  } else {
+    hwloc_obj_t gl = non_io_ancestor(g), nl = non_io_ancestor(n);
+    bool same_numa = gl && nl && gl->nodeset && nl->nodeset && !hwloc_bitmap_iszero(gl->nodeset) &&
+                     hwloc_bitmap_isequal(gl->nodeset, nl->nodeset);
+    info.cls = same_numa ? PathClass::kNODE : PathClass::kSYS;
+  }
+  return info;
+}
+
+std::vector<RankedNic> Topology::ranked_nics(int gpu, const RankOptions& opt) const {
+  std::vector<RankedNic> out;
+  if (gpu < 0 || gpu >= static_cast<int>(impl_->gpus.size())) return out;
+  for (const auto& n : impl_->nics) {
+    if (opt.active_only && !n.maybe_active()) continue;
+    out.push_back({n.index, classify(gpu, n.index)});
+  }
+  const auto& nics = impl_->nics;
+  std::stable_sort(out.begin(), out.end(), [&](const RankedNic& a, const RankedNic& b) {
+    if (a.info.cls != b.info.cls) return a.info.cls < b.info.cls;
+    if (a.info.lca_depth != b.info.lca_depth) return a.info.lca_depth > b.info.lca_depth;
+    const Nic& na = nics[a.nic];
+    const Nic& nb = nics[b.nic];
+    if (na.link_speed_gbps != nb.link_speed_gbps) return na.link_speed_gbps > nb.link_speed_gbps;
+    return a.nic < b.nic;  // nics() is in bus-id order
+  });
+  return out;
+}
+
+std::vector<RankedNic> Topology::nearest_nics(int gpu, const RankOptions& opt) const {
+  auto all = ranked_nics(gpu, opt);
+  if (all.empty() || all.front().info.cls == PathClass::kUnknown) return {};
+  PathClass best = all.front().info.cls;
+  std::vector<RankedNic> out;
+  for (auto& r : all)
+    if (r.info.cls == best) out.push_back(r);
+  return out;
+}
+
+std::vector<GpuAssignment> Topology::assign(const RankOptions& opt) const {
+  const int ng = static_cast<int>(impl_->gpus.size());
+  std::vector<std::vector<RankedNic>> cand(ng);
+  std::vector<std::vector<int>> cand_adapters(ng);
+  for (int g = 0; g < ng; ++g) {
+    cand[g] = nearest_nics(g, opt);
+    for (const auto& r : cand[g]) {
+      int a = impl_->nics[r.nic].adapter;
+      if (std::find(cand_adapters[g].begin(), cand_adapters[g].end(), a) == cand_adapters[g].end())
+        cand_adapters[g].push_back(a);
+    }
+  }
+  std::vector<int> load(impl_->adapters, 0);
+  std::vector<std::vector<int>> got(ng);  // adapters per GPU, in assignment order
+  // Round 1: most constrained GPUs first, each takes its least-loaded nearest adapter.
+  std::vector<int> order(ng);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int a, int b) { return cand_adapters[a].size() < cand_adapters[b].size(); });
+  for (int g : order) {
+    int best = -1;
+    for (int a : cand_adapters[g])
+      if (best < 0 || load[a] < load[best]) best = a;
+    if (best < 0) continue;
+    ++load[best];
+    got[g].push_back(best);
+  }
+  // Round 2: nearest adapters nobody took go to the GPU (among those having them nearest) that
+  // holds the fewest adapters so far; ties by GPU index.
+  for (int a = 0; a < impl_->adapters; ++a) {
+    if (load[a] != 0) continue;
+    int best = -1;
+    for (int g = 0; g < ng; ++g) {
+      if (std::find(cand_adapters[g].begin(), cand_adapters[g].end(), a) == cand_adapters[g].end())
+        continue;
+      if (best < 0 || got[g].size() < got[best].size()) best = g;
+    }
+    if (best < 0) continue;
+    ++load[a];
+    got[best].push_back(a);
+  }
+  std::vector<GpuAssignment> out;
+  for (int g = 0; g < ng; ++g) {
+    GpuAssignment ga;
+    ga.gpu = g;
+    if (!cand[g].empty()) ga.cls = cand[g].front().info.cls;
+    for (int a : got[g])
+      for (const auto& r : cand[g])
+        if (impl_->nics[r.nic].adapter == a) ga.nics.push_back(r.nic);
+    out.push_back(std::move(ga));
+  }
+  return out;
+}
+
+DeviceLocality Topology::locality_of_nic(int nic) const {
+  DeviceLocality loc;
+  if (nic < 0 || nic >= static_cast<int>(impl_->nics.size())) return loc;
+  loc.numa_node = impl_->nics[nic].numa_node;
+  loc.cpus = impl_->nics[nic].cpus;
+  return loc;
+}
+
+DeviceLocality Topology::locality_of_ibdev(const std::string& name,
+                                           const std::string& sysfs_root) const {
+  DeviceLocality loc;
+  if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..")
+    return loc;
+  std::string dev_link = sysfs_root + "/class/infiniband/" + name + "/device";
+  char resolved[PATH_MAX];
+  std::string bus_id;
+  if (::realpath(dev_link.c_str(), resolved) != nullptr) {
+    std::string path(resolved);
+    std::string base = path.substr(path.find_last_of('/') + 1);
+    std::string norm = normalize_pci_bus_id(base);
+    // A PCI function directory is named by its full bus id ("0000:4d:00.0").
+    if (!norm.empty() && base.size() >= 12 && std::count(base.begin(), base.end(), ':') == 2) {
+      loc.pci_path = path;
+      bus_id = norm;
+    }
+  }
+  int nic = find_nic(name);
+  if (nic >= 0 && !impl_->nics[nic].bus_id.empty() &&
+      (bus_id.empty() || impl_->nics[nic].bus_id == bus_id)) {
+    loc.numa_node = impl_->nics[nic].numa_node;
+    loc.cpus = impl_->nics[nic].cpus;
+    return loc;
+  }
+  if (bus_id.empty()) return loc;  // virtual device (rxe, siw) or unknown: unknown locality
+  unsigned long dom, bus, dev, fn;
+  if (parse_hex(bus_id.substr(0, bus_id.size() - 8), 0xffffffff, &dom) &&
+      parse_hex(bus_id.substr(bus_id.size() - 7, 2), 0xff, &bus) &&
+      parse_hex(bus_id.substr(bus_id.size() - 4, 2), 0x1f, &dev) &&
+      parse_hex(bus_id.substr(bus_id.size() - 1, 1), 7, &fn)) {
+    hwloc_obj_t p = hwloc_get_pcidev_by_busid(
+        impl_->topo, static_cast<unsigned>(dom), static_cast<unsigned>(bus),
+        static_cast<unsigned>(dev), static_cast<unsigned>(fn));
+    if (p != nullptr) {
+      hwloc_obj_t l = non_io_ancestor(p);
+      loc.numa_node = single_numa(impl_->topo, l);
+      loc.cpus = l ? bitmap_to_vector(l->cpuset) : std::vector<int>{};
+      return loc;
+    }
+  }
+  // Not in hwloc's tree (filtered out?): sysfs.
+  std::string numa =
+      read_file_trimmed(sysfs_root + "/class/infiniband/" + name + "/device/numa_node");
+  if (!numa.empty()) {
+    try {
+      loc.numa_node = std::stoi(numa);
+    } catch (...) {
+      loc.numa_node = -1;
+    }
+    if (loc.numa_node < 0) loc.numa_node = -1;
+  }
+  loc.cpus = parse_cpulist(
+      read_file_trimmed(sysfs_root + "/class/infiniband/" + name + "/device/local_cpulist"));
+  return loc;
+}
+
+std::vector<int> Topology::current_cpu_binding() const {
+  if (!impl_->live) return {};
+  hwloc_bitmap_t set = hwloc_bitmap_alloc();
+  std::vector<int> out;
+  if (set != nullptr && hwloc_get_cpubind(impl_->topo, set, HWLOC_CPUBIND_PROCESS) == 0)
+    out = bitmap_to_vector(set);
+  hwloc_bitmap_free(set);
+  return out;
+}
+
+std::string Topology::to_dot() const {
+  // Keep CPU-side objects down to NUMA nodes, and the I/O objects on the path to a GPU or a NIC.
+  std::map<hwloc_obj_t, bool> keep;
+  auto mark_up = [&](hwloc_obj_t o) {
+    for (hwloc_obj_t p = o; p != nullptr; p = p->parent) keep[p] = true;
+  };
+  for (hwloc_obj_t o : impl_->gpu_obj) mark_up(o);
+  for (size_t i = 0; i < impl_->nic_obj.size(); ++i)
+    mark_up(impl_->nic_pci[i] ? impl_->nic_pci[i] : impl_->nic_obj[i]->parent);
+  for (hwloc_obj_t n = hwloc_get_next_obj_by_type(impl_->topo, HWLOC_OBJ_NUMANODE, nullptr);
+       n != nullptr; n = hwloc_get_next_obj_by_type(impl_->topo, HWLOC_OBJ_NUMANODE, n))
+    mark_up(n);
+  std::map<hwloc_obj_t, int> gpu_of, nic_of;
+  for (size_t i = 0; i < impl_->gpu_obj.size(); ++i)
+    gpu_of[impl_->gpu_obj[i]] = static_cast<int>(i);
+  std::ostringstream os;
+  os << "graph sluice_topology {\n  rankdir=TB;\n  node [fontname=\"Helvetica\", fontsize=10];\n";
+  auto id = [](hwloc_obj_t o) { return "o" + std::to_string(o->gp_index); };
+  auto esc = [](const std::string& s) {
+    std::string r;
+    for (char c : s) {
+      if (c == '"' || c == '\\') r.push_back('\\');
+      r.push_back(c);
+    }
+    return r;
+  };
+  std::function<void(hwloc_obj_t)> walk = [&](hwloc_obj_t o) {
+    std::string label, shape = "box", style = "rounded", color = "black";
+    auto git = gpu_of.find(o);
+    if (git != gpu_of.end()) {
+      const Gpu& g = impl_->gpus[git->second];
+      label = "GPU" + std::to_string(g.index) + "\\n" + g.bus_id +
+              (g.name.empty() ? "" : "\\n" + esc(g.name));
+      style = "filled";
+      color = "palegreen";
+    } else if (o->type == HWLOC_OBJ_NUMANODE) {
+      label = "NUMA P#" + std::to_string(o->os_index);
+      shape = "ellipse";
+      style = "filled";
+      color = "lightyellow";
+    } else if (o->type == HWLOC_OBJ_PCI_DEVICE) {
+      std::string names;
+      for (size_t i = 0; i < impl_->nic_pci.size(); ++i)
+        if (impl_->nic_pci[i] == o) names += (names.empty() ? "" : ", ") + impl_->nics[i].name;
+      label = (names.empty() ? std::string("PCI") : "NIC " + esc(names)) + "\\n" + pci_bus_id(o);
+      style = "filled";
+      color = names.empty() ? "white" : "lightblue";
+    } else if (o->type == HWLOC_OBJ_BRIDGE) {
+      label = esc(describe(o));
+      bool hb = o->attr->bridge.upstream_type == HWLOC_OBJ_BRIDGE_HOST;
+      shape = hb ? "box" : "box";
+      style = hb ? "filled" : "rounded";
+      color = hb ? "lightgrey" : "black";
+    } else {
+      label = esc(describe(o));
+      if (o->type == HWLOC_OBJ_PACKAGE) {
+        style = "filled";
+        color = "wheat";
+      }
+    }
+    if (style == "filled")
+      os << "  " << id(o) << " [label=\"" << label << "\", shape=" << shape
+         << ", style=filled, fillcolor=\"" << color << "\"];\n";
+    else
+      os << "  " << id(o) << " [label=\"" << label << "\", shape=" << shape << ", style=" << style
+         << "];\n";
+    auto visit = [&](hwloc_obj_t c) {
+      for (; c != nullptr; c = c->next_sibling) {
+        if (!keep.count(c)) continue;
+        os << "  " << id(o) << " -- " << id(c) << ";\n";
+        walk(c);
+      }
+    };
+    visit(o->memory_first_child);
+    visit(o->first_child);
+    visit(o->io_first_child);
+  };
+  walk(hwloc_get_root_obj(impl_->topo));
+  // Virtual NICs (no PCI parent) and the assignment.
+  for (size_t i = 0; i < impl_->nics.size(); ++i)
+    if (impl_->nic_pci[i] == nullptr)
+      os << "  v" << i << " [label=\"NIC " << esc(impl_->nics[i].name)
+         << "\\n(no PCI: unknown locality)\", shape=box, style=dashed];\n";
+  for (const auto& ga : assign()) {
+    for (int n : ga.nics) {
+      hwloc_obj_t target = impl_->nic_pci[n];
+      os << "  " << id(impl_->gpu_obj[ga.gpu]) << " -- "
+         << (target ? id(target) : "v" + std::to_string(n)) << " [style=dashed, color=red, label=\""
+         << path_class_name(ga.cls) << "\", constraint=false];\n";
+    }
+  }
+  os << "}\n";
+  return os.str();
+}
+
+}  // namespace sluice::topo
