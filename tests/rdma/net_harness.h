@@ -1,0 +1,614 @@
+// Test harness for the plugin's exported tables: loads libnccl-net-sluice.so exactly as NCCL does
+// (dlopen RTLD_NOW | RTLD_LOCAL, dlsym "ncclNetPlugin_vN"), wraps one table version behind a
+// version-neutral `Net`, and provides bounded helpers (connect a pair, registered buffers,
+// send/receive with verification). Every wait has a deadline and fails with a message.
+#pragma once
+
+#include <dirent.h>
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <climits>
+#include <cstdarg>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "sluice/nccl_net_abi.h"
+
+#ifndef SLUICE_PLUGIN_PATH
+#error "SLUICE_PLUGIN_PATH must name the built plugin"
+#endif
+
+namespace nettest {
+
+using Clock = std::chrono::steady_clock;
+
+// Bound on every wait (connect, post, completion). SLUICE_TEST_DEADLINE_S overrides 60 s.
+inline std::chrono::milliseconds wait_limit() {
+  static const long s = [] {
+    const char* v = std::getenv("SLUICE_TEST_DEADLINE_S");
+    long x = v != nullptr ? std::strtol(v, nullptr, 10) : 0;
+    return x > 0 ? x : 60L;
+  }();
+  return std::chrono::milliseconds(s * 1000);
+}
+
+inline long env_long(const char* name, long dflt) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return dflt;
+  return std::strtol(v, nullptr, 10);
+}
+
+// ---- Logger
+// --------------------------------------------------------------------------------------
+
+inline std::atomic<int> g_warns{0};
+
+inline void test_logger(ncclDebugLogLevel level, unsigned long /*flags*/, const char* file,
+                        int line, const char* fmt, ...) {
+  static const int max_level = env_long("SLUICE_TEST_LOG_LEVEL", NCCL_LOG_WARN);
+  if (level == NCCL_LOG_WARN) g_warns.fetch_add(1);
+  if (level > max_level) return;
+  char msg[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  std::fprintf(stderr, "[nccl-log %d %s:%d] %s\n", static_cast<int>(level), file, line, msg);
+}
+
+// ---- Library
+// -------------------------------------------------------------------------------------
+
+struct Lib {
+  void* handle = nullptr;
+  std::string error;
+  const ncclNet_v8_t* v8 = nullptr;
+  const ncclNet_v9_t* v9 = nullptr;
+  const ncclNet_v10_t* v10 = nullptr;
+  const ncclNet_v11_t* v11 = nullptr;
+  const ncclNet_v12_t* v12 = nullptr;
+
+  // Loaded once per process and never closed (as NCCL keeps it while comms exist).
+  static const Lib& get() {
+    static const Lib lib = [] {
+      Lib l;
+      l.handle = dlopen(SLUICE_PLUGIN_PATH, RTLD_NOW | RTLD_LOCAL);
+      if (l.handle == nullptr) {
+        l.error = std::string("dlopen(" SLUICE_PLUGIN_PATH "): ") + dlerror();
+        return l;
+      }
+      l.v8 = static_cast<const ncclNet_v8_t*>(dlsym(l.handle, "ncclNetPlugin_v8"));
+      l.v9 = static_cast<const ncclNet_v9_t*>(dlsym(l.handle, "ncclNetPlugin_v9"));
+      l.v10 = static_cast<const ncclNet_v10_t*>(dlsym(l.handle, "ncclNetPlugin_v10"));
+      l.v11 = static_cast<const ncclNet_v11_t*>(dlsym(l.handle, "ncclNetPlugin_v11"));
+      l.v12 = static_cast<const ncclNet_v12_t*>(dlsym(l.handle, "ncclNetPlugin_v12"));
+      if (!l.v8 || !l.v9 || !l.v10 || !l.v11 || !l.v12) l.error = "a ncclNetPlugin_vN is missing";
+      return l;
+    }();
+    return lib;
+  }
+};
+
+// Version-neutral view of getProperties.
+struct Props {
+  std::string name;
+  std::string pci_path;  // "" when NULL
+  uint64_t guid = 0;
+  int ptr_support = 0, reg_is_global = 0, force_flush = 0, speed = 0, port = 0;
+  float latency = 0;
+  int max_comms = 0, max_recvs = 0, dev_type = -1, dev_version = -1;
+  int vndevs = -1, vdev0 = -1;
+  size_t max_p2p = 0, max_coll = 0;
+  int max_multi = -1, rail = -1, plane = -2;
+};
+
+template <typename T>
+inline constexpr bool kHasCtx =
+    std::is_same_v<T, ncclNet_v11_t> || std::is_same_v<T, ncclNet_v12_t>;
+
+// One table version, with a per-comm ctx for v11/v12.
+class Net {
+ public:
+  explicit Net(int version) : v_(version) {}
+  Net(const Net&) = delete;
+  Net& operator=(const Net&) = delete;
+  ~Net() {
+    if (ctx_ != nullptr) finalize();
+  }
+
+  int version() const { return v_; }
+  void* ctx() const { return ctx_; }
+
+  ncclResult_t init(uint64_t comm_id = 0x51u, int traffic_class = NCCL_NET_TRAFFIC_CLASS_UNDEF) {
+    return call([&](auto t) -> ncclResult_t {
+      using T = std::remove_cv_t<std::remove_pointer_t<decltype(t)>>;
+      if constexpr (kHasCtx<T>) {
+        ncclNetCommConfig_v11_t cfg{traffic_class};
+        return t->init(&ctx_, comm_id, &cfg, test_logger, nullptr);
+      } else if constexpr (std::is_same_v<T, ncclNet_v10_t>) {
+        return t->init(test_logger, nullptr);
+      } else {
+        return t->init(test_logger);
+      }
+    });
+  }
+
+  ncclResult_t finalize() {
+    return call([&](auto t) -> ncclResult_t {
+      using T = std::remove_cv_t<std::remove_pointer_t<decltype(t)>>;
+      if constexpr (kHasCtx<T>) {
+        ncclResult_t r = t->finalize(ctx_);
+        ctx_ = nullptr;
+        return r;
+      } else {
+        return ncclSuccess;  // no finalize before v11
+      }
+    });
+  }
+
+  ncclResult_t devices(int* n) {
+    return call([&](auto t) { return t->devices(n); });
+  }
+
+  ncclResult_t properties(int dev, Props* out) {
+    return call([&](auto t) -> ncclResult_t {
+      using T = std::remove_cv_t<std::remove_pointer_t<decltype(t)>>;
+      if constexpr (std::is_same_v<T, ncclNet_v8_t>) {
+        ncclNetProperties_v8_t p;
+        ncclResult_t r = t->getProperties(dev, &p);
+        if (r == ncclSuccess) copy_base(p, out);
+        return r;
+      } else if constexpr (std::is_same_v<T, ncclNet_v9_t> || std::is_same_v<T, ncclNet_v10_t>) {
+        ncclNetProperties_v9_t p;
+        ncclResult_t r = t->getProperties(dev, &p);
+        if (r == ncclSuccess) copy_v9(p, out);
+        return r;
+      } else if constexpr (std::is_same_v<T, ncclNet_v11_t>) {
+        ncclNetProperties_v11_t p;
+        ncclResult_t r = t->getProperties(dev, &p);
+        if (r == ncclSuccess) {
+          copy_v9(p, out);
+          out->max_multi = p.maxMultiRequestSize;
+        }
+        return r;
+      } else {
+        ncclNetProperties_v12_t p;
+        ncclResult_t r = t->getProperties(dev, &p);
+        if (r == ncclSuccess) {
+          copy_v9(p, out);
+          out->max_multi = p.maxMultiRequestSize;
+          out->rail = p.railId;
+          out->plane = p.planeId;
+        }
+        return r;
+      }
+    });
+  }
+
+  ncclResult_t listen(int dev, void* handle, void** lc) {
+    return call([&](auto t) -> ncclResult_t {
+      using T = std::remove_cv_t<std::remove_pointer_t<decltype(t)>>;
+      if constexpr (kHasCtx<T>) {
+        return t->listen(ctx_, dev, handle, lc);
+      } else {
+        return t->listen(dev, handle, lc);
+      }
+    });
+  }
+
+  // dev_comm_ok: the plugin left *devComm NULL (HOST plugin).
+  ncclResult_t connect(int dev, void* handle, void** sc, bool* dev_comm_ok = nullptr) {
+    ncclNetDeviceHandle_v7_t* dc = nullptr;
+    ncclResult_t r = call([&](auto t) -> ncclResult_t {
+      using T = std::remove_cv_t<std::remove_pointer_t<decltype(t)>>;
+      if constexpr (kHasCtx<T>) {
+        return t->connect(ctx_, dev, handle, sc, &dc);
+      } else if constexpr (std::is_same_v<T, ncclNet_v10_t>) {
+        ncclNetCommConfig_v10_t cfg{NCCL_NET_TRAFFIC_CLASS_UNDEF};
+        return t->connect(dev, &cfg, handle, sc, &dc);
+      } else {
+        return t->connect(dev, handle, sc, &dc);
+      }
+    });
+    if (dev_comm_ok != nullptr) *dev_comm_ok = (dc == nullptr);
+    return r;
+  }
+
+  ncclResult_t accept(void* lc, void** rc) {
+    ncclNetDeviceHandle_v7_t* dc = nullptr;
+    return call([&](auto t) { return t->accept(lc, rc, &dc); });
+  }
+
+  ncclResult_t reg_mr(void* comm, void* data, size_t size, void** mh) {
+    return call([&](auto t) { return t->regMr(comm, data, size, NCCL_PTR_HOST, mh); });
+  }
+  ncclResult_t dereg_mr(void* comm, void* mh) {
+    return call([&](auto t) { return t->deregMr(comm, mh); });
+  }
+
+  ncclResult_t isend(void* sc, void* data, size_t size, int tag, void* mh, void** req) {
+    return call([&](auto t) -> ncclResult_t {
+      using T = std::remove_cv_t<std::remove_pointer_t<decltype(t)>>;
+      if constexpr (std::is_same_v<T, ncclNet_v8_t>) {
+        if (size > static_cast<size_t>(INT_MAX)) return ncclInvalidArgument;
+        return t->isend(sc, data, static_cast<int>(size), tag, mh, req);
+      } else if constexpr (std::is_same_v<T, ncclNet_v9_t>) {
+        return t->isend(sc, data, size, tag, mh, req);
+      } else {
+        return t->isend(sc, data, size, tag, mh, nullptr, req);
+      }
+    });
+  }
+
+  ncclResult_t irecv(void* rc, int n, void** data, size_t* sizes, int* tags, void** mhs,
+                     void** req) {
+    return call([&](auto t) -> ncclResult_t {
+      using T = std::remove_cv_t<std::remove_pointer_t<decltype(t)>>;
+      if constexpr (std::is_same_v<T, ncclNet_v8_t>) {
+        int isizes[NCCL_NET_MAX_REQUESTS];
+        for (int i = 0; i < n && i < NCCL_NET_MAX_REQUESTS; ++i) {
+          isizes[i] = sizes[i] > static_cast<size_t>(INT_MAX) ? -1 : static_cast<int>(sizes[i]);
+        }
+        return t->irecv(rc, n, data, isizes, tags, mhs, req);
+      } else if constexpr (std::is_same_v<T, ncclNet_v9_t>) {
+        return t->irecv(rc, n, data, sizes, tags, mhs, req);
+      } else {
+        return t->irecv(rc, n, data, sizes, tags, mhs, nullptr, req);
+      }
+    });
+  }
+
+  ncclResult_t iflush(void* rc, int n, void** data, int* sizes, void** mhs, void** req) {
+    return call([&](auto t) { return t->iflush(rc, n, data, sizes, mhs, req); });
+  }
+  ncclResult_t test(void* req, int* done, int* sizes) {
+    return call([&](auto t) { return t->test(req, done, sizes); });
+  }
+  ncclResult_t close_send(void* c) {
+    return call([&](auto t) { return t->closeSend(c); });
+  }
+  ncclResult_t close_recv(void* c) {
+    return call([&](auto t) { return t->closeRecv(c); });
+  }
+  ncclResult_t close_listen(void* c) {
+    return call([&](auto t) { return t->closeListen(c); });
+  }
+
+ private:
+  template <typename F>
+  ncclResult_t call(F&& f) const {
+    const Lib& l = Lib::get();
+    switch (v_) {
+      case 8:
+        return f(l.v8);
+      case 9:
+        return f(l.v9);
+      case 10:
+        return f(l.v10);
+      case 11:
+        return f(l.v11);
+      default:
+        return f(l.v12);
+    }
+  }
+  template <typename P>
+  static void copy_base(const P& p, Props* o) {
+    o->name = p.name != nullptr ? p.name : "";
+    o->pci_path = p.pciPath != nullptr ? p.pciPath : "";
+    o->guid = p.guid;
+    o->ptr_support = p.ptrSupport;
+    o->reg_is_global = p.regIsGlobal;
+    o->speed = p.speed;
+    o->port = p.port;
+    o->latency = p.latency;
+    o->max_comms = p.maxComms;
+    o->max_recvs = p.maxRecvs;
+    o->dev_type = p.netDeviceType;
+    o->dev_version = p.netDeviceVersion;
+  }
+  template <typename P>
+  static void copy_v9(const P& p, Props* o) {
+    copy_base(p, o);
+    o->force_flush = p.forceFlush;
+    o->vndevs = p.vProps.ndevs;
+    o->vdev0 = p.vProps.devs[0];
+    o->max_p2p = p.maxP2pBytes;
+    o->max_coll = p.maxCollBytes;
+  }
+
+  int v_;
+  void* ctx_ = nullptr;
+};
+
+// ---- Data pattern
+// --------------------------------------------------------------------------------
+
+// Deterministic bytes from (seed, offset): differs for every size, iteration and tag.
+inline uint64_t pattern_word(uint64_t seed, size_t word) {
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + word * 0xD1B54A32D192ED03ull + 0x632BE59BD9B4E019ull;
+  x ^= x >> 31;
+  x *= 0xBF58476D1CE4E5B9ull;
+  x ^= x >> 29;
+  return x;
+}
+
+inline uint64_t pattern_seed(size_t size, uint64_t iteration, int tag = 0) {
+  return (static_cast<uint64_t>(size) << 24) ^ (iteration * 0x10001ull) ^
+         (static_cast<uint64_t>(static_cast<uint32_t>(tag)) << 48);
+}
+
+inline void fill_pattern(uint8_t* p, size_t n, uint64_t seed) {
+  size_t w = 0;
+  for (; (w + 1) * 8 <= n; ++w) {
+    uint64_t v = pattern_word(seed, w);
+    std::memcpy(p + w * 8, &v, 8);
+  }
+  if (w * 8 < n) {
+    uint64_t v = pattern_word(seed, w);
+    std::memcpy(p + w * 8, &v, n - w * 8);
+  }
+}
+
+// Empty string = match; else where the first difference is.
+inline std::string check_pattern(const uint8_t* p, size_t n, uint64_t seed) {
+  for (size_t w = 0; w * 8 < n; ++w) {
+    uint64_t v = pattern_word(seed, w);
+    size_t len = std::min<size_t>(8, n - w * 8);
+    if (std::memcmp(p + w * 8, &v, len) != 0) {
+      for (size_t i = 0; i < len; ++i) {
+        uint8_t expect = reinterpret_cast<const uint8_t*>(&v)[i];
+        if (p[w * 8 + i] != expect) {
+          char buf[160];
+          std::snprintf(buf, sizeof buf, "byte %zu of %zu is 0x%02x, expected 0x%02x", w * 8 + i, n,
+                        p[w * 8 + i], expect);
+          return buf;
+        }
+      }
+    }
+  }
+  return {};
+}
+
+inline std::string check_fill(const uint8_t* p, size_t n, uint8_t value) {
+  for (size_t i = 0; i < n; ++i) {
+    if (p[i] != value) {
+      char buf[160];
+      std::snprintf(buf, sizeof buf, "guard byte %zu of %zu is 0x%02x, expected 0x%02x", i, n, p[i],
+                    value);
+      return buf;
+    }
+  }
+  return {};
+}
+
+// ---- Resources
+// -----------------------------------------------------------------------------------
+
+// Page-aligned host memory, registered on one comm for its lifetime.
+class RegBuf {
+ public:
+  RegBuf() = default;
+  RegBuf(const RegBuf&) = delete;
+  RegBuf& operator=(const RegBuf&) = delete;
+  ~RegBuf() { reset(); }
+
+  ::testing::AssertionResult allocate(Net* net, void* comm, size_t len) {
+    reset();
+    len_ = len;
+    size_t alloc = ((len == 0 ? 1 : len) + 4095) / 4096 * 4096;
+    p_ = static_cast<uint8_t*>(std::aligned_alloc(4096, alloc));
+    if (p_ == nullptr) return ::testing::AssertionFailure() << "aligned_alloc(" << alloc << ")";
+    std::memset(p_, 0, alloc);
+    ncclResult_t r = net->reg_mr(comm, p_, alloc, &mh_);
+    if (r != ncclSuccess || mh_ == nullptr) {
+      return ::testing::AssertionFailure() << "regMr(" << alloc << " bytes) returned " << r;
+    }
+    net_ = net;
+    comm_ = comm;
+    return ::testing::AssertionSuccess();
+  }
+  void reset() {
+    if (mh_ != nullptr && net_ != nullptr) {
+      ncclResult_t r = net_->dereg_mr(comm_, mh_);
+      if (r != ncclSuccess) ADD_FAILURE() << "deregMr returned " << r;
+    }
+    mh_ = nullptr;
+    std::free(p_);
+    p_ = nullptr;
+  }
+  uint8_t* data() const { return p_; }
+  void* mh() const { return mh_; }
+  size_t size() const { return len_; }
+
+ private:
+  Net* net_ = nullptr;
+  void* comm_ = nullptr;
+  uint8_t* p_ = nullptr;
+  size_t len_ = 0;
+  void* mh_ = nullptr;
+};
+
+struct Conn {
+  void* send = nullptr;
+  void* recv = nullptr;
+};
+
+// listen on recv_dev, then connect/accept alternately in this thread until both exist (the same
+// pattern as NCCL's GDR probe: neither call may block).
+inline ::testing::AssertionResult open_conn(Net& net, int send_dev, int recv_dev, Conn* out) {
+  char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+  void* lc = nullptr;
+  ncclResult_t r = net.listen(recv_dev, handle, &lc);
+  if (r != ncclSuccess || lc == nullptr) {
+    return ::testing::AssertionFailure() << "listen(dev " << recv_dev << ") returned " << r;
+  }
+  Conn c;
+  const auto deadline = Clock::now() + wait_limit();
+  while (c.send == nullptr || c.recv == nullptr) {
+    if (c.send == nullptr) {
+      bool dc_ok = true;
+      r = net.connect(send_dev, handle, &c.send, &dc_ok);
+      if (r != ncclSuccess) {
+        net.close_recv(c.recv);
+        net.close_listen(lc);
+        return ::testing::AssertionFailure() << "connect(dev " << send_dev << ") returned " << r;
+      }
+      if (!dc_ok) return ::testing::AssertionFailure() << "connect wrote a device handle";
+    }
+    if (c.recv == nullptr) {
+      r = net.accept(lc, &c.recv);
+      if (r != ncclSuccess) {
+        net.close_send(c.send);
+        net.close_listen(lc);
+        return ::testing::AssertionFailure() << "accept returned " << r;
+      }
+    }
+    if (Clock::now() > deadline) {
+      net.close_send(c.send);
+      net.close_recv(c.recv);
+      net.close_listen(lc);
+      return ::testing::AssertionFailure()
+             << "connect/accept did not complete within " << wait_limit().count() << " ms (send "
+             << c.send << ", recv " << c.recv << ")";
+    }
+    if (c.send == nullptr || c.recv == nullptr) usleep(100);
+  }
+  r = net.close_listen(lc);
+  if (r != ncclSuccess) return ::testing::AssertionFailure() << "closeListen returned " << r;
+  *out = c;
+  return ::testing::AssertionSuccess();
+}
+
+inline ::testing::AssertionResult close_conn(Net& net, Conn* c) {
+  ncclResult_t rs = net.close_send(c->send);
+  ncclResult_t rr = net.close_recv(c->recv);
+  c->send = c->recv = nullptr;
+  if (rs != ncclSuccess || rr != ncclSuccess) {
+    return ::testing::AssertionFailure() << "closeSend " << rs << ", closeRecv " << rr;
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// Posts until the plugin accepts (a NULL request means "not now"), bounded.
+template <typename Post>
+::testing::AssertionResult post_until(const char* what, void** req, Post post) {
+  const auto deadline = Clock::now() + wait_limit();
+  for (;;) {
+    *req = reinterpret_cast<void*>(uintptr_t{NCCL_NET_OPTIONAL_RECV_COMPLETION});  // never read
+    ncclResult_t r = post(req);
+    if (r != ncclSuccess) return ::testing::AssertionFailure() << what << " returned " << r;
+    if (*req == reinterpret_cast<void*>(uintptr_t{NCCL_NET_OPTIONAL_RECV_COMPLETION})) {
+      return ::testing::AssertionFailure() << what << " did not overwrite *request";
+    }
+    if (*req != nullptr) return ::testing::AssertionSuccess();
+    if (Clock::now() > deadline) {
+      return ::testing::AssertionFailure()
+             << what << " got no request within " << wait_limit().count() << " ms";
+    }
+    usleep(50);
+  }
+}
+
+// Tests until done, bounded.
+inline ::testing::AssertionResult wait_done(Net& net, const char* what, void* req, int* sizes) {
+  const auto deadline = Clock::now() + wait_limit();
+  for (;;) {
+    int done = 0;
+    ncclResult_t r = net.test(req, &done, sizes);
+    if (r != ncclSuccess) return ::testing::AssertionFailure() << what << ": test returned " << r;
+    if (done) return ::testing::AssertionSuccess();
+    if (Clock::now() > deadline) {
+      return ::testing::AssertionFailure()
+             << what << " not done within " << wait_limit().count() << " ms";
+    }
+  }
+}
+
+// One message: receive into rbuf (capacity rcap) what is sent from sbuf (ssize), both tested to
+// completion; *received = size reported by the receiver's test.
+inline ::testing::AssertionResult send_recv(Net& net, Conn& c, RegBuf& sbuf, size_t ssize,
+                                            RegBuf& rbuf, size_t rcap, int tag, int* received,
+                                            bool null_sizes = false) {
+  void* rreq = nullptr;
+  void* sreq = nullptr;
+  void* rdata = rbuf.data();
+  void* rmh = rbuf.mh();
+  size_t cap = rcap;
+  int rtag = tag;
+  auto ok = post_until("irecv", &rreq, [&](void** req) {
+    return net.irecv(c.recv, 1, &rdata, &cap, &rtag, &rmh, req);
+  });
+  if (!ok) return ok;
+  ok = post_until("isend", &sreq, [&](void** req) {
+    return net.isend(c.send, sbuf.data(), ssize, tag, sbuf.mh(), req);
+  });
+  if (!ok) return ok;
+  int ssizes[1] = {-1};
+  int rsizes[NCCL_NET_MAX_REQUESTS] = {};
+  rsizes[0] = -1;
+  ok = wait_done(net, "send", sreq, null_sizes ? nullptr : ssizes);
+  if (!ok) return ok;
+  ok = wait_done(net, "recv", rreq, null_sizes ? nullptr : rsizes);
+  if (!ok) return ok;
+  if (!null_sizes && ssizes[0] != static_cast<int>(ssize)) {
+    return ::testing::AssertionFailure()
+           << "send test reported " << ssizes[0] << " bytes, sent " << ssize;
+  }
+  if (received != nullptr) *received = null_sizes ? static_cast<int>(ssize) : rsizes[0];
+  return ::testing::AssertionSuccess();
+}
+
+// ---- Process resources (leak checks)
+// -------------------------------------------------------------
+
+inline int open_fd_count() {
+  int n = 0;
+  DIR* d = opendir("/proc/self/fd");
+  if (d == nullptr) return -1;
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] != '.') ++n;
+  }
+  closedir(d);
+  return n - 1;  // the DIR's own fd
+}
+
+inline long rss_bytes() {
+  FILE* f = std::fopen("/proc/self/statm", "r");
+  if (f == nullptr) return -1;
+  long size = 0, resident = 0;
+  int n = std::fscanf(f, "%ld %ld", &size, &resident);
+  std::fclose(f);
+  return n == 2 ? resident * sysconf(_SC_PAGESIZE) : -1;
+}
+
+// Number of verbs objects of `kind` (qp, cq, mr, pd) owned by this process per `rdma resource
+// show`; -1 when the tool is unavailable.
+inline int rdma_resource_count(const char* kind) {
+  std::string cmd = std::string("rdma resource show ") + kind + " 2>/dev/null";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return -1;
+  const std::string needle = " pid " + std::to_string(getpid()) + " ";
+  int n = 0;
+  bool any = false;
+  char line[1024];
+  while (std::fgets(line, sizeof line, p) != nullptr) {
+    any = true;
+    std::string s = std::string(line);
+    if (!s.empty() && s.back() == '\n') s.back() = ' ';
+    if (s.find(needle) != std::string::npos) ++n;
+  }
+  int rc = pclose(p);
+  if (rc != 0 && !any) return -1;
+  return n;
+}
+
+}  // namespace nettest

@@ -1,0 +1,46 @@
+# Plugin tests: the ABI checks (label unit: no RDMA device needed) and the data-path tests through
+# the exported tables (label rdma, run inside scripts/rdma-bed). Included by tests/CMakeLists.txt.
+set(SLUICE_ABI_TEST_DIR ${CMAKE_CURRENT_LIST_DIR}/../abi)
+
+# Exactly ncclNetPlugin_v8 .. v12 are exported (nm -D --defined-only).
+add_test(NAME abi_symbols
+         COMMAND ${CMAKE_COMMAND} -DLIB=$<TARGET_FILE:nccl-net-sluice> -DNM=${CMAKE_NM}
+                 -P ${SLUICE_ABI_TEST_DIR}/check_exports.cmake)
+set_tests_properties(abi_symbols PROPERTIES LABELS "unit;abi" TIMEOUT 60)
+
+# A C program dlopens the plugin as NCCL does and checks every table (compiled as C on purpose:
+# nccl_net_abi.h must be valid C and its _Static_asserts must hold there too).
+add_executable(abi_dlopen_c_test ${SLUICE_ABI_TEST_DIR}/dlopen_c_test.c)
+set_target_properties(abi_dlopen_c_test PROPERTIES C_STANDARD 11 C_STANDARD_REQUIRED ON
+                                                   LINKER_LANGUAGE C)
+target_link_libraries(abi_dlopen_c_test PRIVATE sluice_nccl_abi ${CMAKE_DL_LIBS})
+target_compile_definitions(abi_dlopen_c_test PRIVATE
+                           SLUICE_PLUGIN_PATH="$<TARGET_FILE:nccl-net-sluice>")
+add_dependencies(abi_dlopen_c_test nccl-net-sluice)
+add_test(NAME abi_dlopen_c COMMAND abi_dlopen_c_test)
+set_tests_properties(abi_dlopen_c PROPERTIES LABELS "unit;abi" TIMEOUT 120)
+
+# Data path through the exported tables (dlopen RTLD_NOW | RTLD_LOCAL, like NCCL).
+add_executable(plugin_rdma_test ${CMAKE_CURRENT_LIST_DIR}/plugin_rdma_test.cc)
+target_include_directories(plugin_rdma_test PRIVATE ${CMAKE_CURRENT_LIST_DIR})
+target_link_libraries(plugin_rdma_test PRIVATE sluice_nccl_abi GTest::gtest Threads::Threads
+                                               ${CMAKE_DL_LIBS})
+target_compile_definitions(plugin_rdma_test PRIVATE
+                           SLUICE_PLUGIN_PATH="$<TARGET_FILE:nccl-net-sluice>")
+add_dependencies(plugin_rdma_test nccl-net-sluice)
+
+# Configuration is read once per process at the first init, so each NCCL_IB_QPS_PER_CONNECTION
+# value gets its own process (and its own bed).
+set(SLUICE_PLUGIN_DATA_TESTS "*Transfer*:*Grouped*:*InFlight*:TwoProcess*:*Versions*")
+sluice_add_rdma_test(NAME plugin_rdma_qps1
+                     COMMAND $<TARGET_FILE:plugin_rdma_test>
+                             --gtest_filter=-Stress*:Lifecycle*)
+set_property(TEST plugin_rdma_qps1 APPEND PROPERTY ENVIRONMENT NCCL_IB_QPS_PER_CONNECTION=1)
+sluice_add_rdma_test(NAME plugin_rdma_qps4
+                     COMMAND $<TARGET_FILE:plugin_rdma_test>
+                             --gtest_filter=${SLUICE_PLUGIN_DATA_TESTS})
+set_property(TEST plugin_rdma_qps4 APPEND PROPERTY ENVIRONMENT NCCL_IB_QPS_PER_CONNECTION=4)
+sluice_add_rdma_test(NAME plugin_rdma_stress
+                     COMMAND $<TARGET_FILE:plugin_rdma_test> --gtest_filter=Stress*)
+sluice_add_rdma_test(NAME plugin_rdma_cycles
+                     COMMAND $<TARGET_FILE:plugin_rdma_test> --gtest_filter=Lifecycle*)
