@@ -5,6 +5,7 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
@@ -123,7 +124,8 @@ Engine* engine() {
   return g_engine_ptr.load(std::memory_order_acquire);
 }
 
-Result<std::unique_ptr<Engine>> Engine::create(const LocalityProvider& locality) {
+Result<std::unique_ptr<Engine>> Engine::create(const LocalityProvider& locality,
+                                               const DeviceOrderProvider& order) {
   std::unique_ptr<Engine> e(new Engine());
   std::vector<ParamSource> sources;
   auto cfg = load_config_from_environment(&sources);
@@ -139,6 +141,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const LocalityProvider& locality)
   e->oob_ = oob.value();
 
   SLUICE_RETURN_IF_ERROR(e->discover(locality));
+  if (order) SLUICE_RETURN_IF_ERROR(e->apply_order(order));
   for (auto& a : e->adapters_) {
     Adapter* ap = a.get();
     e->threads_.emplace_back([eng = e.get(), ap] { eng->async_loop(ap); });
@@ -242,7 +245,7 @@ Status Engine::discover(const LocalityProvider& locality) {
       dropped.push_back(dname + ": ibv_alloc_pd failed: " + std::strerror(errno));
       continue;
     }
-    if (locality) adapter->locality = locality(dname);
+    if (locality) adapter->locality = locality(cfg_, dname);
     bool multi = da.phys_port_cnt > 1;
     for (auto& d : ports) {
       d->index = static_cast<int>(devices_.size());
@@ -279,6 +282,27 @@ Status Engine::discover(const LocalityProvider& locality) {
     for (const auto& why : dropped) m += "; " + why;
     return Status(Code::kSystemError, m);
   }
+  return Status::ok();
+}
+
+Status Engine::apply_order(const DeviceOrderProvider& order) {
+  std::vector<std::string> names;
+  for (const auto& a : adapters_) names.push_back(a->name);
+  auto o = order(cfg_, names);
+  if (!o.is_ok()) return o.status();
+  const std::vector<std::string>& want = o.value().names;
+  auto rank = [&want](const Device& d) {
+    auto it = std::find(want.begin(), want.end(), d.adapter->name);
+    return it == want.end() ? want.size() : static_cast<size_t>(it - want.begin());
+  };
+  std::stable_sort(devices_.begin(), devices_.end(),
+                   [&](const auto& x, const auto& y) { return rank(*x) < rank(*y); });
+  std::string list;
+  for (size_t i = 0; i < devices_.size(); ++i) {
+    devices_[i]->index = static_cast<int>(i);
+    list += (i ? " " : "") + devices_[i]->name;
+  }
+  SLUICE_INFO(kSubInit | kSubNet, "device order %s: %s", list.c_str(), o.value().reason.c_str());
   return Status::ok();
 }
 
@@ -345,14 +369,14 @@ Engine::~Engine() {
   adapters_.clear();
 }
 
-Status engine_acquire(LogSink sink, LocalityProvider locality) {
+Status engine_acquire(LogSink sink, LocalityProvider locality, DeviceOrderProvider order) {
   std::lock_guard<std::mutex> lk(g_engine_mu);
   if (sink != nullptr) set_log_sink(sink);
   if (g_refs > 0) {
     ++g_refs;
     return Status::ok();
   }
-  auto e = Engine::create(locality);
+  auto e = Engine::create(locality, order);
   if (!e.is_ok()) return e.status();
   g_engine = std::move(e).value();
   g_engine_ptr.store(g_engine.get(), std::memory_order_release);

@@ -74,7 +74,8 @@ struct Device {
 
 class Engine {
  public:
-  static Result<std::unique_ptr<Engine>> create(const LocalityProvider& locality);
+  static Result<std::unique_ptr<Engine>> create(const LocalityProvider& locality,
+                                                const DeviceOrderProvider& order);
   ~Engine();
 
   const Config& config() const { return cfg_; }
@@ -92,6 +93,7 @@ class Engine {
  private:
   Engine() = default;
   Status discover(const LocalityProvider& locality);
+  Status apply_order(const DeviceOrderProvider& order);
   void async_loop(Adapter* a);
 
   Config cfg_;

@@ -73,6 +73,8 @@ CudaDriver::CudaDriver() {
       device_count_ = 0;
       return;
     }
+    ctx_get_device_ = sym("cuCtxGetDevice");
+    device_get_bus_id_ = sym("cuDeviceGetPCIBusId");
     available_ = true;
     SLUICE_INFO(kSubInit, "CUDA driver %d.%d loaded, %d device(s)", driver_version_ / 1000,
                 (driver_version_ % 1000) / 10, device_count_);
@@ -81,6 +83,17 @@ CudaDriver::CudaDriver() {
     available_ = false;
     reason_ = "CUDA driver probe failed (out of memory)";
   }
+}
+
+std::string CudaDriver::current_device_bus_id() const {
+  if (!available_ || ctx_get_device_ == nullptr || device_get_bus_id_ == nullptr) return "";
+  using CtxGetDeviceFn = CuResult (*)(int* dev);
+  using DeviceGetBusIdFn = CuResult (*)(char* bus_id, int len, int dev);
+  int dev = -1;
+  if (reinterpret_cast<CtxGetDeviceFn>(ctx_get_device_)(&dev) != 0 || dev < 0) return "";
+  char buf[32] = {};
+  if (reinterpret_cast<DeviceGetBusIdFn>(device_get_bus_id_)(buf, sizeof buf, dev) != 0) return "";
+  return buf;
 }
 
 }  // namespace sluice::gpu

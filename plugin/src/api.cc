@@ -18,7 +18,7 @@
 #include "sluice/core/log.h"
 #include "sluice/core/status.h"
 #include "sluice/gpu/cuda_driver.h"
-#include "sluice/topology/topology.h"
+#include "placement.h"
 
 namespace sluice::plugin {
 namespace {
@@ -202,32 +202,9 @@ Status copy_mhandles(int n, void* const* mhandles, MemHandle** out) {
 
 // ---- Engine lifecycle --------------------------------------------------------------------------
 
-// Locality of each verbs device from topology/ (hwloc + sysfs), loaded once on first use.
-// A topology that fails to load gives unknown locality rather than failing init.
-LocalityProvider make_locality_provider() {
-  struct Lazy {
-    std::once_flag once;
-    std::unique_ptr<topo::Topology> topo;
-  };
-  auto lazy = std::make_shared<Lazy>();
-  return [lazy](const std::string& ibdev) -> DeviceLocality {
-    std::call_once(lazy->once, [&lazy] {
-      auto t = topo::Topology::load_live();
-      if (t.is_ok()) {
-        lazy->topo = std::make_unique<topo::Topology>(std::move(t).value());
-      } else {
-        SLUICE_INFO(kSubInit, "topology unavailable, device locality unknown: %s",
-                    t.status().message().c_str());
-      }
-    });
-    if (!lazy->topo) return DeviceLocality{};
-    return lazy->topo->locality_of_ibdev(ibdev);
-  };
-}
-
 // Takes one engine reference. Caller holds g_mu.
 Status acquire_engine() {
-  SLUICE_RETURN_IF_ERROR(engine_acquire(current_sink(), make_locality_provider()));
+  SLUICE_RETURN_IF_ERROR(engine_acquire(current_sink(), make_locality_provider(), make_order_provider()));
   if (device_count() <= 0) {
     engine_release();
     // NCCL: "If no device is present or usable, init should not return ncclSuccess".

@@ -44,3 +44,13 @@ sluice_add_rdma_test(NAME plugin_rdma_stress
                      COMMAND $<TARGET_FILE:plugin_rdma_test> --gtest_filter=Stress*)
 sluice_add_rdma_test(NAME plugin_rdma_cycles
                      COMMAND $<TARGET_FILE:plugin_rdma_test> --gtest_filter=Lifecycle*)
+
+# Misconfiguration and bad input at init, through the v11 table.
+add_executable(plugin_config_test ${CMAKE_CURRENT_LIST_DIR}/plugin_config_test.cc)
+target_include_directories(plugin_config_test PRIVATE ${CMAKE_CURRENT_LIST_DIR})
+target_link_libraries(plugin_config_test PRIVATE sluice_nccl_abi GTest::gtest_main PkgConfig::IBVERBS
+                                                 ${CMAKE_DL_LIBS})
+target_compile_definitions(plugin_config_test PRIVATE
+                           SLUICE_PLUGIN_PATH="$<TARGET_FILE:nccl-net-sluice>")
+add_dependencies(plugin_config_test nccl-net-sluice)
+sluice_add_rdma_test(NAME plugin_config COMMAND $<TARGET_FILE:plugin_config_test> TIMEOUT 300)

@@ -195,10 +195,10 @@ TEST_F(FakeSysfs, LocalityOfIbdev) {
     EXPECT_TRUE(u.cpus.empty()) << v;
   }
   // The result is core's DeviceLocality, usable as a LocalityProvider directly.
-  sluice::LocalityProvider p = [&](const std::string& n) {
+  sluice::LocalityProvider p = [&](const sluice::Config&, const std::string& n) {
     return t.locality_of_ibdev(n, root_.string());
   };
-  EXPECT_EQ(p("mlx5_1").numa_node, 1);
+  EXPECT_EQ(p(sluice::Config{}, "mlx5_1").numa_node, 1);
 }
 
 TEST(TopologyLoad, FailedXmlLoadIsAnErrorNeverTheLiveMachine) {

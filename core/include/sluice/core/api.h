@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "sluice/core/config.h"
 #include "sluice/core/log.h"
 #include "sluice/core/status.h"
 
@@ -45,12 +46,24 @@ struct DeviceLocality {
   int numa_node = -1;
   std::vector<int> cpus;  // OS indexes of the cores local to the device (empty = unknown)
 };
-using LocalityProvider = std::function<DeviceLocality(const std::string& ibdev_name)>;
+using LocalityProvider =
+    std::function<DeviceLocality(const Config& cfg, const std::string& ibdev_name)>;
+
+// The order in which this process should see the devices (SLUICE_NIC_AFFINITY=auto,
+// SLUICE_GPU_NIC_MAP), also from topology/. `names` holds the adapters' verbs names; the provider
+// returns them reordered (nearest first) with a one-line reason, or an error for a bad override.
+struct DeviceOrder {
+  std::vector<std::string> names;
+  std::string reason;
+};
+using DeviceOrderProvider =
+    std::function<Result<DeviceOrder>(const Config& cfg, const std::vector<std::string>& names)>;
 
 // Process-wide engine: refcounted. The first acquire reads the configuration and discovers devices;
 // the last release stops and joins every thread Sluice started and frees everything.
-// `sink` (may be NULL) becomes the log sink; `locality` (may be empty) places devices.
-Status engine_acquire(LogSink sink, LocalityProvider locality = {});
+// `sink` (may be NULL) becomes the log sink; `locality` (may be empty) places devices; `order`
+// (may be empty) reorders them.
+Status engine_acquire(LogSink sink, LocalityProvider locality = {}, DeviceOrderProvider order = {});
 void engine_release();
 
 // Number of usable devices (one per active port that passes NCCL_IB_HCA). Requires the engine.

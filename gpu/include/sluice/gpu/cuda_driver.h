@@ -23,6 +23,10 @@ class CudaDriver {
   // cuDeviceGetCount at load time; 0 when unavailable.
   int device_count() const { return device_count_; }
 
+  // PCI bus id ("0000:1b:00.0") of the calling thread's current CUDA device, "" when there is no
+  // driver or no current context (NCCL makes the comm's GPU current before it calls the plugin).
+  std::string current_device_bus_id() const;
+
   CudaDriver(const CudaDriver&) = delete;
   CudaDriver& operator=(const CudaDriver&) = delete;
 
@@ -34,6 +38,8 @@ class CudaDriver {
   std::string reason_;
   int driver_version_ = 0;
   int device_count_ = 0;
+  void* ctx_get_device_ = nullptr;     // cuCtxGetDevice
+  void* device_get_bus_id_ = nullptr;  // cuDeviceGetPCIBusId
 };
 
 }  // namespace sluice::gpu

@@ -1,0 +1,87 @@
+#include "placement.h"
+
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "sluice/core/log.h"
+#include "sluice/gpu/cuda_driver.h"
+#include "sluice/topology/affinity.h"
+#include "sluice/topology/topology.h"
+
+namespace sluice::plugin {
+namespace {
+
+// One topology per engine start, shared by both providers (they run during the same discovery).
+struct SharedTopology {
+  std::once_flag once;
+  std::unique_ptr<topo::Topology> topo;
+  const topo::Topology* get(const Config& cfg) {
+    std::call_once(once, [&] {
+      auto t = cfg.topo_file.empty() ? topo::Topology::load_live()
+                                     : topo::Topology::load_xml_file(cfg.topo_file);
+      if (t.is_ok()) {
+        topo = std::make_unique<topo::Topology>(std::move(t).value());
+      } else {
+        SLUICE_INFO(kSubInit, "topology unavailable, device locality unknown: %s",
+                    t.status().message().c_str());
+      }
+    });
+    return topo.get();
+  }
+};
+
+std::shared_ptr<SharedTopology> shared_topology() {
+  // A fresh holder per engine start (providers are built for each engine_acquire that may
+  // create the engine), so a changed machine or SLUICE_TOPO_FILE is seen after a full release.
+  static std::mutex mu;
+  static std::weak_ptr<SharedTopology> current;
+  std::lock_guard<std::mutex> lk(mu);
+  auto s = current.lock();
+  if (!s) {
+    s = std::make_shared<SharedTopology>();
+    current = s;
+  }
+  return s;
+}
+
+}  // namespace
+
+LocalityProvider make_locality_provider() {
+  auto shared = shared_topology();
+  return [shared](const Config& cfg, const std::string& ibdev) -> DeviceLocality {
+    const topo::Topology* t = shared->get(cfg);
+    if (t == nullptr) return DeviceLocality{};
+    return t->locality_of_ibdev(ibdev);
+  };
+}
+
+DeviceOrderProvider make_order_provider() {
+  auto shared = shared_topology();
+  return [shared](const Config& cfg, const std::vector<std::string>& names) -> Result<DeviceOrder> {
+    auto mode = topo::parse_affinity_mode(cfg.nic_affinity);
+    if (!mode.is_ok()) return mode.status().with_context("SLUICE_NIC_AFFINITY");
+    if (mode.value() == topo::AffinityMode::kOff && cfg.gpu_nic_map.empty())
+      return DeviceOrder{names, "discovery order (SLUICE_NIC_AFFINITY off)"};
+    const topo::Topology* t = shared->get(cfg);
+    if (t == nullptr) {
+      return Status(Code::kInvalidUsage,
+                    "SLUICE_NIC_AFFINITY / SLUICE_GPU_NIC_MAP need the machine topology, which "
+                    "could not be loaded (see the INFO above)");
+    }
+    topo::GpuNicMap map;
+    if (!cfg.gpu_nic_map.empty()) {
+      auto m = topo::parse_gpu_nic_map(cfg.gpu_nic_map, *t, names);
+      if (!m.is_ok()) return m.status().with_context("SLUICE_GPU_NIC_MAP");
+      map = std::move(m).value();
+      SLUICE_INFO(kSubInit, "GPU -> NIC override: %s", map.to_string().c_str());
+    }
+    topo::AffinityRequest req;
+    req.gpu_bus_id = gpu::CudaDriver::instance().current_device_bus_id();
+    if (req.gpu_bus_id.empty()) req.cpu_binding = t->current_cpu_binding();
+    auto o = topo::order_nics(*t, names, req, map.empty() ? nullptr : &map);
+    return DeviceOrder{o.nics, o.reason};
+  };
+}
+
+}  // namespace sluice::plugin
