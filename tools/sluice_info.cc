@@ -282,7 +282,7 @@ std::string memlock_str(const rlimit& rl) {
 }
 
 void usage(std::ostream& os) {
-  os << "usage: sluice-info [--topology FILE.xml] [--json | --dot [FILE]] [--help]\n"
+  os << "usage: sluice-info [--topology FILE.xml] [--json | --dot [FILE]] [--config] [--help]\n"
         "  Lists RDMA devices (ports, state, link layer, speed, MTU, GIDs and the GID Sluice\n"
         "  would choose), GPUs, NUMA nodes, the GPU -> NIC table with distance classes,\n"
         "  GPUDirect status, the locked-memory limit, and warnings with a one-line fix.\n"
@@ -292,6 +292,8 @@ void usage(std::ostream& os) {
         "  --dot [FILE]         Graphviz DOT of GPUs, NICs, switches and NUMA nodes; FILE.svg or\n"
         "                       FILE.png is rendered with `dot` when installed, other FILEs get\n"
         "                       the DOT text, no FILE prints it\n"
+        "  --config             every configuration parameter: name, aliases, type, default,\n"
+        "                       allowed values, meaning, and the value in effect here\n"
         "  Environment: SLUICE_TOPO_FILE (as --topology), SLUICE_NIC_AFFINITY, "
         "SLUICE_GPU_NIC_MAP,\n"
         "  NCCL_IB_GID_INDEX / NCCL_IB_ADDR_FAMILY / NCCL_IB_ADDR_RANGE / "
@@ -342,6 +344,29 @@ int render_dot(const std::string& dot, const std::string& file) {
 
 }  // namespace
 
+// --config: the typed table from the library itself, with the values in effect in this
+// environment (a bad value is reported, as the plugin's init would).
+int print_config() {
+  std::vector<ParamSource> sources;
+  auto cfg = load_config_from_environment(&sources);
+  for (const ParamDoc& d : param_docs()) {
+    std::string set;
+    for (const auto& s : sources)
+      if (s.name == d.name) set = s.value + " (set by " + s.set_by + ")";
+    std::cout << d.name;
+    for (const auto& a : d.aliases) std::cout << " | " << a;
+    std::cout << "\n    " << d.type << ", default "
+              << (d.default_value.empty() ? "unset" : d.default_value)
+              << (d.allowed.empty() ? "" : ", allowed " + d.allowed)
+              << (set.empty() ? "" : "; now " + set) << "\n    " << d.doc << "\n";
+  }
+  if (!cfg.is_ok()) {
+    std::cout << "\nconfiguration error: " << cfg.status().message() << "\n";
+    return 1;
+  }
+  return 0;
+}
+
 int main(int argc, char** argv) {
   std::string topo_file, dot_file;
   bool json = false, dot = false;
@@ -350,6 +375,8 @@ int main(int argc, char** argv) {
     if (a == "--help" || a == "-h") {
       usage(std::cout);
       return 0;
+    } else if (a == "--config") {
+      return print_config();
     } else if (a == "--json") {
       json = true;
     } else if (a == "--dot") {

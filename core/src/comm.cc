@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 
 #include "sluice/core/log.h"
@@ -70,15 +71,17 @@ Conn::~Conn() {
     }
   }
   if (any && cq) {
+    // Flushed work completes quickly once the QPs are in ERROR; stop when the CQ stays empty for a
+    // while or at SLUICE_CLOSE_TIMEOUT_MS, whichever comes first.
+    const Engine* e = engine();
+    const int limit_ms = e ? e->config().close_timeout_ms : 2000;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(limit_ms);
     ibv_wc wc[16];
     int empty_polls = 0;
-    for (int i = 0; i < 100000 && empty_polls < 64; ++i) {
+    while (empty_polls < 64 && std::chrono::steady_clock::now() < deadline) {
       int n = ibv_poll_cq(cq.get(), 16, wc);
-      if (n <= 0) {
-        ++empty_polls;
-      } else {
-        empty_polls = 0;
-      }
+      empty_polls = n > 0 ? 0 : empty_polls + 1;
+      if (n < 0) break;
     }
   }
   for (int q = 0; q < nqps; ++q) qps[q].reset();

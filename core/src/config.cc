@@ -123,9 +123,9 @@ const std::vector<Param>& table() {
      .doc = "Bound on draining outstanding work at close in milliseconds"},
     // GPU
     {.name = "NCCL_GDR_FLUSH_DISABLE", .type = Type::kBool, .field = &Config::gdr_flush_disable,
-     .doc = "Never flush GPUDirect receives (no flush QPs)"},
+     .doc = "Never flush GPUDirect receives (reserved: validated now, used once GPU memory support lands)"},
     {.name = "NCCL_DMABUF_ENABLE", .type = Type::kBool, .field = &Config::dmabuf_enable,
-     .doc = "Register GPU memory through DMA-BUF when supported"},
+     .doc = "Register GPU memory through DMA-BUF when supported (reserved: validated now, used once GPU memory support lands)"},
     // Topology
     {.name = "SLUICE_NIC_AFFINITY", .type = Type::kEnum, .field = &Config::nic_affinity,
      .choices = {{"off", 0}, {"auto", 1}}, .default_text = "off",
