@@ -374,10 +374,11 @@ TEST(ParamDocs, OneRowPerParameterWithEverythingFilledIn) {
   EXPECT_EQ(find("SLUICE_CONNECT_TIMEOUT_MS").default_value, "120000");
 }
 
-// docs/configuration.md lists every parameter and alias, in the table's order.
-TEST(ParamDocs, ConfigurationMarkdownIsInSync) {
-  std::ifstream in(std::string(SLUICE_SOURCE_DIR) + "/docs/configuration.md");
-  ASSERT_TRUE(in) << "docs/configuration.md not found";
+// A Markdown document lists every parameter and alias, in the table's order, with its type and
+// allowed values. Checked for docs/configuration.md and for the README's copy of the table.
+void expect_table_in_sync(const std::string& relpath) {
+  std::ifstream in(std::string(SLUICE_SOURCE_DIR) + "/" + relpath);
+  ASSERT_TRUE(in) << relpath << " not found";
   std::stringstream ss;
   ss << in.rdbuf();
   const std::string md = ss.str();
@@ -385,8 +386,8 @@ TEST(ParamDocs, ConfigurationMarkdownIsInSync) {
   for (const ParamDoc& d : param_docs()) {
     const std::string cell = "| `" + d.name + "` |";
     const size_t at = md.find(cell);
-    ASSERT_NE(at, std::string::npos) << d.name << " is missing from docs/configuration.md";
-    EXPECT_GT(at, last) << d.name << " is out of order in docs/configuration.md";
+    ASSERT_NE(at, std::string::npos) << d.name << " is missing from " << relpath;
+    EXPECT_GT(at, last) << d.name << " is out of order in " << relpath;
     last = at;
     const size_t eol = md.find('\n', at);
     const std::string row = md.substr(at, eol - at);
@@ -401,6 +402,10 @@ TEST(ParamDocs, ConfigurationMarkdownIsInSync) {
     EXPECT_NE(plain_row.find(allowed), std::string::npos) << d.name << ": allowed " << allowed;
   }
 }
+
+TEST(ParamDocs, ConfigurationMarkdownIsInSync) { expect_table_in_sync("docs/configuration.md"); }
+
+TEST(ParamDocs, ReadmeDocumentsEveryParameter) { expect_table_in_sync("README.md"); }
 
 }  // namespace
 }  // namespace sluice
