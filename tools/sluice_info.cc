@@ -17,7 +17,9 @@
 #include <vector>
 
 #include "sluice/core/config.h"
+#include "sluice/core/device_info.h"
 #include "sluice/core/net_addr.h"
+#include "sluice/core/verbs.h"
 #include "sluice/topology/affinity.h"
 #include "sluice/topology/topology.h"
 
@@ -74,80 +76,6 @@ std::string json_str(const std::string& s) {
   return r + "\"";
 }
 
-int mtu_bytes(ibv_mtu m) {
-  switch (m) {
-    case IBV_MTU_256:
-      return 256;
-    case IBV_MTU_512:
-      return 512;
-    case IBV_MTU_1024:
-      return 1024;
-    case IBV_MTU_2048:
-      return 2048;
-    case IBV_MTU_4096:
-      return 4096;
-  }
-  return 0;
-}
-
-double port_speed_gbps(const ibv_port_attr& a) {
-  double lane = 0;
-  switch (a.active_speed) {
-    case 1:
-      lane = 2.5;
-      break;
-    case 2:
-      lane = 5;
-      break;
-    case 4:
-    case 8:
-      lane = 10;
-      break;
-    case 16:
-      lane = 14;
-      break;
-    case 32:
-      lane = 25;
-      break;
-    case 64:
-      lane = 50;
-      break;
-    case 128:
-      lane = 100;
-      break;
-    default:
-      lane = 0;
-  }
-  int width = 0;
-  switch (a.active_width) {
-    case 1:
-      width = 1;
-      break;
-    case 2:
-      width = 4;
-      break;
-    case 4:
-      width = 8;
-      break;
-    case 8:
-      width = 12;
-      break;
-    case 16:
-      width = 2;
-      break;
-    default:
-      width = 0;
-  }
-  return lane * width;
-}
-
-std::string read_line(const std::string& path) {
-  std::ifstream f(path);
-  std::string s;
-  if (f) std::getline(f, s);
-  return s;
-}
-
 std::vector<Device> list_verbs_devices(const Topology* topo, const Config& cfg,
                                        std::string* error) {
   std::vector<Device> out;
@@ -157,11 +85,7 @@ std::vector<Device> list_verbs_devices(const Topology* topo, const Config& cfg,
     *error = std::string("ibv_get_device_list: ") + std::strerror(errno);
     return out;
   }
-  GidPolicy policy;
-  policy.forced_index = cfg.gid_index;
-  policy.family = cfg.addr_family;
-  policy.range = cfg.addr_range;
-  policy.roce_version = cfg.roce_version;
+  const GidPolicy policy = gid_policy(cfg);
   for (int i = 0; i < n; ++i) {
     Device d;
     d.name = ibv_get_device_name(list[i]);
@@ -195,27 +119,13 @@ std::vector<Device> list_verbs_devices(const Topology* topo, const Config& cfg,
         p.state = ibv_port_state_str(pa.state);
         p.active = pa.state == IBV_PORT_ACTIVE;
         p.link_layer = pa.link_layer == IBV_LINK_LAYER_ETHERNET ? "Ethernet" : "InfiniBand";
-        p.speed_gbps = port_speed_gbps(pa);
-        p.active_mtu = mtu_bytes(pa.active_mtu);
-        p.max_mtu = mtu_bytes(pa.max_mtu);
-        std::vector<GidEntry> entries;
-        for (int gi = 0; gi < pa.gid_tbl_len; ++gi) {
-          ibv_gid gid{};
-          if (ibv_query_gid(ctx, static_cast<uint8_t>(pn), gi, &gid) != 0) continue;
-          GidEntry e;
-          e.index = gi;
-          std::memcpy(e.gid.data(), gid.raw, 16);
-          if (gid_is_zero(e.gid)) continue;
-          std::string type =
-              read_line("/sys/class/infiniband/" + d.name + "/ports/" + std::to_string(pn) +
-                        "/gid_attrs/types/" + std::to_string(gi));
-          if (type.find("v2") != std::string::npos)
-            e.roce_version = 2;
-          else if (!type.empty())
-            e.roce_version = 1;
-          entries.push_back(e);
-          p.gids.push_back({gi, gid_to_string(e.gid), type, e});
-        }
+        p.speed_gbps = port_speed_mbps(pa.active_speed, pa.active_width) / 1000.0;
+        p.active_mtu = verbs::mtu_bytes(pa.active_mtu);
+        p.max_mtu = verbs::mtu_bytes(pa.max_mtu);
+        std::vector<GidEntry> entries =
+            read_gid_table(ctx, d.name, static_cast<uint8_t>(pn), pa.gid_tbl_len);
+        for (const GidEntry& e : entries)
+          p.gids.push_back({e.index, gid_to_string(e.gid), gid_type_text(d.name, pn, e.index), e});
         if (pa.link_layer == IBV_LINK_LAYER_ETHERNET) {
           auto c = choose_roce_gid(entries, policy);
           if (c.is_ok()) {

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <fstream>
 
+#include "sluice/core/device_info.h"
 #include "sluice/core/hca_filter.h"
 #include "sluice/core/log.h"
 
@@ -26,88 +27,7 @@ std::atomic<Engine*> g_engine_ptr{nullptr};
 // Largest single transfer we report. test() hands sizes to NCCL as int, so stay below 2^31.
 constexpr size_t kMaxTransfer = size_t{1} << 30;
 
-int read_roce_version(const std::string& dev, int port, int index) {
-  std::ifstream f("/sys/class/infiniband/" + dev + "/ports/" + std::to_string(port) +
-                  "/gid_attrs/types/" + std::to_string(index));
-  std::string s;
-  if (!f || !std::getline(f, s)) return 0;
-  if (s.find("v2") != std::string::npos) return 2;
-  if (s.find("v1") != std::string::npos || s.find("IB/RoCE") != std::string::npos) return 1;
-  return 0;
-}
-
-std::vector<GidEntry> read_gid_table(ibv_context* ctx, const std::string& dev, uint8_t port,
-                                     int tbl_len) {
-  std::vector<GidEntry> out;
-  for (int i = 0; i < tbl_len; ++i) {
-    ibv_gid g{};
-    if (ibv_query_gid(ctx, port, i, &g) != 0) continue;
-    GidEntry e;
-    e.index = i;
-    std::copy(std::begin(g.raw), std::end(g.raw), e.gid.begin());
-    if (gid_is_zero(e.gid)) continue;
-    e.roce_version = read_roce_version(dev, port, i);
-    out.push_back(e);
-  }
-  return out;
-}
-
 }  // namespace
-
-int port_speed_mbps(uint8_t active_speed, uint8_t active_width) {
-  int lane = 0;
-  switch (active_speed) {
-    case 1:
-      lane = 2500;
-      break;  // SDR
-    case 2:
-      lane = 5000;
-      break;  // DDR
-    case 4:
-      lane = 10000;
-      break;  // QDR (also FDR10 reports 8)
-    case 8:
-      lane = 10000;
-      break;  // FDR10
-    case 16:
-      lane = 14000;
-      break;  // FDR
-    case 32:
-      lane = 25000;
-      break;  // EDR
-    case 64:
-      lane = 50000;
-      break;  // HDR
-    case 128:
-      lane = 100000;
-      break;  // NDR
-    default:
-      lane = 10000;
-      break;
-  }
-  int lanes = 1;
-  switch (active_width) {
-    case 1:
-      lanes = 1;
-      break;
-    case 2:
-      lanes = 4;
-      break;
-    case 4:
-      lanes = 8;
-      break;
-    case 8:
-      lanes = 12;
-      break;
-    case 16:
-      lanes = 2;
-      break;
-    default:
-      lanes = 1;
-      break;
-  }
-  return lane * lanes;
-}
 
 Adapter::~Adapter() {
   // Registrations still held at shutdown are released here, before the PD (member order).
@@ -169,11 +89,7 @@ Status Engine::discover(const LocalityProvider& locality) {
   }
   std::vector<std::string> dropped;  // why each port was not used
   std::vector<std::pair<std::string, int>> seen_ports;
-  GidPolicy policy;
-  policy.forced_index = cfg_.gid_index;
-  policy.family = cfg_.addr_family;
-  policy.range = cfg_.addr_range;
-  policy.roce_version = cfg_.roce_version;
+  const GidPolicy policy = gid_policy(cfg_);
 
   for (int i = 0; i < n; ++i) {
     std::string dname = ibv_get_device_name(list.get()[i]);

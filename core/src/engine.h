@@ -108,7 +108,4 @@ class Engine {
 // acquire/release pair, so the pointer is stable for them.
 Engine* engine();
 
-// Per-lane Mbps x lanes from ibv_port_attr (active_speed / active_width encodings).
-int port_speed_mbps(uint8_t active_speed, uint8_t active_width);
-
 }  // namespace sluice

@@ -1,0 +1,100 @@
+#include "sluice/core/device_info.h"
+
+#include <algorithm>
+#include <fstream>
+
+namespace sluice {
+
+int port_speed_mbps(uint8_t active_speed, uint8_t active_width) {
+  int lane = 0;
+  switch (active_speed) {
+    case 1:
+      lane = 2500;
+      break;  // SDR
+    case 2:
+      lane = 5000;
+      break;  // DDR
+    case 4:   // QDR
+    case 8:
+      lane = 10000;
+      break;  // FDR10
+    case 16:
+      lane = 14000;
+      break;  // FDR
+    case 32:
+      lane = 25000;
+      break;  // EDR
+    case 64:
+      lane = 50000;
+      break;  // HDR
+    case 128:
+      lane = 100000;
+      break;  // NDR
+    default:
+      lane = 10000;
+      break;  // unknown encoding: NCCL's default
+  }
+  int lanes = 1;
+  switch (active_width) {
+    case 1:
+      lanes = 1;
+      break;
+    case 2:
+      lanes = 4;
+      break;
+    case 4:
+      lanes = 8;
+      break;
+    case 8:
+      lanes = 12;
+      break;
+    case 16:
+      lanes = 2;
+      break;
+    default:
+      lanes = 1;
+      break;
+  }
+  return lane * lanes;
+}
+
+std::string gid_type_text(const std::string& dev, int port, int index) {
+  std::ifstream f("/sys/class/infiniband/" + dev + "/ports/" + std::to_string(port) +
+                  "/gid_attrs/types/" + std::to_string(index));
+  std::string s;
+  if (!f || !std::getline(f, s)) return "";
+  return s;
+}
+
+int roce_version_of(const std::string& t) {
+  if (t.find("v2") != std::string::npos) return 2;
+  if (t.find("v1") != std::string::npos || t.find("IB/RoCE") != std::string::npos) return 1;
+  return 0;
+}
+
+std::vector<GidEntry> read_gid_table(ibv_context* ctx, const std::string& dev, uint8_t port,
+                                     int tbl_len) {
+  std::vector<GidEntry> out;
+  for (int i = 0; i < tbl_len; ++i) {
+    ibv_gid g{};
+    if (ibv_query_gid(ctx, port, i, &g) != 0) continue;
+    GidEntry e;
+    e.index = i;
+    std::copy(std::begin(g.raw), std::end(g.raw), e.gid.begin());
+    if (gid_is_zero(e.gid)) continue;
+    e.roce_version = roce_version_of(gid_type_text(dev, port, i));
+    out.push_back(e);
+  }
+  return out;
+}
+
+GidPolicy gid_policy(const Config& cfg) {
+  GidPolicy p;
+  p.forced_index = cfg.gid_index;
+  p.family = cfg.addr_family;
+  p.range = cfg.addr_range;
+  p.roce_version = cfg.roce_version;
+  return p;
+}
+
+}  // namespace sluice
