@@ -54,3 +54,10 @@ target_compile_definitions(plugin_config_test PRIVATE
                            SLUICE_PLUGIN_PATH="$<TARGET_FILE:nccl-net-sluice>")
 add_dependencies(plugin_config_test nccl-net-sluice)
 sluice_add_rdma_test(NAME plugin_config COMMAND $<TARGET_FILE:plugin_config_test> TIMEOUT 300)
+
+# Never linked against CUDA (the driver is dlopened by gpu/).
+find_program(SLUICE_READELF NAMES readelf REQUIRED)
+add_test(NAME abi_no_cuda_link
+         COMMAND ${CMAKE_COMMAND} -DLIB=$<TARGET_FILE:nccl-net-sluice> -DREADELF=${SLUICE_READELF}
+                 -P ${SLUICE_ABI_TEST_DIR}/check_no_cuda.cmake)
+set_tests_properties(abi_no_cuda_link PROPERTIES LABELS "unit;abi" TIMEOUT 60)
