@@ -111,7 +111,9 @@ class SendComm : public CommBase {
   static constexpr int kPool = wire::kFifoSlots * wire::kEntriesPerSlot;  // 256 isends in flight
   SendComm() : CommBase(CommKind::kSend) {}
   // Declared first so they are released last, after the QPs in `c` are gone.
-  NumaBuffer mem;  // FIFO (written by the receiver) + local completion records (read by the NIC)
+  // FIFO (written by the receiver) and local completion records (read by the NIC), then the
+  // request pool; all on the NIC's NUMA node, only the first two registered.
+  NumaBuffer mem;
   verbs::Mr mem_mr;
   wire::CtsEntry* fifo = nullptr;       // kFifoSlots * kEntriesPerSlot entries
   wire::DoneRecord* records = nullptr;  // kFifoSlots, source of record writes
@@ -121,8 +123,8 @@ class SendComm : public CommBase {
   // Matching state of the slot at `head`:
   uint8_t matched = 0;  // bit i: entry i has its isend
   SendReq* slot_reqs[wire::kEntriesPerSlot] = {};
-  SendReq pool[kPool];
-  uint16_t free_list[kPool];
+  SendReq* pool = nullptr;        // kPool requests, in `mem` (on the NIC's NUMA node)
+  uint16_t* free_list = nullptr;  // kPool entries, in `mem`
   int free_top = 0;
   Conn c;
 };
@@ -130,7 +132,9 @@ class SendComm : public CommBase {
 class RecvComm : public CommBase {
  public:
   RecvComm() : CommBase(CommKind::kRecv) {}
-  NumaBuffer mem;  // CTS staging (read by the NIC) + completion records (written by the peer)
+  // CTS staging (read by the NIC) and completion records (written by the peer), then the request
+  // pool; all on the NIC's NUMA node, only the first two registered.
+  NumaBuffer mem;
   verbs::Mr mem_mr;
   wire::CtsEntry* stage = nullptr;      // kFifoSlots * kEntriesPerSlot
   wire::DoneRecord* records = nullptr;  // kFifoSlots
@@ -139,8 +143,8 @@ class RecvComm : public CommBase {
   uint64_t seq = 0;                             // receives posted so far
   uint32_t cts_unsignaled[wire::kMaxQps] = {};  // CTS writes since the last signaled one
   uint32_t cts_outstanding[wire::kMaxQps] =
-      {};                          // CTS writes whose send-queue slot is not reclaimed
-  RecvReq pool[wire::kFifoSlots];  // the request of receive k lives at k % kFifoSlots
+      {};                   // CTS writes whose send-queue slot is not reclaimed
+  RecvReq* pool = nullptr;  // kFifoSlots requests in `mem`; receive k uses k % kFifoSlots
   Conn c;
 };
 

@@ -12,7 +12,9 @@
 #include <chrono>
 #include <cstring>
 #include <mutex>
+#include <new>
 #include <random>
+#include <type_traits>
 #include <unordered_map>
 
 #include "comm.h"
@@ -200,9 +202,9 @@ int numa_of(const Device& d) {
   return d.adapter->locality.numa_node;
 }
 
-// Registers the comm's own memory (FIFO / records / staging) with the device.
-Status register_comm_memory(Device& d, NumaBuffer& mem, verbs::Mr* out) {
-  out->reset(ibv_reg_mr(d.adapter->pd.get(), mem.data(), mem.size(),
+// Registers the first `bytes` of the comm's own memory (FIFO / records / staging) with the device.
+Status register_comm_memory(Device& d, NumaBuffer& mem, size_t bytes, verbs::Mr* out) {
+  out->reset(ibv_reg_mr(d.adapter->pd.get(), mem.data(), bytes,
                         IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE));
   if (!*out)
     return errno_status(Code::kSystemError, "ibv_reg_mr of comm memory on " + d.name, errno);
@@ -266,14 +268,22 @@ Status build_send_comm(ConnectState& s) {
   // FIFO + local completion records, one registration.
   size_t fifo_bytes = sizeof(wire::CtsEntry) * wire::kFifoSlots * wire::kEntriesPerSlot;
   size_t rec_bytes = sizeof(wire::DoneRecord) * wire::kFifoSlots;
-  auto mem = NumaBuffer::allocate(fifo_bytes + rec_bytes, numa_of(*d));
+  size_t pool_bytes = sizeof(SendReq) * SendComm::kPool;
+  size_t free_bytes = sizeof(uint16_t) * SendComm::kPool;
+  auto mem = NumaBuffer::allocate(fifo_bytes + rec_bytes + pool_bytes + free_bytes, numa_of(*d));
   if (!mem.is_ok()) return mem.status();
   comm->mem = std::move(mem).value();
-  comm->fifo = static_cast<wire::CtsEntry*>(comm->mem.data());
-  comm->records =
-      reinterpret_cast<wire::DoneRecord*>(static_cast<char*>(comm->mem.data()) + fifo_bytes);
-  SLUICE_RETURN_IF_ERROR(register_comm_memory(*d, comm->mem, &comm->mem_mr));
+  char* base = static_cast<char*>(comm->mem.data());
+  comm->fifo = reinterpret_cast<wire::CtsEntry*>(base);
+  comm->records = reinterpret_cast<wire::DoneRecord*>(base + fifo_bytes);
+  comm->pool = reinterpret_cast<SendReq*>(base + fifo_bytes + rec_bytes);
+  comm->free_list = reinterpret_cast<uint16_t*>(base + fifo_bytes + rec_bytes + pool_bytes);
+  static_assert(std::is_trivially_destructible_v<SendReq>, "lives in raw comm memory");
+  static_assert(sizeof(wire::DoneRecord) % alignof(SendReq) == 0);
+  SLUICE_RETURN_IF_ERROR(
+      register_comm_memory(*d, comm->mem, fifo_bytes + rec_bytes, &comm->mem_mr));
   for (int i = 0; i < SendComm::kPool; ++i) {
+    new (&comm->pool[i]) SendReq();
     comm->pool[i].index = static_cast<uint16_t>(i);
     comm->pool[i].comm = comm.get();
     comm->pool[i].is_send = true;
@@ -417,14 +427,21 @@ Status build_recv_comm(ListenComm& l, ListenComm::Pending& p) {
   comm->c.local_desc = d->name + ":" + std::to_string(d->port);
   size_t stage_bytes = sizeof(wire::CtsEntry) * wire::kFifoSlots * wire::kEntriesPerSlot;
   size_t rec_bytes = sizeof(wire::DoneRecord) * wire::kFifoSlots;
-  auto mem = NumaBuffer::allocate(stage_bytes + rec_bytes, numa_of(*d));
+  size_t pool_bytes = sizeof(RecvReq) * wire::kFifoSlots;
+  auto mem = NumaBuffer::allocate(stage_bytes + rec_bytes + pool_bytes, numa_of(*d));
   if (!mem.is_ok()) return mem.status();
   comm->mem = std::move(mem).value();
-  comm->stage = static_cast<wire::CtsEntry*>(comm->mem.data());
-  comm->records =
-      reinterpret_cast<wire::DoneRecord*>(static_cast<char*>(comm->mem.data()) + stage_bytes);
-  SLUICE_RETURN_IF_ERROR(register_comm_memory(*d, comm->mem, &comm->mem_mr));
-  for (int i = 0; i < wire::kFifoSlots; ++i) comm->pool[i].comm = comm.get();
+  char* base = static_cast<char*>(comm->mem.data());
+  comm->stage = reinterpret_cast<wire::CtsEntry*>(base);
+  comm->records = reinterpret_cast<wire::DoneRecord*>(base + stage_bytes);
+  comm->pool = reinterpret_cast<RecvReq*>(base + stage_bytes + rec_bytes);
+  static_assert(std::is_trivially_destructible_v<RecvReq>, "lives in raw comm memory");
+  SLUICE_RETURN_IF_ERROR(
+      register_comm_memory(*d, comm->mem, stage_bytes + rec_bytes, &comm->mem_mr));
+  for (int i = 0; i < wire::kFifoSlots; ++i) {
+    new (&comm->pool[i]) RecvReq();
+    comm->pool[i].comm = comm.get();
+  }
   fill_local_meta(*d, 1, l.nonce, &p.local);
   int nqps = p.remote.nqps;  // the connector decides; both sides must agree
   uint32_t inline_bytes = cfg.cts_inline ? sizeof(wire::CtsEntry) * wire::kEntriesPerSlot : 0;
