@@ -1,0 +1,68 @@
+// The plugin as NCCL sees it: dlopen the library, find `ncclNetPlugin_v11`, and call through the
+// table. Nothing in bench/ links the plugin or core; every call goes through this exported table.
+// Each wrapper throws BenchError naming the call, its arguments and the ncclResult_t on failure.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "sluice/nccl_net_abi.h"
+#include "util.h"
+
+namespace bench {
+
+struct Handle {
+  char bytes[NCCL_NET_HANDLE_MAXSIZE];
+};
+
+class Net {
+ public:
+  // `spec`: a path, a file name, or a short name resolved as NCCL does (libnccl-net-<name>.so).
+  // Empty = $NCCL_NET_PLUGIN, else the plugin built next to the benchmark.
+  explicit Net(const std::string& spec);
+  ~Net();
+  Net(const Net&) = delete;
+  Net& operator=(const Net&) = delete;
+
+  const std::string& path() const { return path_; }
+  const char* name() const { return t_->name; }
+  int devices() const { return ndev_; }
+  const ncclNetProperties_v11_t& props(int dev) const { return props_.at(dev); }
+  // Device by index ("1") or by name ("rxe1"); throws when unknown.
+  int find_device(const std::string& spec) const;
+
+  Handle listen(int dev, void** listen_comm);
+  // One non-blocking attempt each; return the comm or nullptr (call again with the same handle).
+  void* connect_once(int dev, Handle* h);
+  void* accept_once(void* listen_comm);
+  // Polls until established.
+  void* connect(int dev, Handle* h, const Deadline& dl);
+  void* accept(void* listen_comm, const Deadline& dl);
+
+  void* reg(void* comm, void* data, size_t size);
+  void dereg(void* comm, void* mh);
+  // nullptr = cannot post yet (try again later).
+  void* isend(void* comm, void* data, size_t size, int tag, void* mh);
+  void* irecv(void* comm, void* data, size_t size, int tag, void* mh);
+  // true when done; *size gets the byte count (receives) when non-null.
+  bool test(void* req, size_t* size);
+  void close_send(void* c);
+  void close_recv(void* c);
+  void close_listen(void* c);
+
+ private:
+  void check(ncclResult_t r, const std::string& call) const;
+  void* lib_ = nullptr;
+  const ncclNet_v11_t* t_ = nullptr;
+  void* ctx_ = nullptr;
+  bool inited_ = false;
+  int ndev_ = 0;
+  std::string path_;
+  std::vector<ncclNetProperties_v11_t> props_;
+};
+
+const char* nccl_result_str(ncclResult_t r);
+
+}  // namespace bench

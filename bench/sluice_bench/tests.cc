@@ -1,0 +1,480 @@
+// The plugin-driven halves of each sluice-bench test. Every loop is bounded by the command's
+// timeout; a peer that stops making progress fails the run with the phase named.
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+
+#include "sluice_bench.h"
+
+namespace bench {
+
+bool g_pure_spin = false;
+int g_idle_sleep_us = 0;
+
+namespace {
+
+constexpr uint64_t kMemCapPerSide = 256ull << 20;  // payload buffers per side, all connections
+constexpr char kGo = 'G';
+
+struct Buffer {
+  std::unique_ptr<char, decltype(&free)> p{nullptr, &free};
+  size_t n = 0;
+  explicit Buffer(size_t bytes) : n(bytes) {
+    size_t rounded = (std::max<size_t>(bytes, 1) + 4095) / 4096 * 4096;
+    p.reset(static_cast<char*>(aligned_alloc(4096, rounded)));
+    if (!p) fail("cannot allocate %zu bytes", rounded);
+    memset(p.get(), 0, rounded);  // touch every page before timing
+  }
+  char* data() { return p.get(); }
+};
+
+uint64_t mix(uint64_t x) {
+  x ^= x >> 31;
+  x *= 0x7fb5d329728ea185ull;
+  x ^= x >> 27;
+  x *= 0x81dadef4bc2dd44dull;
+  x ^= x >> 33;
+  return x;
+}
+
+// Slots per connection for a given command (both sides compute the same layout).
+uint64_t slots_for(const Cmd& c) {
+  uint64_t per = std::max<uint64_t>(c.size, 1) * c.nconns;
+  uint64_t want = c.slots > 0 ? static_cast<uint64_t>(c.slots) : c.window;
+  return std::clamp<uint64_t>(kMemCapPerSide / per, 1, std::min<uint64_t>(want, c.window));
+}
+uint64_t window_for(const Cmd& c) {
+  return c.verify ? std::min<uint64_t>(c.window, slots_for(c)) : c.window;
+}
+
+// Periodic deadline check without reading the clock on every spin. Like NCCL's proxy, a loop
+// that keeps finding nothing to do yields the CPU (after kIdleSpins) unless --spin was given: on
+// an oversubscribed machine (the emulated bed: 2 vCPUs, two polling processes and the Soft-RoCE
+// kernel work) pure busy polling starves the very work it waits for.
+constexpr unsigned kIdleSpins = 128;
+struct Spin {
+  const Deadline& dl;
+  bool may_sleep = false;  // bandwidth loops only: latency loops always just yield
+  unsigned n = 0;
+  unsigned idle = 0;
+  void tick() {
+    if ((++n & 255) == 0) dl.check();
+    if (!g_pure_spin && ++idle >= kIdleSpins) {
+      idle = 0;
+      if (may_sleep && g_idle_sleep_us > 0) {
+        usleep(g_idle_sleep_us);
+      } else {
+        sched_yield();
+      }
+    }
+  }
+  void progress() { idle = 0; }
+};
+
+void send_go(Channel& ch, const Deadline& dl) {
+  ch.send_pod(kGo, dl);
+}
+void wait_go(Channel& ch, const Deadline& dl) {
+  if (ch.recv_pod<char>(dl) != kGo) fail("control channel out of step");
+}
+
+// Accept every listen comm, polling round robin; closes each listen comm as NCCL does.
+std::vector<void*> accept_all(Net& net, std::vector<void*>& lcs, const Deadline& dl) {
+  std::vector<void*> out(lcs.size(), nullptr);
+  size_t left = lcs.size();
+  Spin spin{dl};
+  while (left > 0) {
+    for (size_t k = 0; k < lcs.size(); ++k) {
+      if (out[k]) continue;
+      out[k] = net.accept_once(lcs[k]);
+      if (out[k]) {
+        net.close_listen(lcs[k]);
+        lcs[k] = nullptr;
+        --left;
+      }
+    }
+    spin.tick();
+  }
+  return out;
+}
+
+std::vector<void*> connect_all(Net& net, int dev, std::vector<Handle>& hs, const Deadline& dl) {
+  std::vector<void*> out(hs.size(), nullptr);
+  size_t left = hs.size();
+  Spin spin{dl};
+  while (left > 0) {
+    for (size_t k = 0; k < hs.size(); ++k) {
+      if (out[k]) continue;
+      out[k] = net.connect_once(dev, &hs[k]);
+      if (out[k]) --left;
+    }
+    spin.tick();
+  }
+  return out;
+}
+
+// One side of the bandwidth phase over K connections.
+struct BwConn {
+  void* comm = nullptr;
+  void* mh = nullptr;
+  char* base = nullptr;
+  uint64_t posted = 0, done = 0;
+  std::vector<void*> reqs;
+};
+
+SideStats run_bw(Side& s, const Cmd& c, bool sender, std::vector<void*> comms) {
+  Net& net = *s.net;
+  const uint64_t K = c.nconns, nslots = slots_for(c), w = window_for(c);
+  Buffer buf(K * nslots * c.size);
+  std::vector<BwConn> conns(K);
+  for (uint64_t k = 0; k < K; ++k) {
+    conns[k].comm = comms[k];
+    conns[k].base = buf.data() + k * nslots * c.size;
+    conns[k].mh = net.reg(comms[k], conns[k].base, nslots * c.size);
+    conns[k].reqs.assign(w, nullptr);
+  }
+  SideStats st;
+  uint64_t seq_base = 0;
+  for (int phase = 0; phase < 2; ++phase) {
+    const uint64_t n = phase == 0 ? c.warmup : c.iters;
+    if (n == 0) continue;
+    Deadline dl(c.timeout_s, strf("in the %s bandwidth phase at %s (%s side; is the peer alive?)",
+                                  phase ? "timed" : "warm-up", format_size(c.size).c_str(),
+                                  sender ? "sending" : "receiving"));
+    for (auto& bc : conns) bc.posted = bc.done = 0;
+    bool moved = false;
+    auto post = [&](BwConn& bc, uint64_t k) {
+      while (bc.posted < n && bc.posted - bc.done < w) {
+        char* p = bc.base + (bc.posted % nslots) * c.size;
+        void* r;
+        if (sender) {
+          if (c.verify) fill_pattern(p, c.size, k, seq_base + bc.posted);
+          r = net.isend(bc.comm, p, c.size, 0, bc.mh);
+        } else {
+          r = net.irecv(bc.comm, p, c.size, 0, bc.mh);
+        }
+        if (!r) return;
+        bc.reqs[bc.posted % w] = r;
+        ++bc.posted;
+        moved = true;
+      }
+    };
+    if (sender) {
+      wait_go(*s.ch, dl);
+    } else {
+      for (uint64_t k = 0; k < K; ++k) post(conns[k], k);
+      send_go(*s.ch, dl);
+    }
+    CpuTimes cpu0 = CpuTimes::now();
+    double t0 = now_s();
+    uint64_t left = K;
+    Spin spin{dl, true};
+    while (left > 0) {
+      for (uint64_t k = 0; k < K; ++k) {
+        BwConn& bc = conns[k];
+        if (bc.done == n) continue;
+        post(bc, k);
+        while (bc.done < bc.posted) {
+          size_t got = 0;
+          if (!net.test(bc.reqs[bc.done % w], &got)) break;
+          if (!sender) {
+            if (got != c.size) {
+              st.bad_bytes += 1;
+              if (st.bad_bytes < 5)
+                fprintf(stderr,
+                        "sluice-bench: conn %llu message %llu: received %zu bytes, sent %llu\n",
+                        (unsigned long long)k, (unsigned long long)bc.done, got,
+                        (unsigned long long)c.size);
+            }
+            if (c.verify) {
+              const char* p = bc.base + (bc.done % nslots) * c.size;
+              uint64_t bad = check_pattern(p, c.size, k, seq_base + bc.done);
+              if (bad && st.bad_bytes < 5)
+                fprintf(stderr, "sluice-bench: conn %llu message %llu (%s): %llu bytes differ\n",
+                        (unsigned long long)k, (unsigned long long)bc.done,
+                        format_size(c.size).c_str(), (unsigned long long)bad);
+              st.bad_bytes += bad;
+            }
+          }
+          ++bc.done;
+          moved = true;
+          if (bc.done == n) --left;
+        }
+      }
+      if (moved) spin.progress();
+      moved = false;
+      spin.tick();
+    }
+    double t1 = now_s();
+    if (phase == 1) {
+      CpuTimes cpu = CpuTimes::now() - cpu0;
+      st.elapsed_s = t1 - t0;
+      st.user_s = cpu.user_s;
+      st.sys_s = cpu.sys_s;
+      st.messages = n * K;
+    }
+    seq_base += n;
+  }
+  for (auto& bc : conns) {
+    net.dereg(bc.comm, bc.mh);
+    if (sender) {
+      net.close_send(bc.comm);
+    } else {
+      net.close_recv(bc.comm);
+    }
+  }
+  return st;
+}
+
+}  // namespace
+
+void fill_pattern(void* p, size_t n, uint64_t stream, uint64_t seq) {
+  uint64_t base = mix(stream * 0x9e3779b97f4a7c15ull ^ (seq + 1) * 0xc2b2ae3d27d4eb4full);
+  char* c = static_cast<char*>(p);
+  size_t words = n / 8;
+  for (size_t i = 0; i < words; ++i) {
+    uint64_t v = mix(base + i);
+    memcpy(c + i * 8, &v, 8);
+  }
+  if (n % 8) {
+    uint64_t v = mix(base + words);
+    memcpy(c + words * 8, &v, n % 8);
+  }
+}
+
+uint64_t check_pattern(const void* p, size_t n, uint64_t stream, uint64_t seq) {
+  uint64_t base = mix(stream * 0x9e3779b97f4a7c15ull ^ (seq + 1) * 0xc2b2ae3d27d4eb4full);
+  const char* c = static_cast<const char*>(p);
+  size_t words = n / 8;
+  uint64_t bad = 0;
+  for (size_t i = 0; i < words; ++i) {
+    uint64_t v = mix(base + i), got;
+    memcpy(&got, c + i * 8, 8);
+    if (got != v)
+      for (int b = 0; b < 8; ++b) bad += ((got >> (8 * b)) & 0xff) != ((v >> (8 * b)) & 0xff);
+  }
+  if (n % 8) {
+    uint64_t v = mix(base + words);
+    const unsigned char* vb = reinterpret_cast<const unsigned char*>(&v);
+    for (size_t b = 0; b < n % 8; ++b) bad += static_cast<unsigned char>(c[words * 8 + b]) != vb[b];
+  }
+  return bad;
+}
+
+SideStats bw_recv(Side& s, const Cmd& c) {
+  Deadline dl(c.timeout_s, "setting up the bandwidth connections (receiver)");
+  std::vector<void*> lcs(c.nconns);
+  std::vector<Handle> hs(c.nconns);
+  for (uint32_t k = 0; k < c.nconns; ++k) hs[k] = s.net->listen(s.dev, &lcs[k]);
+  s.ch->send(hs.data(), hs.size() * sizeof(Handle), dl);
+  std::vector<void*> rcs = accept_all(*s.net, lcs, dl);
+  return run_bw(s, c, false, rcs);
+}
+
+SideStats bw_send(Side& s, const Cmd& c) {
+  Deadline dl(c.timeout_s, "setting up the bandwidth connections (sender)");
+  std::vector<Handle> hs(c.nconns);
+  s.ch->recv(hs.data(), hs.size() * sizeof(Handle), dl);
+  std::vector<void*> scs = connect_all(*s.net, s.dev, hs, dl);
+  return run_bw(s, c, true, scs);
+}
+
+// Latency: both sides need a connection each way.
+namespace {
+struct Pair {
+  void* send = nullptr;
+  void* recv = nullptr;
+};
+
+Pair connect_both_ways(Side& s, const Cmd& c, bool initiator) {
+  Deadline dl(c.timeout_s, "connecting both ways for the latency test");
+  void* lc = nullptr;
+  Handle mine = s.net->listen(s.dev, &lc);
+  Handle theirs{};
+  if (initiator) {
+    s.ch->send_pod(mine, dl);
+    theirs = s.ch->recv_pod<Handle>(dl);
+  } else {
+    theirs = s.ch->recv_pod<Handle>(dl);
+    s.ch->send_pod(mine, dl);
+  }
+  Pair p;
+  Spin spin{dl};
+  while (!p.send || !p.recv) {
+    if (!p.send) p.send = s.net->connect_once(s.dev, &theirs);
+    if (!p.recv) {
+      p.recv = s.net->accept_once(lc);
+      if (p.recv) s.net->close_listen(lc);
+    }
+    spin.tick();
+  }
+  return p;
+}
+
+template <class F>
+void* retry_post(F f, const Deadline& dl) {
+  Spin spin{dl};
+  for (;;) {
+    if (void* r = f()) return r;
+    spin.tick();
+  }
+}
+
+void wait_req(Net& net, void* req, const Deadline& dl, size_t* got = nullptr) {
+  Spin spin{dl};
+  while (!net.test(req, got)) spin.tick();
+}
+}  // namespace
+
+LatResult lat_ping(Side& s, const Cmd& c) {
+  Net& net = *s.net;
+  Pair p = connect_both_ways(s, c, true);
+  Buffer sbuf(c.size), rbuf(c.size);
+  void* smh = net.reg(p.send, sbuf.data(), c.size);
+  void* rmh = net.reg(p.recv, rbuf.data(), c.size);
+  LatResult res;
+  const uint64_t total = c.warmup + c.iters;
+  res.half_rtt_us.reserve(c.iters);
+  Deadline dl(c.timeout_s,
+              strf("in the %s ping-pong (no pong from the peer)", format_size(c.size).c_str()));
+  CpuTimes cpu0 = CpuTimes::now();
+  double tstart = 0;
+  for (uint64_t i = 0; i < total; ++i) {
+    if (i == c.warmup) {
+      cpu0 = CpuTimes::now();
+      tstart = now_s();
+    }
+    if (c.verify) fill_pattern(sbuf.data(), c.size, 0, i);
+    double t0 = now_s();
+    void* rr = retry_post([&] { return net.irecv(p.recv, rbuf.data(), c.size, 0, rmh); }, dl);
+    void* sr = retry_post([&] { return net.isend(p.send, sbuf.data(), c.size, 0, smh); }, dl);
+    size_t got = 0;
+    wait_req(net, sr, dl);
+    wait_req(net, rr, dl, &got);
+    double t1 = now_s();
+    if (i >= c.warmup) res.half_rtt_us.push_back((t1 - t0) * 1e6 / 2);
+    if (got != c.size) ++res.self.bad_bytes;
+    if (c.verify) res.self.bad_bytes += check_pattern(rbuf.data(), c.size, 1, i);
+  }
+  double tend = now_s();
+  CpuTimes cpu = CpuTimes::now() - cpu0;
+  res.self.elapsed_s = tend - tstart;
+  res.self.user_s = cpu.user_s;
+  res.self.sys_s = cpu.sys_s;
+  res.self.messages = c.iters;
+  std::sort(res.half_rtt_us.begin(), res.half_rtt_us.end());
+  net.dereg(p.send, smh);
+  net.dereg(p.recv, rmh);
+  net.close_send(p.send);
+  net.close_recv(p.recv);
+  return res;
+}
+
+SideStats lat_pong(Side& s, const Cmd& c) {
+  Net& net = *s.net;
+  Pair p = connect_both_ways(s, c, false);
+  Buffer sbuf(c.size), rbuf(c.size);
+  void* smh = net.reg(p.send, sbuf.data(), c.size);
+  void* rmh = net.reg(p.recv, rbuf.data(), c.size);
+  SideStats st;
+  const uint64_t total = c.warmup + c.iters;
+  Deadline dl(c.timeout_s,
+              strf("in the %s ping-pong (no ping from the peer)", format_size(c.size).c_str()));
+  CpuTimes cpu0 = CpuTimes::now();
+  double t0 = now_s();
+  void* rr = retry_post([&] { return net.irecv(p.recv, rbuf.data(), c.size, 0, rmh); }, dl);
+  for (uint64_t i = 0; i < total; ++i) {
+    size_t got = 0;
+    wait_req(net, rr, dl, &got);
+    if (got != c.size) ++st.bad_bytes;
+    if (c.verify) {
+      st.bad_bytes += check_pattern(rbuf.data(), c.size, 0, i);
+      fill_pattern(sbuf.data(), c.size, 1, i);
+    }
+    if (i + 1 < total)
+      rr = retry_post([&] { return net.irecv(p.recv, rbuf.data(), c.size, 0, rmh); }, dl);
+    void* sr = retry_post([&] { return net.isend(p.send, sbuf.data(), c.size, 0, smh); }, dl);
+    wait_req(net, sr, dl);
+  }
+  CpuTimes cpu = CpuTimes::now() - cpu0;
+  st.elapsed_s = now_s() - t0;
+  st.user_s = cpu.user_s;
+  st.sys_s = cpu.sys_s;
+  st.messages = total;
+  net.dereg(p.send, smh);
+  net.dereg(p.recv, rmh);
+  net.close_send(p.send);
+  net.close_recv(p.recv);
+  return st;
+}
+
+// Connection cost. Protocol: peer measures its baseline and sends 'G'; initiator starts the clock
+// and answers 'G'; peer listens on all, ships the handles, accepts all, then reports "accepted"
+// (its own elapsed) and its resident memory / verbs objects with every connection still open;
+// initiator sends 'G' to close; peer reports its close time.
+SideStats conn_accept(Side& s, const Cmd& c) {
+  Deadline dl(c.timeout_s, strf("establishing %u connections (receiver)", c.nconns));
+  SideStats st;
+  st.rss_before = rss_bytes();
+  VerbsObjects v0 = VerbsObjects::of_pid(getpid());
+  send_go(*s.ch, dl);
+  wait_go(*s.ch, dl);
+  double t0 = now_s();
+  std::vector<void*> lcs(c.nconns);
+  std::vector<Handle> hs(c.nconns);
+  for (uint32_t k = 0; k < c.nconns; ++k) hs[k] = s.net->listen(s.dev, &lcs[k]);
+  s.ch->send(hs.data(), hs.size() * sizeof(Handle), dl);
+  std::vector<void*> rcs = accept_all(*s.net, lcs, dl);
+  st.elapsed_s = now_s() - t0;
+  st.rss_after = rss_bytes();
+  VerbsObjects v1 = VerbsObjects::of_pid(getpid());
+  st.verbs_valid = v0.valid && v1.valid;
+  st.qps = v1.qps - v0.qps;
+  st.cqs = v1.cqs - v0.cqs;
+  st.cqes = v1.cqes - v0.cqes;
+  st.mrs = v1.mrs - v0.mrs;
+  st.pds = v1.pds - v0.pds;
+  s.ch->send_pod(st, dl);
+  wait_go(*s.ch, dl);
+  double tc = now_s();
+  for (void* rc : rcs) s.net->close_recv(rc);
+  st.close_s = now_s() - tc;
+  return st;
+}
+
+SideStats conn_connect(Side& s, const Cmd& c) {
+  Deadline dl(c.timeout_s, strf("establishing %u connections (sender)", c.nconns));
+  SideStats st;
+  st.rss_before = rss_bytes();
+  VerbsObjects v0 = VerbsObjects::of_pid(getpid());
+  wait_go(*s.ch, dl);
+  double t0 = now_s();
+  send_go(*s.ch, dl);
+  std::vector<Handle> hs(c.nconns);
+  s.ch->recv(hs.data(), hs.size() * sizeof(Handle), dl);
+  std::vector<void*> scs = connect_all(*s.net, s.dev, hs, dl);
+  double t_connected = now_s();
+  SideStats peer = s.ch->recv_pod<SideStats>(dl);  // arrives once the peer accepted them all
+  // Wall time of the whole setup (both sides done), measured on one clock.
+  st.elapsed_s = std::max(now_s(), t_connected) - t0;
+  st.rss_after = rss_bytes();
+  VerbsObjects v1 = VerbsObjects::of_pid(getpid());
+  st.verbs_valid = v0.valid && v1.valid;
+  st.qps = v1.qps - v0.qps;
+  st.cqs = v1.cqs - v0.cqs;
+  st.cqes = v1.cqes - v0.cqes;
+  st.mrs = v1.mrs - v0.mrs;
+  st.pds = v1.pds - v0.pds;
+  (void)peer;
+  send_go(*s.ch, dl);
+  double tc = now_s();
+  for (void* sc : scs) s.net->close_send(sc);
+  st.close_s = now_s() - tc;
+  return st;
+}
+
+}  // namespace bench

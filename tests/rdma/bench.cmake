@@ -1,0 +1,20 @@
+# Benchmarks as tests (label `rdma`, run inside the Soft-RoCE bed): short, verified, never timed.
+# They check that the benchmarks run end to end through the plugin's exported table and that
+# every byte / every allreduce element arrives right; the numbers are not judged here.
+# (bench/ is added after tests/, so test for the option, not the targets; generator expressions
+# resolve the targets at generate time.)
+if(NOT SLUICE_BUILD_BENCH)
+  return()
+endif()
+
+# Ring allreduce, 4 ranks spread over rxe0/rxe1, a few sizes (one of them several chunks long and
+# not a multiple of the ranks' segments), every iteration verified.
+sluice_add_rdma_test(NAME bench_allreduce_4ranks TIMEOUT 600 COMMAND
+  ${PROJECT_SOURCE_DIR}/bench/launch-allreduce -n 4 --build ${CMAKE_BINARY_DIR} --timeout 400 --
+  -b 8 -e 2M -f 32 -n 2 -w 1 --chunk 256K --timeout 120 --quiet)
+
+# Point to point with every received byte checked: bandwidth sweep, ping-pong, two connections
+# at once.
+sluice_add_rdma_test(NAME bench_sluice_bench_verify TIMEOUT 600 COMMAND
+  $<TARGET_FILE:sluice-bench> --verify --tests bw,lat,agg -b 8 -e 1M -f 8 --bytes-per-size 2M
+  --iters-min 4 --iters-max 100 --lat-iters 50 --agg-sizes 64K --conns 2 --timeout 120 --quiet)
