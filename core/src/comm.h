@@ -22,6 +22,24 @@
 
 namespace sluice {
 
+// Queue depths, per QP. The sender accounts the WRs it has on each send queue and does not post a
+// group that would not fit (isend returns "again" until completions free room), so the send queue
+// need not hold the worst case of kFifoSlots grouped sends of kEntriesPerSlot + 1 WRs each.
+// Depths are 2^k - 1: providers (rxe, mlx5) round a queue up to the next power of two above the
+// requested depth, so 2^k would double the memory.
+inline constexpr uint32_t kSendSqDepth = 47;
+// The receiver's send queue carries only CTS writes: at most kCtsBudget whose slots are not yet
+// reclaimed by a polled signaled CTS completion (one every kCtsSignalEvery).
+inline constexpr uint32_t kCtsSignalEvery = 8;
+inline constexpr uint32_t kCtsBudget = 23;
+inline constexpr uint32_t kRecvSqDepth = kCtsBudget + kCtsSignalEvery;
+inline constexpr uint32_t kRecvRqDepth = wire::kFifoSlots;  // one receive WR per irecv per QP
+// Inline CTS: one entry (the common, ungrouped receive); grouped receives post from staging memory.
+inline constexpr uint32_t kCtsInlineBytes = sizeof(wire::CtsEntry);
+static_assert(kSendSqDepth >= 2 * (wire::kEntriesPerSlot + 1), "two full groups must fit");
+static_assert(kCtsBudget + kCtsSignalEvery <= kRecvSqDepth);
+static_assert(kRecvRqDepth >= wire::kFifoSlots);
+
 // Anonymous memory preferring a NUMA node (mbind MPOL_PREFERRED, best effort), page aligned,
 // zeroed. Used for everything the NIC reads or writes on the comm's behalf.
 class NumaBuffer {
@@ -123,8 +141,9 @@ class SendComm : public CommBase {
   // Matching state of the slot at `head`:
   uint8_t matched = 0;  // bit i: entry i has its isend
   SendReq* slot_reqs[wire::kEntriesPerSlot] = {};
-  SendReq* pool = nullptr;        // kPool requests, in `mem` (on the NIC's NUMA node)
-  uint16_t* free_list = nullptr;  // kPool entries, in `mem`
+  uint32_t sq_used[wire::kMaxQps] = {};  // WRs posted on each QP and not yet completed
+  SendReq* pool = nullptr;               // kPool requests, in `mem` (on the NIC's NUMA node)
+  uint16_t* free_list = nullptr;         // kPool entries, in `mem`
   int free_top = 0;
   Conn c;
 };

@@ -42,10 +42,6 @@ constexpr uint8_t kReadyByte = 0x5a;
 
 // Queue depths. The sender's send queue holds, per QP, at most one group per FIFO slot of up to
 // kEntriesPerSlot data WRITEs plus the closing WRITE_WITH_IMM.
-constexpr uint32_t kSendSqDepth = wire::kFifoSlots * (wire::kEntriesPerSlot + 1) + 8;
-constexpr uint32_t kRecvSqDepth = 2 * wire::kFifoSlots + 8;  // CTS writes (see datapath.cc)
-constexpr uint32_t kRecvRqDepth = wire::kFifoSlots + 4;      // one receive WR per irecv per QP
-static_assert(kSendSqDepth >= wire::kFifoSlots * (wire::kEntriesPerSlot + 1));
 
 uint64_t random_u64() {
   static thread_local std::mt19937_64 rng{std::random_device{}()};
@@ -282,19 +278,17 @@ Status build_send_comm(ConnectState& s) {
   static_assert(sizeof(wire::DoneRecord) % alignof(SendReq) == 0);
   SLUICE_RETURN_IF_ERROR(
       register_comm_memory(*d, comm->mem, fifo_bytes + rec_bytes, &comm->mem_mr));
-  for (int i = 0; i < SendComm::kPool; ++i) {
-    new (&comm->pool[i]) SendReq();
-    comm->pool[i].index = static_cast<uint16_t>(i);
-    comm->pool[i].comm = comm.get();
-    comm->pool[i].is_send = true;
+  // Requests are constructed when first handed out (datapath.cc), so pool pages a connection
+  // never uses are never touched.
+  for (int i = 0; i < SendComm::kPool; ++i)
     comm->free_list[i] = static_cast<uint16_t>(SendComm::kPool - 1 - i);
-  }
   comm->free_top = SendComm::kPool;
 
   fill_local_meta(*d, 0, s.handle.nonce, &s.local);
   int nqps = cfg.qps_per_connection;
   QpCaps caps{kSendSqDepth, 1, 1, 1, 0};
-  int cqe = nqps * static_cast<int>(kSendSqDepth + 1) + 16;
+  // Every WR can complete into the CQ when a QP is flushed in error.
+  int cqe = nqps * static_cast<int>(kSendSqDepth + 1) - 1;
   SLUICE_RETURN_IF_ERROR(create_qps(comm->c, nqps, caps, cqe, &s.local));
   s.tc = static_cast<uint8_t>(cfg.traffic_class >= 0     ? cfg.traffic_class
                               : s.cfg.traffic_class >= 0 ? s.cfg.traffic_class
@@ -438,15 +432,13 @@ Status build_recv_comm(ListenComm& l, ListenComm::Pending& p) {
   static_assert(std::is_trivially_destructible_v<RecvReq>, "lives in raw comm memory");
   SLUICE_RETURN_IF_ERROR(
       register_comm_memory(*d, comm->mem, stage_bytes + rec_bytes, &comm->mem_mr));
-  for (int i = 0; i < wire::kFifoSlots; ++i) {
-    new (&comm->pool[i]) RecvReq();
-    comm->pool[i].comm = comm.get();
-  }
+  // Requests are constructed on first use (datapath.cc).
   fill_local_meta(*d, 1, l.nonce, &p.local);
   int nqps = p.remote.nqps;  // the connector decides; both sides must agree
-  uint32_t inline_bytes = cfg.cts_inline ? sizeof(wire::CtsEntry) * wire::kEntriesPerSlot : 0;
+  uint32_t inline_bytes = cfg.cts_inline ? kCtsInlineBytes : 0;
   QpCaps caps{kRecvSqDepth, kRecvRqDepth, 1, 1, inline_bytes};
-  int cqe = nqps * static_cast<int>(kRecvSqDepth + kRecvRqDepth) + 16;
+  // Receive completions, signaled CTS writes, and every WR when flushed in error.
+  int cqe = nqps * static_cast<int>(kRecvSqDepth + kRecvRqDepth + 1) - 1;
   SLUICE_RETURN_IF_ERROR(create_qps(comm->c, nqps, caps, cqe, &p.local));
   uint8_t tc = cfg.fifo_traffic_class >= 0 ? static_cast<uint8_t>(cfg.fifo_traffic_class)
                                            : p.remote.traffic_class;

@@ -4,9 +4,13 @@
 // (errors build a message once, when the comm fails).
 #include <arpa/inet.h>
 
+#include <algorithm>
 #include <atomic>
 #include <bit>
+#include <climits>
+#include <cstdint>
 #include <cstring>
+#include <new>
 
 #include "comm.h"
 #include "sluice/core/log.h"
@@ -17,8 +21,6 @@ namespace {
 // wr_id encodings. A send's closing WR carries its group leader's pool index (< 256).
 constexpr uint64_t kWrUnsignaled = 1ull << 63;  // data WRITE: only seen when flushed in error
 constexpr uint64_t kWrCts = 1ull << 62;         // signaled CTS write: | qp << 32 | writes covered
-constexpr uint32_t kCtsSignalEvery = 8;
-constexpr uint32_t kCtsBudget = 2 * wire::kFifoSlots;  // < receiver SQ depth (connect.cc)
 constexpr size_t kSplitAlign = 128;  // per-QP chunks are multiples of 128 B (LL128 lines intact)
 constexpr size_t kMaxMessage = size_t{1} << 30;
 static_assert(kMaxMessage < wire::kImmRecord, "a single-receive size must fit the immediate");
@@ -89,6 +91,21 @@ Status post_chain(SendComm& s, int q, ibv_send_wr* wrs, int nw) {
   return Status::ok();
 }
 
+// Bytes of a message that QP q carries: messages are split over the QPs in 128-byte multiples.
+size_t chunk_of(size_t size, int nqps) {
+  if (nqps == 1) return size;
+  return ((size + nqps - 1) / nqps + kSplitAlign - 1) / kSplitAlign * kSplitAlign;
+}
+
+// WRs a group of messages puts on QP q: one WRITE per message with bytes on q, and the closing
+// WRITE_WITH_IMM (which is the last WRITE itself for a single message with bytes on q).
+uint32_t group_wrs(const SendReq* const* members, int n, int q, int nqps) {
+  uint32_t w = 0;
+  for (int i = 0; i < n; ++i)
+    if (static_cast<size_t>(q) * chunk_of(members[i]->size, nqps) < members[i]->size) ++w;
+  return (n == 1 && w == 1) ? 1 : w + 1;
+}
+
 // Posts the whole group of the slot at s.head: every QP gets its chunk of every message, then the
 // closing WRITE_WITH_IMM (carrying the completion record on QP 0 for grouped receives).
 Status post_group(SendComm& s, const wire::CtsEntry* e, int nreqs) {
@@ -100,7 +117,7 @@ Status post_group(SendComm& s, const wire::CtsEntry* e, int nreqs) {
   if (nreqs > 1) {
     wire::DoneRecord& r = s.records[slot];
     for (int i = 0; i < wire::kEntriesPerSlot; ++i)
-      r.sizes[i] = i < nreqs ? s.slot_reqs[i]->size : 0;
+      r.sizes[i] = i < nreqs ? static_cast<uint32_t>(s.slot_reqs[i]->size) : 0;
     r.status = wire::kRecordOk;
     r.bad_index = 0;
     r.seq = s.head + 1;
@@ -155,6 +172,7 @@ Status post_group(SendComm& s, const wire::CtsEntry* e, int nreqs) {
     close->send_flags = IBV_SEND_SIGNALED;
     close->wr_id = leader->index;
     SLUICE_RETURN_IF_ERROR(post_chain(s, q, wrs, nw));
+    s.sq_used[q] += static_cast<uint32_t>(nw);
   }
   for (int i = 0; i < nreqs; ++i) s.slot_reqs[i]->posted = true;
   ++s.head;
@@ -169,7 +187,7 @@ Status reject_too_large(SendComm& s, const wire::CtsEntry* e, int index, size_t 
   const uint32_t slot = static_cast<uint32_t>(s.head % wire::kFifoSlots);
   wire::DoneRecord& r = s.records[slot];
   std::memset(&r, 0, sizeof r);
-  r.sizes[index] = size;
+  r.sizes[index] = static_cast<uint32_t>(std::min<size_t>(size, UINT32_MAX));
   r.status = wire::kRecordTooLarge;
   r.bad_index = static_cast<uint32_t>(index);
   r.seq = s.head + 1;
@@ -203,6 +221,13 @@ Status poll_send(SendComm& s) {
     if (wc[k].status != IBV_WC_SUCCESS) return fail(s.c, completion_error(s.c, wc[k], "send"));
     if (wc[k].wr_id & kWrUnsignaled) continue;
     SendReq* leader = &s.pool[wc[k].wr_id];
+    // This closing WR completed, so every WR of the group before it on that QP did too.
+    const int q = qp_index(s.c, wc[k].qp_num);
+    if (q >= 0) {
+      SendReq* members[wire::kEntriesPerSlot];
+      for (int i = 0; i < leader->group_n; ++i) members[i] = &s.pool[leader->group[i]];
+      s.sq_used[q] -= group_wrs(members, leader->group_n, q, s.c.nqps);
+    }
     if (--leader->pending == 0) {
       for (int i = 0; i < leader->group_n; ++i) s.pool[leader->group[i]].done = true;
     }
@@ -306,7 +331,30 @@ Status isend(SendComm* s, void* data, size_t size, int tag, MemHandle* mh, Reque
                              "isend of " + std::to_string(size) + " bytes exceeds maxP2pBytes"));
   }
   if (s->free_top == 0) return Status::again();
-  SendReq* r = &s->pool[s->free_list[--s->free_top]];
+  const bool completes_group = std::popcount(static_cast<unsigned>(s->matched)) + 1 == nreqs;
+  if (completes_group) {
+    // Room on every QP's send queue for the whole group, or try again after completions.
+    SendReq probe;
+    probe.size = size;
+    SendReq* members[wire::kEntriesPerSlot];
+    for (int i = 0; i < nreqs; ++i) members[i] = i == idx ? &probe : s->slot_reqs[i];
+    for (int pass = 0; pass < 2; ++pass) {
+      bool fits = true;
+      for (int q = 0; q < s->c.nqps && fits; ++q)
+        fits = s->sq_used[q] + group_wrs(members, nreqs, q, s->c.nqps) <= kSendSqDepth;
+      if (fits) break;
+      if (pass == 1) return Status::again();
+      SLUICE_RETURN_IF_ERROR(poll_send(*s));
+    }
+  }
+  const uint16_t slot_index = s->free_list[--s->free_top];
+  SendReq* r = &s->pool[slot_index];
+  if (r->magic != Request::kMagic) {  // first use of this pool entry
+    new (r) SendReq();
+    r->index = slot_index;
+    r->comm = s;
+    r->is_send = true;
+  }
   r->in_use = true;
   r->done = false;
   r->posted = false;
@@ -317,8 +365,7 @@ Status isend(SendComm* s, void* data, size_t size, int tag, MemHandle* mh, Reque
   r->lkey = size > 0 ? mh->lkey : 0;
   s->slot_reqs[idx] = r;
   s->matched |= static_cast<uint8_t>(1u << idx);
-  if (std::popcount(static_cast<unsigned>(s->matched)) == nreqs)
-    SLUICE_RETURN_IF_ERROR(post_group(*s, e, nreqs));
+  if (completes_group) SLUICE_RETURN_IF_ERROR(post_group(*s, e, nreqs));
   *out = r;
   return Status::ok();
 }
@@ -340,6 +387,10 @@ Status irecv(RecvComm* r, int n, void* const* data, const size_t* sizes, const i
   const uint64_t seq = r->seq;
   const uint32_t slot = static_cast<uint32_t>(seq % wire::kFifoSlots);
   RecvReq& req = r->pool[slot];
+  if (req.magic != Request::kMagic) {  // first use of this pool entry
+    new (&req) RecvReq();
+    req.comm = r;
+  }
   if (req.in_use) return Status::again();            // 32 receives in flight
   const int cq = static_cast<int>(seq % r->c.nqps);  // QP that carries this CTS
   if (r->cts_outstanding[cq] >= kCtsBudget) {
@@ -368,11 +419,11 @@ Status irecv(RecvComm* r, int n, void* const* data, const size_t* sizes, const i
     req.received[i] = 0;
     req.tags[i] = tags[i];
     e[i].addr = reinterpret_cast<uintptr_t>(data[i]);
-    e[i].size = sizes[i];
+    e[i].size = static_cast<uint32_t>(std::min<size_t>(sizes[i], UINT32_MAX));
     e[i].rkey = sizes[i] > 0 ? mhs[i]->rkey : 0;
     e[i].tag = tags[i];
-    e[i].nreqs = static_cast<uint16_t>(n);
-    e[i].index = static_cast<uint16_t>(i);
+    e[i].nreqs = static_cast<uint8_t>(n);
+    e[i].index = static_cast<uint8_t>(i);
     e[i].seq = seq + 1;
   }
   const uint32_t bytes = static_cast<uint32_t>(n * sizeof(wire::CtsEntry));

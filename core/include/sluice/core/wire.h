@@ -83,31 +83,31 @@ Status validate_meta(const Meta& m, uint8_t expected_role, uint64_t nonce);
 // sender's FIFO (slot = seq % kFifoSlots, entry = index in the grouped receive) with one RDMA WRITE
 // per irecv. `seq` is the receive's sequence number + 1 and sits at the end so that a sender that
 // reads the expected seq in every entry of a slot reads complete entries; the sender never writes
-// the FIFO.
-struct alignas(64) CtsEntry {
+// the FIFO. Sizes are 32-bit: a message is below 2^31 bytes (maxP2pBytes), so a larger posted
+// capacity is recorded as UINT32_MAX.
+struct alignas(32) CtsEntry {
   uint64_t addr;
-  uint64_t size;
   uint32_t rkey;
+  uint32_t size;
   int32_t tag;
-  uint16_t nreqs;  // receives in this group (same in every entry of the slot)
-  uint16_t index;  // this entry's position in the group
-  uint32_t reserved;
+  uint8_t nreqs;  // receives in this group (same in every entry of the slot)
+  uint8_t index;  // this entry's position in the group
+  uint16_t reserved;
   uint64_t seq;
-  uint8_t pad[24];
 };
-static_assert(sizeof(CtsEntry) == 64);
-static_assert(offsetof(CtsEntry, seq) == 32);
+static_assert(sizeof(CtsEntry) == 32);
+static_assert(offsetof(CtsEntry, seq) == 24);
 
 // Completion record: written by the sender into the receiver's array (one per FIFO slot) with the
 // closing WRITE_WITH_IMM of a grouped send or of an error notice; read by the receiver only after
 // every QP's immediate for that slot arrived (same-QP ordering makes it visible by then).
 struct alignas(64) DoneRecord {
-  uint64_t sizes[kEntriesPerSlot];  // bytes sent into each entry (attempted size on error)
+  uint32_t sizes[kEntriesPerSlot];  // bytes sent into each entry (attempted size on error)
   uint32_t status;                  // kRecordOk or kRecordTooLarge
   uint32_t bad_index;               // on error: the entry that was too small
   uint64_t seq;
 };
-static_assert(sizeof(DoneRecord) == 128);
+static_assert(sizeof(DoneRecord) == 64);
 inline constexpr uint32_t kRecordOk = 0;
 inline constexpr uint32_t kRecordTooLarge = 1;
 
