@@ -136,6 +136,11 @@ const std::vector<Param>& table() {
     {.name = "SLUICE_TOPO_FILE", .type = Type::kString, .field = &Config::topo_file,
      .allowed_text = "path",
      .doc = "hwloc XML file to use instead of the live machine's topology"},
+    // Logging
+    {.name = "SLUICE_LOG", .type = Type::kEnum, .field = &Config::log_level,
+     .choices = {{"none", 0}, {"warn", 2}, {"info", 3}, {"trace", 5}},
+     .doc = "Level of Sluice's own stderr log, used only where NCCL's logger is not installed "
+            "(sluice-info, tests); inside NCCL, NCCL_DEBUG decides"},
   };
   return params;
 }
@@ -346,6 +351,18 @@ Result<Config> load_config_from_environment(std::vector<ParamSource>* sources) {
         return std::string(v);
       },
       sources);
+}
+
+int log_level_from_environment() {
+  const char* v = std::getenv("SLUICE_LOG");  // NOLINT(concurrency-mt-unsafe)
+  const Config defaults;
+  if (v == nullptr) return defaults.log_level;
+  for (const Param& p : table()) {
+    if (p.name != "SLUICE_LOG") continue;
+    for (const Choice& ch : p.choices)
+      if (iequals(trim(v), ch.text)) return ch.value;
+  }
+  return defaults.log_level;
 }
 
 const std::vector<ParamDoc>& param_docs() {

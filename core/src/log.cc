@@ -2,8 +2,9 @@
 
 #include <atomic>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
+
+#include "sluice/core/config.h"
 
 namespace sluice {
 namespace {
@@ -11,15 +12,8 @@ namespace {
 std::atomic<LogSink> g_sink{nullptr};
 
 int stderr_level() {
-  static const int level = [] {
-    // Read once; this is the stderr fallback only (NCCL's logger applies NCCL_DEBUG itself).
-    const char* v = std::getenv("SLUICE_LOG");  // NOLINT(concurrency-mt-unsafe)
-    if (v == nullptr) return int{kLogWarn};
-    if (strcasecmp(v, "none") == 0) return int{kLogNone};
-    if (strcasecmp(v, "info") == 0) return int{kLogInfo};
-    if (strcasecmp(v, "trace") == 0) return int{kLogTrace};
-    return int{kLogWarn};
-  }();
+  // Read once; this is the stderr fallback only (NCCL's logger applies NCCL_DEBUG itself).
+  static const int level = log_level_from_environment();
   return level;
 }
 

@@ -97,6 +97,7 @@ TEST(Config, EveryParameterReachesItsField) {
       {"SLUICE_NIC_AFFINITY", "auto"},
       {"SLUICE_GPU_NIC_MAP", "0:mlx5_0,1:mlx5_1"},
       {"SLUICE_TOPO_FILE", "/tmp/topo.xml"},
+      {"SLUICE_LOG", "info"},
   };
   std::vector<ParamSource> sources;
   const Config c = load_ok(env, &sources);
@@ -124,6 +125,7 @@ TEST(Config, EveryParameterReachesItsField) {
   EXPECT_EQ(c.nic_affinity, "auto");
   EXPECT_EQ(c.gpu_nic_map, "0:mlx5_0,1:mlx5_1");
   EXPECT_EQ(c.topo_file, "/tmp/topo.xml");
+  EXPECT_EQ(c.log_level, 3);
 
   // One source per parameter, in table (= param_docs) order, each set by its canonical name.
   ASSERT_EQ(sources.size(), env.size());
@@ -339,9 +341,24 @@ TEST(Config, LoadFromEnvironmentReadsTheProcessEnvironment) {
             "NCCL_IB_RETRY_CNT=\"8\" is not valid: expected an integer in 0..7");
 }
 
+TEST(Config, LogLevelForTheLoggerUsesTheTableRow) {
+  unsetenv("SLUICE_LOG");
+  EXPECT_EQ(log_level_from_environment(), 2);
+  setenv("SLUICE_LOG", " TRACE ", 1);
+  EXPECT_EQ(log_level_from_environment(), 5);
+  setenv("SLUICE_LOG", "none", 1);
+  EXPECT_EQ(log_level_from_environment(), 0);
+  setenv("SLUICE_LOG", "loud", 1);  // invalid: the logger keeps the default, init reports it
+  EXPECT_EQ(log_level_from_environment(), 2);
+  auto bad = load_config_from_environment();
+  unsetenv("SLUICE_LOG");
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_NE(bad.status().message().find("SLUICE_LOG"), std::string::npos);
+}
+
 TEST(ParamDocs, OneRowPerParameterWithEverythingFilledIn) {
   const auto& docs = param_docs();
-  EXPECT_EQ(docs.size(), 24u);
+  EXPECT_EQ(docs.size(), 25u);
   std::set<std::string> names;
   for (const ParamDoc& d : docs) {
     SCOPED_TRACE(d.name);

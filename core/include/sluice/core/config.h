@@ -42,6 +42,8 @@ struct Config {
   std::string nic_affinity;  // SLUICE_NIC_AFFINITY: "" / "off" / "auto"
   std::string gpu_nic_map;   // SLUICE_GPU_NIC_MAP: explicit GPU -> NIC override
   std::string topo_file;     // SLUICE_TOPO_FILE: hwloc XML instead of the live machine
+  // Logging
+  int log_level = 2;  // SLUICE_LOG: level of the stderr log where NCCL's logger is absent
 };
 
 // How a parameter got its value, for the INFO dump.
@@ -70,5 +72,9 @@ Result<Config> load_config(const EnvLookup& env, std::vector<ParamSource>* sourc
 Result<Config> load_config_from_environment(std::vector<ParamSource>* sources = nullptr);
 
 const std::vector<ParamDoc>& param_docs();
+
+// SLUICE_LOG alone, parsed with its table row and without logging (the logger itself needs it
+// before any configuration is loaded). An unset or invalid value gives the default (WARN = 2).
+int log_level_from_environment();
 
 }  // namespace sluice
