@@ -130,9 +130,7 @@ Status post_group(SendComm& s, const wire::CtsEntry* e, int nreqs) {
     int nw = 0;
     for (int i = 0; i < nreqs; ++i) {
       const SendReq* r = s.slot_reqs[i];
-      size_t chunk = r->size;
-      if (nqps > 1)
-        chunk = ((r->size + nqps - 1) / nqps + kSplitAlign - 1) / kSplitAlign * kSplitAlign;
+      const size_t chunk = chunk_of(r->size, nqps);
       size_t off = static_cast<size_t>(q) * chunk;
       if (off >= r->size) continue;
       size_t len = std::min(chunk, r->size - off);
