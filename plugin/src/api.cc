@@ -14,11 +14,11 @@
 #include <string_view>
 #include <unordered_set>
 
+#include "placement.h"
 #include "sluice/core/api.h"
 #include "sluice/core/log.h"
 #include "sluice/core/status.h"
 #include "sluice/gpu/cuda_driver.h"
-#include "placement.h"
 
 namespace sluice::plugin {
 namespace {
@@ -204,7 +204,8 @@ Status copy_mhandles(int n, void* const* mhandles, MemHandle** out) {
 
 // Takes one engine reference. Caller holds g_mu.
 Status acquire_engine() {
-  SLUICE_RETURN_IF_ERROR(engine_acquire(current_sink(), make_locality_provider(), make_order_provider()));
+  SLUICE_RETURN_IF_ERROR(
+      engine_acquire(current_sink(), make_locality_provider(), make_order_provider()));
   if (device_count() <= 0) {
     engine_release();
     // NCCL: "If no device is present or usable, init should not return ncclSuccess".

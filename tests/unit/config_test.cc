@@ -420,9 +420,13 @@ void expect_table_in_sync(const std::string& relpath) {
   }
 }
 
-TEST(ParamDocs, ConfigurationMarkdownIsInSync) { expect_table_in_sync("docs/configuration.md"); }
+TEST(ParamDocs, ConfigurationMarkdownIsInSync) {
+  expect_table_in_sync("docs/configuration.md");
+}
 
-TEST(ParamDocs, ReadmeDocumentsEveryParameter) { expect_table_in_sync("README.md"); }
+TEST(ParamDocs, ReadmeDocumentsEveryParameter) {
+  expect_table_in_sync("README.md");
+}
 
 }  // namespace
 }  // namespace sluice

@@ -1,11 +1,11 @@
 // Wire formats: the listen handle and connection metadata are validated before anything trusts
 // them, so a corrupt or foreign handle is a clean error, never a crash or a hang.
+#include "sluice/core/wire.h"
+
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 
 #include <cstring>
-
-#include "sluice/core/wire.h"
 
 namespace sluice::wire {
 namespace {
@@ -23,7 +23,9 @@ Handle good_handle() {
   return h;
 }
 
-TEST(Handle, GoodHandleValidates) { EXPECT_TRUE(validate_handle(good_handle()).is_ok()); }
+TEST(Handle, GoodHandleValidates) {
+  EXPECT_TRUE(validate_handle(good_handle()).is_ok());
+}
 
 TEST(Handle, EveryCorruptedByteBeforeTheChecksumIsDetected) {
   const Handle h = good_handle();
@@ -69,7 +71,9 @@ Meta good_meta(uint8_t role) {
   return m;
 }
 
-TEST(Meta, GoodMetaValidates) { EXPECT_TRUE(validate_meta(good_meta(0), 0, 77).is_ok()); }
+TEST(Meta, GoodMetaValidates) {
+  EXPECT_TRUE(validate_meta(good_meta(0), 0, 77).is_ok());
+}
 
 TEST(Meta, RejectsWrongRoleNonceQpsDepthAndName) {
   EXPECT_FALSE(validate_meta(good_meta(1), 0, 77).is_ok());
