@@ -412,6 +412,18 @@ SideStats lat_pong(Side& s, const Cmd& c) {
   return st;
 }
 
+// Resident memory and verbs objects now, as growth since `v0` (taken with st->rss_before).
+void record_growth(SideStats* st, const VerbsObjects& v0) {
+  st->rss_after = rss_bytes();
+  VerbsObjects v1 = VerbsObjects::of_pid(getpid());
+  st->verbs_valid = v0.valid && v1.valid;
+  st->qps = v1.qps - v0.qps;
+  st->cqs = v1.cqs - v0.cqs;
+  st->cqes = v1.cqes - v0.cqes;
+  st->mrs = v1.mrs - v0.mrs;
+  st->pds = v1.pds - v0.pds;
+}
+
 // Connection cost. Protocol: peer measures its baseline and sends 'G'; initiator starts the clock
 // and answers 'G'; peer listens on all, ships the handles, accepts all, then reports "accepted"
 // (its own elapsed) and its resident memory / verbs objects with every connection still open;
@@ -430,14 +442,7 @@ SideStats conn_accept(Side& s, const Cmd& c) {
   s.ch->send(hs.data(), hs.size() * sizeof(Handle), dl);
   std::vector<void*> rcs = accept_all(*s.net, lcs, dl);
   st.elapsed_s = now_s() - t0;
-  st.rss_after = rss_bytes();
-  VerbsObjects v1 = VerbsObjects::of_pid(getpid());
-  st.verbs_valid = v0.valid && v1.valid;
-  st.qps = v1.qps - v0.qps;
-  st.cqs = v1.cqs - v0.cqs;
-  st.cqes = v1.cqes - v0.cqes;
-  st.mrs = v1.mrs - v0.mrs;
-  st.pds = v1.pds - v0.pds;
+  record_growth(&st, v0);
   s.ch->send_pod(st, dl);
   wait_go(*s.ch, dl);
   double tc = now_s();
@@ -461,14 +466,7 @@ SideStats conn_connect(Side& s, const Cmd& c) {
   SideStats peer = s.ch->recv_pod<SideStats>(dl);  // arrives once the peer accepted them all
   // Wall time of the whole setup (both sides done), measured on one clock.
   st.elapsed_s = std::max(now_s(), t_connected) - t0;
-  st.rss_after = rss_bytes();
-  VerbsObjects v1 = VerbsObjects::of_pid(getpid());
-  st.verbs_valid = v0.valid && v1.valid;
-  st.qps = v1.qps - v0.qps;
-  st.cqs = v1.cqs - v0.cqs;
-  st.cqes = v1.cqes - v0.cqes;
-  st.mrs = v1.mrs - v0.mrs;
-  st.pds = v1.pds - v0.pds;
+  record_growth(&st, v0);
   (void)peer;
   send_go(*s.ch, dl);
   double tc = now_s();
