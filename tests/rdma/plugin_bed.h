@@ -1,0 +1,107 @@
+// The process-wide test bed of the plugin's rdma tests: one v12 ctx, the devices to use, and the
+// skip-or-fail rule. Shared by plugin_rdma_test.cc and plugin_rdma_stress_test.cc (one binary);
+// everything is inline so both translation units see one instance.
+#pragma once
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "net_harness.h"
+
+namespace nettest {
+
+inline constexpr size_t kSizes[] = {
+    0, 1, 7, 4095, 4096, 65537, size_t{1} << 20, (size_t{8} << 20) + 3};
+inline constexpr size_t kMaxSize = (size_t{8} << 20) + 3;
+inline constexpr size_t kGuard = 64;
+inline constexpr uint8_t kGuardByte = 0xEE;
+
+// ---- The bed: one v12 ctx for the whole process
+// --------------------------------------------------
+
+struct Bed {
+  bool ready = false;
+  bool lib_failed = false;
+  std::string reason;
+  int ndev = 0;
+  int dev_a = 0;  // rxe0 when present
+  int dev_b = 0;  // rxe1 when present, else another device, else dev_a
+  std::unique_ptr<Net> net;
+  std::vector<Props> props;
+};
+
+inline Bed& bed() {
+  static Bed b = [] {
+    Bed x;
+    const Lib& lib = Lib::get();
+    if (!lib.error.empty()) {
+      x.lib_failed = true;
+      x.reason = lib.error;
+      return x;
+    }
+    x.net = std::make_unique<Net>(12);
+    ncclResult_t r = x.net->init(0xbed);
+    if (r != ncclSuccess) {
+      x.reason = "no usable RDMA device: plugin init returned " + std::to_string(r) +
+                 (access("/sys/class/infiniband", F_OK) != 0
+                      ? " (/sys/class/infiniband does not exist; run through scripts/rdma-bed)"
+                      : " (see the WARN above)");
+      x.net.reset();
+      return x;
+    }
+    if (x.net->devices(&x.ndev) != ncclSuccess || x.ndev <= 0) {
+      x.reason = "devices() failed after a successful init";
+      x.lib_failed = true;  // a plugin bug, not a missing device
+      return x;
+    }
+    x.props.resize(x.ndev);
+    int rxe0 = -1, rxe1 = -1;
+    for (int d = 0; d < x.ndev; ++d) {
+      x.net->properties(d, &x.props[d]);
+      if (x.props[d].name.rfind("rxe0", 0) == 0) rxe0 = d;
+      if (x.props[d].name.rfind("rxe1", 0) == 0) rxe1 = d;
+    }
+    x.dev_a = rxe0 >= 0 ? rxe0 : 0;
+    x.dev_b = rxe1 >= 0 ? rxe1 : (x.ndev > 1 ? (x.dev_a + 1) % x.ndev : x.dev_a);
+    std::fprintf(stderr, "bed: %d device(s); dev_a %d (%s), dev_b %d (%s)\n", x.ndev, x.dev_a,
+                 x.props[x.dev_a].name.c_str(), x.dev_b, x.props[x.dev_b].name.c_str());
+    x.ready = true;
+    return x;
+  }();
+  return b;
+}
+
+inline bool require_rdma() {
+  const char* v = std::getenv("SLUICE_REQUIRE_RDMA");
+  return v != nullptr && std::string(v) == "1";
+}
+
+#define REQUIRE_BED()                                           \
+  do {                                                          \
+    Bed& b_ = bed();                                            \
+    if (!b_.ready) {                                            \
+      if (b_.lib_failed || require_rdma()) FAIL() << b_.reason; \
+      GTEST_SKIP() << b_.reason;                                \
+    }                                                           \
+  } while (0)
+
+inline Net& net() {
+  return *bed().net;
+}
+
+class BedEnvironment : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    Bed& b = bed();
+    if (b.net) {
+      EXPECT_EQ(b.net->finalize(), ncclSuccess);
+    }
+  }
+};
+
+}  // namespace nettest
