@@ -235,6 +235,15 @@ bool retryable(int err) {
          err == ECONNRESET || err == EAGAIN;
 }
 
+// Drops the failed TCP attempt and schedules the next one from kStart, backing off 20 ms per
+// attempt up to 500 ms; connect_step's deadline bounds the whole.
+void schedule_retry(ConnectState& s) {
+  close(s.comm->c.fd);
+  s.comm->c.fd = -1;
+  s.phase = ConnectState::kStart;
+  s.next_retry = Clock::now() + std::chrono::milliseconds(std::min(20 * s.attempts, 500));
+}
+
 Status start_tcp(ConnectState& s) {
   int fd = socket(s.addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return errno_status(Code::kSystemError, "socket()", errno);
@@ -245,9 +254,7 @@ Status start_tcp(ConnectState& s) {
   if (errno == EINPROGRESS) return Status::again();
   int err = errno;
   if (retryable(err)) {  // try again from kStart after a short back-off, until the deadline
-    close(fd);
-    s.comm->c.fd = -1;
-    s.next_retry = Clock::now() + std::chrono::milliseconds(std::min(20 * s.attempts, 500));
+    schedule_retry(s);
     return Status(Code::kAgain, "retry");
   }
   return errno_status(Code::kRemoteError, "connect to " + s.peer, err);
@@ -340,10 +347,7 @@ Status connect_step(ConnectState& s, SendComm** out) {
         getsockopt(s.comm->c.fd, SOL_SOCKET, SO_ERROR, &err, &len);
         if (err != 0) {
           if (retryable(err)) {
-            close(s.comm->c.fd);
-            s.comm->c.fd = -1;
-            s.phase = ConnectState::kStart;
-            s.next_retry = Clock::now() + std::chrono::milliseconds(std::min(20 * s.attempts, 500));
+            schedule_retry(s);
             return Status::again();
           }
           return errno_status(Code::kRemoteError, "connect to " + s.peer, err);

@@ -10,7 +10,6 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 
 #include "sluice/core/device_info.h"
 #include "sluice/core/hca_filter.h"
@@ -150,8 +149,6 @@ Status Engine::discover(const LocalityProvider& locality) {
       d->adapter = adapter.get();
       d->guid = da.sys_image_guid;
       d->max_qp = da.max_qp;
-      d->max_qp_wr = da.max_qp_wr;
-      d->max_cqe = da.max_cqe;
       d->speed_mbps = port_speed_mbps(d->attr.active_speed, d->attr.active_width);
       ports.push_back(std::move(d));
     }

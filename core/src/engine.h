@@ -65,8 +65,6 @@ struct Device {
   GidChoice gid;  // RoCE: the chosen GID; IB: index 0
   uint64_t guid = 0;
   int max_qp = 0;
-  int max_qp_wr = 0;
-  int max_cqe = 0;
   int speed_mbps = 0;
   DeviceProperties props;
   std::string pci_path;
