@@ -1,15 +1,23 @@
 #!/bin/sh
 # rdma test: run sluice-info on the live test bed (inside scripts/rdma-bed) and check that it lists
-# the Soft-RoCE devices rxe0 and rxe1 from verbs, in text and in JSON.
+# the test pair's devices (tests/rdma/test_devices.sh: SLUICE_TEST_DEVICES, else the first two
+# ACTIVE ports) from verbs, in text and in JSON, whatever their names and link layer.
 # usage: check_info_bed.sh path/to/sluice-info
 set -u
 info=${1:?usage: $0 path/to/sluice-info}
+# shellcheck source=tests/rdma/test_devices.sh
+. "$(dirname "$0")/../tests/rdma/test_devices.sh"
+ports=$(sluice_test_ports) || exit 1
 text=$("$info") || { echo "sluice-info failed (exit $?)"; exit 1; }
 printf '%s\n' "$text"
 json=$("$info" --json) || { echo "sluice-info --json failed (exit $?)"; exit 1; }
-for dev in rxe0 rxe1; do
+devs=""
+for p in $ports; do
+  dev=${p%:*}
+  case " $devs " in *" $dev "*) continue ;; esac
+  devs="$devs${devs:+ }$dev"
   printf '%s\n' "$text" | grep -Eq "^  $dev  " || { echo "FAIL: $dev not listed by sluice-info"; exit 1; }
   printf '%s\n' "$json" | grep -q "\"name\": \"$dev\", \"source\": \"verbs\"" ||
     { echo "FAIL: $dev missing from sluice-info --json rdma_devices"; exit 1; }
 done
-echo "PASS: sluice-info lists rxe0 and rxe1"
+echo "PASS: sluice-info lists $devs (test ports $ports)"

@@ -21,6 +21,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "rdma_env.h"
 #include "sluice/nccl_net_abi.h"
 
 #ifndef SLUICE_PLUGIN_PATH
@@ -62,7 +63,10 @@ inline void test_logger(ncclDebugLogLevel level, unsigned long /*flags*/, const 
   va_start(ap, fmt);
   std::vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  std::fprintf(stderr, "[nccl-log %d %s:%d] %s\n", static_cast<int>(level), file, line, msg);
+  // A WARN that the running test provokes on purpose (ExpectWarns scope) reads "[expected] ...".
+  std::fprintf(stderr, "%s[nccl-log %d %s:%d] %s\n",
+               level == NCCL_LOG_WARN ? sluice::rdmatest::warn_prefix() : "",
+               static_cast<int>(level), file, line, msg);
 }
 
 // ---- Library

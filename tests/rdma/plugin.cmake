@@ -25,7 +25,7 @@ add_executable(plugin_rdma_test ${CMAKE_CURRENT_LIST_DIR}/plugin_rdma_test.cc
                                 ${CMAKE_CURRENT_LIST_DIR}/plugin_rdma_stress_test.cc)
 target_include_directories(plugin_rdma_test PRIVATE ${CMAKE_CURRENT_LIST_DIR})
 target_link_libraries(plugin_rdma_test PRIVATE sluice_nccl_abi GTest::gtest Threads::Threads
-                                               ${CMAKE_DL_LIBS})
+                                               PkgConfig::IBVERBS ${CMAKE_DL_LIBS})
 target_compile_definitions(plugin_rdma_test PRIVATE
                            SLUICE_PLUGIN_PATH="$<TARGET_FILE:nccl-net-sluice>")
 add_dependencies(plugin_rdma_test nccl-net-sluice)

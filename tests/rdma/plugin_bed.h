@@ -29,8 +29,8 @@ struct Bed {
   bool lib_failed = false;
   std::string reason;
   int ndev = 0;
-  int dev_a = 0;  // rxe0 when present
-  int dev_b = 0;  // rxe1 when present, else another device, else dev_a
+  int dev_a = 0;  // the test pair's first port (rdma_env.h: SLUICE_TEST_DEVICES, else the first
+  int dev_b = 0;  // two active ports); dev_b == dev_a for loopback
   std::unique_ptr<Net> net;
   std::vector<Props> props;
 };
@@ -60,16 +60,34 @@ inline Bed& bed() {
       return x;
     }
     x.props.resize(x.ndev);
-    int rxe0 = -1, rxe1 = -1;
-    for (int d = 0; d < x.ndev; ++d) {
-      x.net->properties(d, &x.props[d]);
-      if (x.props[d].name.rfind("rxe0", 0) == 0) rxe0 = d;
-      if (x.props[d].name.rfind("rxe1", 0) == 0) rxe1 = d;
+    for (int d = 0; d < x.ndev; ++d) x.net->properties(d, &x.props[d]);
+    // The plugin's indices of the test pair's ports (it names them "dev" or "dev:port").
+    auto pair = sluice::rdmatest::test_pair();
+    if (!pair.error.empty()) {
+      x.reason = pair.error;
+      x.lib_failed = true;  // a wrong SLUICE_TEST_DEVICES fails, never skips
+      return x;
     }
-    x.dev_a = rxe0 >= 0 ? rxe0 : 0;
-    x.dev_b = rxe1 >= 0 ? rxe1 : (x.ndev > 1 ? (x.dev_a + 1) % x.ndev : x.dev_a);
-    std::fprintf(stderr, "bed: %d device(s); dev_a %d (%s), dev_b %d (%s)\n", x.ndev, x.dev_a,
-                 x.props[x.dev_a].name.c_str(), x.dev_b, x.props[x.dev_b].name.c_str());
+    auto index_of = [&](const sluice::rdmatest::TestPort& p) {
+      for (int d = 0; d < x.ndev; ++d)
+        if (p.matches(x.props[d].name)) return d;
+      return -1;
+    };
+    x.dev_a = pair.ports.empty() ? -1 : index_of(pair.a());
+    x.dev_b = pair.ports.empty() ? -1 : index_of(pair.b());
+    if (x.dev_a < 0 || x.dev_b < 0) {
+      if (pair.from_env) {
+        x.reason = "SLUICE_TEST_DEVICES: the plugin does not list " + pair.describe() +
+                   " (excluded by NCCL_IB_HCA?)";
+        x.lib_failed = true;
+        return x;
+      }
+      x.dev_a = 0;  // e.g. NCCL_IB_HCA hides the first active ports: use what the plugin lists
+      x.dev_b = x.ndev > 1 ? 1 : 0;
+    }
+    std::fprintf(stderr, "bed: %d device(s); test pair %s; dev_a %d (%s), dev_b %d (%s)\n", x.ndev,
+                 pair.describe().c_str(), x.dev_a, x.props[x.dev_a].name.c_str(), x.dev_b,
+                 x.props[x.dev_b].name.c_str());
     x.ready = true;
     return x;
   }();
@@ -77,8 +95,7 @@ inline Bed& bed() {
 }
 
 inline bool require_rdma() {
-  const char* v = std::getenv("SLUICE_REQUIRE_RDMA");
-  return v != nullptr && std::string(v) == "1";
+  return sluice::rdmatest::rdma_required();
 }
 
 #define REQUIRE_BED()                                           \

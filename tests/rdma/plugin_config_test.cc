@@ -1,6 +1,9 @@
-// Misconfiguration through the exported v11 table, on real devices: a wrong GID index, an unknown
-// HCA name, a malformed value and a bad GPU -> NIC override each fail init with a WARN naming the
-// culprit, and a later init with a good configuration still works (nothing is left behind).
+// Misconfiguration through the exported v11 table, on real devices: an unknown HCA name, a
+// malformed value and a bad GPU -> NIC override each fail init with a WARN naming the culprit, and
+// a later init with a good configuration still works (nothing is left behind). A wrong GID index
+// fails the RoCE ports only: InfiniBand ports address by LID and ignore it. The WARNs a test
+// provokes on purpose are printed with the "[expected] " prefix (rdma_env.h), any other WARN
+// without it.
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
@@ -27,6 +30,7 @@ void capture_logger(ncclDebugLogLevel level, unsigned long, const char*, int, co
   va_start(ap, fmt);
   std::vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
+  std::fprintf(stderr, "%sWARN %s\n", sluice::rdmatest::warn_prefix(), msg);
   std::lock_guard<std::mutex> lk(g_mu);
   g_warns += msg;
   g_warns += "\n";
@@ -72,6 +76,7 @@ class PluginConfig : public ::testing::Test {
   }
   void expect_init_fails_naming(const std::string& needle) {
     std::vector<std::string> names;
+    sluice::rdmatest::ExpectWarns expected;
     EXPECT_NE(init_and_list(&names), ncclSuccess);
     EXPECT_NE(g_warns.find(needle), std::string::npos) << "WARNs were:\n" << g_warns;
   }
@@ -101,9 +106,30 @@ TEST_F(PluginConfig, UnknownHcaNameFailsInitNamingIt) {
   expect_clean_init_works();
 }
 
-TEST_F(PluginConfig, WrongGidIndexFailsInitNamingIt) {
+// NCCL_IB_GID_INDEX=77 (no such GID) drops every RoCE port with a WARN naming the index; an
+// InfiniBand port has no use for a GID index (LID addressing) and stays. So: RoCE only -> init
+// fails naming 77; InfiniBand present -> init succeeds with exactly the InfiniBand ports.
+TEST_F(PluginConfig, WrongGidIndexDropsRoceKeepsInfiniband) {
+  std::vector<std::string> all;
+  ASSERT_EQ(init_and_list(&all), ncclSuccess) << g_warns;
+  auto ports = sluice::rdmatest::active_rdma_ports();
+  std::vector<std::string> ib;  // the plugin's names of its InfiniBand ports
+  for (const auto& name : all) {
+    bool roce = false;
+    for (const auto& p : ports)
+      if (p.matches(name)) roce = p.roce();
+    if (!roce) ib.push_back(name);
+  }
+  std::fprintf(stderr, "%zu port(s), %zu InfiniBand, %zu RoCE\n", all.size(), ib.size(),
+               all.size() - ib.size());
   setenv("NCCL_IB_GID_INDEX", "77", 1);
-  expect_init_fails_naming("77");
+  if (ib.empty()) {
+    expect_init_fails_naming("77");
+  } else {
+    std::vector<std::string> kept;
+    EXPECT_EQ(init_and_list(&kept), ncclSuccess) << g_warns;
+    EXPECT_EQ(kept, ib) << "NCCL_IB_GID_INDEX must drop the RoCE ports and only them";
+  }
   expect_clean_init_works();
 }
 

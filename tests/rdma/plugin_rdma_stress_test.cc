@@ -192,6 +192,7 @@ TEST(Validation, CorruptHandleIsACleanError) {
   char bad[2][NCCL_NET_HANDLE_MAXSIZE];
   for (size_t i = 0; i < sizeof handle; ++i) bad[0][i] = static_cast<char>(handle[i] ^ 0x5a);
   std::memset(bad[1], 0, sizeof bad[1]);
+  sluice::rdmatest::ExpectWarns expected;  // the WARNs below are provoked on purpose
   for (auto& h : bad) {
     void* sc = reinterpret_cast<void*>(uintptr_t{1});
     ncclResult_t r = ncclSuccess;
@@ -208,6 +209,7 @@ TEST(Validation, CorruptHandleIsACleanError) {
 
 TEST(Validation, UnknownDeviceIndex) {
   REQUIRE_BED();
+  sluice::rdmatest::ExpectWarns expected;  // the WARNs below are provoked on purpose
   const int ndev = bed().ndev;
   char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
   void* lc = reinterpret_cast<void*>(uintptr_t{1});
@@ -235,6 +237,7 @@ TEST(Validation, NullAndOutOfRangeArguments) {
   void* mh = rbuf.mh();
   size_t cap = 4096;
   int tag = 0;
+  auto expected = std::make_unique<sluice::rdmatest::ExpectWarns>();  // until the send below
   EXPECT_EQ(net().isend(c.send, sbuf.data(), 8, 0, sbuf.mh(), nullptr), ncclInvalidArgument);
   EXPECT_EQ(net().irecv(c.recv, 1, &data, &cap, &tag, &mh, nullptr), ncclInvalidArgument);
   void* req = reinterpret_cast<void*>(uintptr_t{1});
@@ -261,6 +264,7 @@ TEST(Validation, NullAndOutOfRangeArguments) {
   EXPECT_EQ(net().listen(bed().dev_a, nullptr, &lc), ncclInvalidArgument);
   EXPECT_EQ(net().listen(bed().dev_a, handle, nullptr), ncclInvalidArgument);
   // Validation failures leave the comm usable.
+  expected.reset();
   fill_pattern(sbuf.data(), 4096, 11);
   int got = -1;
   EXPECT_TRUE(send_recv(net(), c, sbuf, 4096, rbuf, 4096, 0, &got));
@@ -278,7 +282,8 @@ TEST(Validation, UnregisteredBufferIsACleanError) {
   ASSERT_TRUE(sbuf.allocate(&net(), c.send, 4096));
   ASSERT_TRUE(rbuf.allocate(&net(), c.recv, 4096));
   std::vector<uint8_t> other(1 << 16);
-  alignas(64) uint8_t fake_mh[256] = {};  // not a registration: wrong magic
+  alignas(64) uint8_t fake_mh[256] = {};   // not a registration: wrong magic
+  sluice::rdmatest::ExpectWarns expected;  // the WARNs below are provoked on purpose
   void* req = reinterpret_cast<void*>(uintptr_t{1});
   // Data outside the registered range / larger than it / foreign mhandle: refused at post time.
   EXPECT_NE(net().isend(c.send, other.data() + 4096, 100, 0, sbuf.mh(), &req), ncclSuccess);
@@ -310,6 +315,7 @@ TEST(Validation, UnregisteredBufferIsACleanError) {
 TEST(Validation, FinalizeAndSetNetAttr) {
   REQUIRE_BED();
   const ncclNet_v12_t* t = Lib::get().v12;
+  sluice::rdmatest::ExpectWarns expected;  // the WARNs below are provoked on purpose
   EXPECT_EQ(t->finalize(nullptr), ncclSuccess);
   int not_a_ctx = 0;
   EXPECT_EQ(t->finalize(&not_a_ctx), ncclInvalidArgument);

@@ -1,19 +1,45 @@
-// Shared by rdma-labelled tests: which RDMA devices to use, and skip-or-fail when there are none.
+// Shared by rdma-labelled tests: which RDMA ports to use, skip-or-fail when there are none, and the
+// marking of WARN lines that a negative test provokes on purpose.
+//
+// The device pair: SLUICE_TEST_DEVICES=dev[:port][,dev[:port]] (e.g. mlx5_0:1,mlx5_1:1; the port
+// defaults to 1; one entry means loopback on that port) when set, else the first two ACTIVE ports
+// found (device names sorted, ports ascending), else one ACTIVE port twice (loopback). No
+// test names a device: the bed's Soft-RoCE devices and a cluster's mlx5_N are treated alike.
+// tests/rdma/test_devices.sh resolves the same pair for the shell-based tests.
+//
 // Without a device a test skips with the reason, unless SLUICE_REQUIRE_RDMA=1 (CI), where it fails.
+// A SLUICE_TEST_DEVICES that names a missing or inactive port always fails.
 #pragma once
 
 #include <gtest/gtest.h>
 #include <infiniband/verbs.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <string>
 #include <vector>
 
 namespace sluice::rdmatest {
 
-// Names of devices with at least one ACTIVE port, in ibv_get_device_list order.
-inline std::vector<std::string> active_rdma_devices() {
-  std::vector<std::string> out;
+inline constexpr const char kTestDevicesEnv[] = "SLUICE_TEST_DEVICES";
+
+struct TestPort {
+  std::string dev;
+  int port = 1;
+  ibv_port_attr attr{};  // as queried when the pair was resolved
+  bool roce() const { return attr.link_layer == IBV_LINK_LAYER_ETHERNET; }
+  bool infiniband() const { return attr.link_layer == IBV_LINK_LAYER_INFINIBAND; }
+  std::string label() const { return dev + ":" + std::to_string(port); }
+  // The name the plugin (and core) give this port: "dev" or, on a multi-port device, "dev:port".
+  bool matches(const std::string& plugin_name) const {
+    return plugin_name == dev || plugin_name == label();
+  }
+};
+
+// Every ACTIVE port, device names sorted (as test_devices.sh lists sysfs), ports ascending.
+inline std::vector<TestPort> active_rdma_ports() {
+  std::vector<TestPort> out;
   int n = 0;
   ibv_device** list = ibv_get_device_list(&n);
   if (list == nullptr) return out;
@@ -23,22 +49,123 @@ inline std::vector<std::string> active_rdma_devices() {
     ibv_device_attr da{};
     if (ibv_query_device(ctx, &da) == 0) {
       for (int p = 1; p <= da.phys_port_cnt; ++p) {
-        ibv_port_attr pa{};
-        if (ibv_query_port(ctx, p, &pa) == 0 && pa.state == IBV_PORT_ACTIVE) {
-          out.emplace_back(ibv_get_device_name(list[i]));
-          break;
+        TestPort tp;
+        if (ibv_query_port(ctx, static_cast<uint8_t>(p), &tp.attr) == 0 &&
+            tp.attr.state == IBV_PORT_ACTIVE) {
+          tp.dev = ibv_get_device_name(list[i]);
+          tp.port = p;
+          out.push_back(tp);
         }
       }
     }
     ibv_close_device(ctx);
   }
   ibv_free_device_list(list);
+  std::stable_sort(out.begin(), out.end(),
+                   [](const TestPort& x, const TestPort& y) { return x.dev < y.dev; });
   return out;
+}
+
+// Names of devices with at least one ACTIVE port, sorted.
+inline std::vector<std::string> active_rdma_devices() {
+  std::vector<std::string> out;
+  for (const auto& p : active_rdma_ports())
+    if (out.empty() || out.back() != p.dev) out.push_back(p.dev);
+  return out;
+}
+
+struct TestPair {
+  std::vector<TestPort> ports;  // [a, b]; b == a for loopback; empty when none
+  std::string error;            // set when SLUICE_TEST_DEVICES cannot be honoured
+  bool from_env = false;
+  bool loopback() const { return ports.size() == 2 && ports[0].label() == ports[1].label(); }
+  const TestPort& a() const { return ports.at(0); }
+  const TestPort& b() const { return ports.at(1); }
+  std::string describe() const {
+    if (ports.empty()) return "none";
+    return a().label() + " -> " + b().label() + (from_env ? " (SLUICE_TEST_DEVICES)" : "") +
+           (loopback() ? " (loopback)" : "");
+  }
+};
+
+// The pair of ports the tests use (see the top of this file).
+inline TestPair test_pair() {
+  TestPair tp;
+  std::vector<TestPort> active = active_rdma_ports();
+  const char* env = std::getenv(kTestDevicesEnv);
+  if (env == nullptr || *env == '\0') {
+    if (active.empty()) return tp;
+    tp.ports = {active[0], active.size() > 1 ? active[1] : active[0]};
+    return tp;
+  }
+  tp.from_env = true;
+  std::string spec = env;
+  std::vector<std::string> items;
+  for (size_t start = 0;;) {
+    size_t comma = spec.find(',', start);
+    items.push_back(spec.substr(start, comma == std::string::npos ? comma : comma - start));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  if (items.size() > 2) {
+    tp.error = std::string(kTestDevicesEnv) + "=" + spec + ": at most two dev[:port] entries";
+    return tp;
+  }
+  for (const std::string& item : items) {
+    TestPort want;
+    size_t colon = item.rfind(':');
+    want.dev = item.substr(0, colon);
+    if (colon != std::string::npos) {
+      char* end = nullptr;
+      long p = std::strtol(item.c_str() + colon + 1, &end, 10);
+      if (end == item.c_str() + colon + 1 || *end != '\0' || p < 1 || p > 255) {
+        tp.error = std::string(kTestDevicesEnv) + "=" + spec + ": bad port in '" + item + "'";
+        return tp;
+      }
+      want.port = static_cast<int>(p);
+    }
+    bool found = false;
+    for (const auto& a : active) {
+      if (a.dev == want.dev && a.port == want.port) {
+        tp.ports.push_back(a);
+        found = true;
+      }
+    }
+    if (!found) {
+      std::string have;
+      for (const auto& a : active) have += (have.empty() ? "" : " ") + a.label();
+      tp.error = std::string(kTestDevicesEnv) + "=" + spec + ": " + want.label() +
+                 " is not an ACTIVE RDMA port here (active: " + (have.empty() ? "none" : have) +
+                 ")";
+      return tp;
+    }
+  }
+  if (tp.ports.size() == 1) tp.ports.push_back(tp.ports[0]);
+  return tp;
 }
 
 inline bool rdma_required() {
   const char* v = std::getenv("SLUICE_REQUIRE_RDMA");
   return v != nullptr && std::string(v) == "1";
+}
+
+// ---- Expected WARN lines
+// A negative test wraps the calls that must WARN in an ExpectWarns scope; the tests' log sinks then
+// print those lines with kExpectedPrefix, so that a passing log does not read as a failure.
+inline constexpr const char kExpectedPrefix[] = "[expected] ";
+inline std::atomic<int> g_expecting_warns{0};
+
+class ExpectWarns {
+ public:
+  ExpectWarns() { g_expecting_warns.fetch_add(1); }
+  ~ExpectWarns() { g_expecting_warns.fetch_sub(1); }
+  ExpectWarns(const ExpectWarns&) = delete;
+  ExpectWarns& operator=(const ExpectWarns&) = delete;
+};
+
+// The prefix for a WARN line logged now: kExpectedPrefix inside an ExpectWarns scope, else "".
+inline const char* warn_prefix() {
+  return g_expecting_warns.load() > 0 ? kExpectedPrefix : "";
 }
 
 }  // namespace sluice::rdmatest
@@ -54,4 +181,12 @@ inline bool rdma_required() {
       GTEST_SKIP() << "needs " << (min_count) << " active RDMA device(s), found " << (devs).size() \
                    << " (no RDMA NIC or Soft-RoCE here; use scripts/rdma-bed)";                    \
     }                                                                                              \
+  } while (0)
+
+// Use at the top of a test body with a TestPair: fails on a bad SLUICE_TEST_DEVICES, else as
+// SLUICE_REQUIRE_DEVICES when no port is active.
+#define SLUICE_REQUIRE_PAIR(pair)                      \
+  do {                                                 \
+    if (!(pair).error.empty()) FAIL() << (pair).error; \
+    SLUICE_REQUIRE_DEVICES((pair).ports, 2);           \
   } while (0)
