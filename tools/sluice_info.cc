@@ -20,6 +20,7 @@
 #include "sluice/core/device_info.h"
 #include "sluice/core/net_addr.h"
 #include "sluice/core/verbs.h"
+#include "sluice/core/version.h"
 #include "sluice/topology/affinity.h"
 #include "sluice/topology/topology.h"
 
@@ -192,7 +193,8 @@ std::string memlock_str(const rlimit& rl) {
 }
 
 void usage(std::ostream& os) {
-  os << "usage: sluice-info [--topology FILE.xml] [--json | --dot [FILE]] [--config] [--help]\n"
+  os << "usage: sluice-info [--topology FILE.xml] [--json | --dot [FILE]] [--config] [--version]\n"
+        "                   [--help]\n"
         "  Lists RDMA devices (ports, state, link layer, speed, MTU, GIDs and the GID Sluice\n"
         "  would choose), GPUs, NUMA nodes, the GPU -> NIC table with distance classes,\n"
         "  GPUDirect status, the locked-memory limit, and warnings with a one-line fix.\n"
@@ -204,6 +206,7 @@ void usage(std::ostream& os) {
         "                       the DOT text, no FILE prints it\n"
         "  --config             every configuration parameter: name, aliases, type, default,\n"
         "                       allowed values, meaning, and the value in effect here\n"
+        "  --version            version and source revision\n"
         "  Environment: SLUICE_TOPO_FILE (as --topology), SLUICE_NIC_AFFINITY, "
         "SLUICE_GPU_NIC_MAP,\n"
         "  NCCL_IB_GID_INDEX / NCCL_IB_ADDR_FAMILY / NCCL_IB_ADDR_RANGE / "
@@ -287,6 +290,9 @@ int main(int argc, char** argv) {
       return 0;
     } else if (a == "--config") {
       return print_config();
+    } else if (a == "--version") {
+      std::cout << "sluice-info " << version() << " (" << revision() << ")\n";
+      return 0;
     } else if (a == "--json") {
       json = true;
     } else if (a == "--dot") {

@@ -14,6 +14,7 @@
 #include "sluice/core/device_info.h"
 #include "sluice/core/hca_filter.h"
 #include "sluice/core/log.h"
+#include "sluice/core/version.h"
 
 namespace sluice {
 namespace {
@@ -45,6 +46,7 @@ Engine* engine() {
 
 Result<std::unique_ptr<Engine>> Engine::create(const LocalityProvider& locality,
                                                const DeviceOrderProvider& order) {
+  SLUICE_INFO(kSubInit | kSubNet, "%s", version_line());  // first line: what is running
   std::unique_ptr<Engine> e(new Engine());
   std::vector<ParamSource> sources;
   auto cfg = load_config_from_environment(&sources);
