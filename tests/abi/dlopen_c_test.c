@@ -1,9 +1,13 @@
 /* Loads libnccl-net-sluice.so exactly as NCCL does (dlopen RTLD_NOW | RTLD_LOCAL, dlsym of the
  * versioned table objects) from plain C, and checks every table: name "Sluice", every mandatory
  * entry point present, the documented NULL entries NULL. Then exercises the calls that need no
- * RDMA device: argument validation, finalize(NULL), and init's answer on this machine.
+ * RDMA device: argument validation, finalize(NULL), and init's answer on this machine, whose first
+ * INFO line must name the version and source revision ("Sluice 0.1.0 (git ...)"; printed).
+ * usage: abi_dlopen_c_test [PLUGIN.so]   (default: the built plugin; tests/package passes the
+ * library extracted from the .deb)
  * Compiled as C11: nccl_net_abi.h's _Static_asserts check the struct layouts at compile time. */
 #include <dlfcn.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -24,13 +28,19 @@ static int failures = 0;
   } while (0)
 
 static int warns = 0;
+static char first_info[512];
 static void logger(ncclDebugLogLevel level, unsigned long flags, const char* file, int line,
                    const char* fmt, ...) {
   (void)flags;
   (void)file;
   (void)line;
-  (void)fmt;
   if (level == NCCL_LOG_WARN) ++warns;
+  if (level == NCCL_LOG_INFO && first_info[0] == '\0') {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(first_info, sizeof first_info, fmt, ap);
+    va_end(ap);
+  }
 }
 
 /* The entry points every version has, in the same order and with the same names. */
@@ -146,15 +156,16 @@ static void check_init_v12(const ncclNet_v12_t* t) {
   }
 }
 
-int main(void) {
-  void* lib = dlopen(SLUICE_PLUGIN_PATH, RTLD_NOW | RTLD_LOCAL);
+int main(int argc, char** argv) {
+  const char* path = argc > 1 ? argv[1] : SLUICE_PLUGIN_PATH;
+  void* lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   const ncclNet_v8_t* v8;
   const ncclNet_v9_t* v9;
   const ncclNet_v10_t* v10;
   const ncclNet_v11_t* v11;
   const ncclNet_v12_t* v12;
   if (lib == NULL) {
-    fprintf(stderr, "dlopen(%s): %s\n", SLUICE_PLUGIN_PATH, dlerror());
+    fprintf(stderr, "dlopen(%s): %s\n", path, dlerror());
     return 1;
   }
   v8 = (const ncclNet_v8_t*)sym(lib, "ncclNetPlugin_v8");
@@ -198,14 +209,24 @@ int main(void) {
   CHECK(NCCL_NET_HANDLE_MAXSIZE == 128);
   CHECK(NCCL_NET_MAX_REQUESTS == 32);
 
+  /* Before any init the plugin WARNs on stderr (its fallback sink): mark those lines as expected.
+   */
+  fprintf(stderr,
+          "[expected] argument validation before init: the WARN lines up to \"[expected] end\" "
+          "are provoked on purpose\n");
   check_validation_v12(v12);
+  fprintf(stderr, "[expected] end\n");
   check_init_v12(v12);
+  /* The first INFO line of init, device or not, says what is running. */
+  printf("first INFO line: %s\n", first_info);
+  CHECK(strncmp(first_info, "NET/Sluice : Sluice ", 20) == 0);
+  CHECK(strstr(first_info, " (") != NULL);
 
   /* Deliberately no dlclose: NCCL keeps the library while any comm may use it. */
   if (failures != 0) {
     fprintf(stderr, "%d check(s) failed\n", failures);
     return 1;
   }
-  printf("all plugin tables OK\n");
+  printf("all plugin tables OK (%s)\n", path);
   return 0;
 }
