@@ -10,7 +10,8 @@ if(NOT GIT)
 endif()
 set(revision "unknown")
 if(GIT AND EXISTS "${SRC}/.git")
-  execute_process(COMMAND "${GIT}" -C "${SRC}" describe --always --dirty --tags
+  # --no-optional-locks: --dirty refreshes the index; never take index.lock under a running git.
+  execute_process(COMMAND "${GIT}" --no-optional-locks -C "${SRC}" describe --always --dirty --tags
                   OUTPUT_VARIABLE out RESULT_VARIABLE rc ERROR_QUIET OUTPUT_STRIP_TRAILING_WHITESPACE)
   if(rc EQUAL 0 AND out MATCHES "^[A-Za-z0-9._+~-]+$")
     set(revision "git ${out}")

@@ -92,8 +92,11 @@ class PluginConfig : public ::testing::Test {
 TEST_F(PluginConfig, HcaExcludeHidesThatDevice) {
   std::vector<std::string> all;
   ASSERT_EQ(init_and_list(&all), ncclSuccess) << g_warns;
-  if (all.size() < 2) GTEST_SKIP() << "needs two devices";
   setenv("NCCL_IB_HCA", ("^=" + all[0]).c_str(), 1);
+  if (all.size() == 1) {  // one port (a real host with one NIC): nothing is left to use
+    expect_init_fails_naming("excluded by NCCL_IB_HCA");
+    return;
+  }
   std::vector<std::string> rest;
   ASSERT_EQ(init_and_list(&rest), ncclSuccess) << g_warns;
   EXPECT_EQ(rest.size(), all.size() - 1);
