@@ -436,9 +436,12 @@ struct Initiator {
     wire_source = WireCounter::read(s.hw_dev, s.hw_port).source;
     if (o.tests.count("bw"))
       bw_table("bw", size_sweep(o.min_size, o.max_size, o.step), o.window, 1, o.compare_raw, false);
-    if (o.tests.count("rate"))
-      bw_table("rate", size_sweep(8, std::max<uint64_t>(8, o.rate_max), o.step), o.rate_window, 1,
-               o.compare_raw, true);
+    if (o.tests.count("rate")) {
+      // 8 B .. --rate-max, the bound itself included even when the step does not land on it.
+      std::vector<uint64_t> sizes = size_sweep(8, std::max<uint64_t>(8, o.rate_max), o.step);
+      if (sizes.back() < o.rate_max) sizes.push_back(o.rate_max);
+      bw_table("rate", sizes, o.rate_window, 1, o.compare_raw, true);
+    }
     if (o.tests.count("lat")) lat_table(o.compare_raw);
     if (o.tests.count("agg")) bw_table("agg", o.agg_sizes, o.window, o.conns, false, false);
     if (o.tests.count("conn")) conn_table();
@@ -497,10 +500,12 @@ struct Initiator {
                        pkts_ratio_worst, true, 1.3);
     }
     if (o.tests.count("lat")) {
-      add_count_target("8 B ping-pong packets/msg (just in time)", "<= 4.0 (count)", pp_pkts_jit,
-                       true, 4.0);
-      add_count_target("8 B ping-pong packets/msg (pre-posted)", "<= 4.0 (count)", pp_pkts_pre,
-                       true, 4.0);
+      if (o.lat_jit)
+        add_count_target("8 B ping-pong packets/msg (just in time)", "<= 4.0 (count)", pp_pkts_jit,
+                         true, 4.0);
+      if (o.lat_prepost)
+        add_count_target("8 B ping-pong packets/msg (pre-posted)", "<= 4.0 (count)", pp_pkts_pre,
+                         true, 4.0);
       if (r) {
         add_ratio_target("8 B half RTT pre-posted / ib_send_lat", "<= 1.2",
                          judge(lat_pre_vs_send, true, 1.2), lat_pre_vs_send, false);
