@@ -87,6 +87,8 @@ Net::Net(const std::string& spec_in) {
   if (!lib_) fail("cannot load the net plugin (tried %s): %s", tried.c_str(), err.c_str());
   t_ = static_cast<const ncclNet_v11_t*>(dlsym(lib_, "ncclNetPlugin_v11"));
   if (!t_) fail("%s exports no ncclNetPlugin_v11", path_.c_str());
+  ext_ = static_cast<const sluiceExt_v1_t*>(dlsym(lib_, SLUICE_EXT_SYMBOL));
+  if (ext_ && (ext_->version < 1 || !ext_->commStats)) ext_ = nullptr;
   ncclNetCommConfig_v11_t cfg{};
   cfg.trafficClass = NCCL_NET_TRAFFIC_CLASS_UNDEF;
   std::random_device rd;
@@ -110,6 +112,11 @@ Net::~Net() {
   }
   // Like NCCL (NCCL_NET_PLUGIN_REF_COUNT=0) we unload the library after the last finalize.
   if (lib_) dlclose(lib_);
+}
+
+bool Net::comm_stats(void* comm, sluiceCommStats_v1_t* out) const {
+  *out = sluiceCommStats_v1_t{};
+  return ext_ && comm && ext_->commStats(comm, out) == 0;
 }
 
 void Net::check(ncclResult_t r, const std::string& call) const {

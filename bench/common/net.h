@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "sluice/nccl_net_abi.h"
+#include "sluice/sluice_ext.h"
 #include "util.h"
 
 namespace bench {
@@ -51,11 +52,16 @@ class Net {
   void close_send(void* c);
   void close_recv(void* c);
   void close_listen(void* c);
+  // Sluice's own statistics table (dlsym "sluiceExt_v1"); nullptr when the plugin has none.
+  const sluiceExt_v1_t* ext() const { return ext_; }
+  // Cumulative counters of a live send/receive comm; false when there is no table or it refuses.
+  bool comm_stats(void* comm, sluiceCommStats_v1_t* out) const;
 
  private:
   void check(ncclResult_t r, const std::string& call) const;
   void* lib_ = nullptr;
   const ncclNet_v11_t* t_ = nullptr;
+  const sluiceExt_v1_t* ext_ = nullptr;
   void* ctx_ = nullptr;
   bool inited_ = false;
   int ndev_ = 0;

@@ -116,8 +116,9 @@ bool port_listening(int port) {
 }
 
 template <class R, class Parse>
-R run_client(const char* tool, Side& s, const Cmd& c, const std::string& peer, Parse parse) {
+R run_client(Side& s, const Cmd& c, const std::string& peer, Parse parse, SideStats* wire) {
   R res;
+  const char* tool = raw_tool(c.op);
   std::vector<std::string> args = perftest_args(tool, s, c);
   args.push_back(peer);
   Deadline dl(c.timeout_s, std::string("running ") + tool);
@@ -126,12 +127,19 @@ R run_client(const char* tool, Side& s, const Cmd& c, const std::string& peer, P
   if (ready != "ready") {
     res.error = ready;
   } else {
+    WireCounter w0;
+    if (c.flags & kCountWire) w0 = WireCounter::read(s.hw_dev, s.hw_port);
     CmdResult r;
     for (int attempt = 0; attempt < 5; ++attempt) {
       r = run_cmd(args, std::max(1.0, dl.left()));
       if (r.status == 0 || r.timed_out || r.out.find("Couldn't connect") == std::string::npos)
         break;
       std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    }
+    if (c.flags & kCountWire) {
+      WireCounter w1 = settle_and_read(s);
+      wire->wire_valid = w0.ok && w1.ok && r.status == 0;
+      wire->wire_pkts = w1.value - w0.value;
     }
     res = parse(r.out);
     if (!res.ok) {
@@ -183,8 +191,24 @@ RawLat parse_ib_write_lat(const std::string& out) {
   return r;
 }
 
-void raw_serve(Side& s, const Cmd& c, bool lat) {
-  const char* tool = lat ? "ib_write_lat" : "ib_write_bw";
+const char* raw_tool(Op op) {
+  switch (op) {
+    case Op::kRawBw:
+      return "ib_write_bw";
+    case Op::kRawLat:
+      return "ib_write_lat";
+    case Op::kRawSendLat:
+      return "ib_send_lat";
+    default:
+      fail("not a perftest command: %u", static_cast<unsigned>(op));
+  }
+}
+
+SideStats raw_serve(Side& s, const Cmd& c) {
+  const char* tool = raw_tool(c.op);
+  SideStats st;
+  WireCounter w0;
+  if (c.flags & kCountWire) w0 = WireCounter::read(s.hw_dev, s.hw_port);
   Deadline dl(c.timeout_s, std::string("serving ") + tool);
   std::vector<std::string> args = perftest_args(tool, s, c);
   char path[] = "/tmp/sluice-bench-perftest-XXXXXX";
@@ -242,6 +266,11 @@ void raw_serve(Side& s, const Cmd& c, bool lat) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   }
+  if (c.flags & kCountWire) {
+    WireCounter w1 = settle_and_read(s);
+    st.wire_valid = w0.ok && w1.ok && pid > 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    st.wire_pkts = w1.value - w0.value;
+  }
   std::string out;
   if (fd >= 0) {
     std::ifstream in(path);
@@ -251,14 +280,43 @@ void raw_serve(Side& s, const Cmd& c, bool lat) {
     unlink(path);
   }
   s.ch->send_str(strf("[exit %d] ", WIFEXITED(status) ? WEXITSTATUS(status) : -1) + out, dl);
+  return st;
 }
 
-RawBw raw_bw_client(Side& s, const Cmd& c, const std::string& peer) {
-  return run_client<RawBw>("ib_write_bw", s, c, peer, parse_ib_write_bw);
+RawBw raw_bw_client(Side& s, const Cmd& c, const std::string& peer, SideStats* wire) {
+  return run_client<RawBw>(s, c, peer, parse_ib_write_bw, wire);
 }
 
-RawLat raw_lat_client(Side& s, const Cmd& c, const std::string& peer) {
-  return run_client<RawLat>("ib_write_lat", s, c, peer, parse_ib_write_lat);
+RawLat raw_lat_client(Side& s, const Cmd& c, const std::string& peer, SideStats* wire) {
+  return run_client<RawLat>(s, c, peer, parse_ib_write_lat, wire);
+}
+
+WireCounter WireCounter::read(const std::string& dev, int port) {
+  WireCounter w;
+  if (dev.empty()) {
+    w.source = "no device name";
+    return w;
+  }
+  std::string base =
+      "/sys/class/infiniband/" + dev + "/ports/" + std::to_string(port > 0 ? port : 1);
+  for (const char* f : {"/hw_counters/sent_pkts", "/counters/port_xmit_packets"}) {
+    std::ifstream in(base + f);
+    unsigned long long v = 0;
+    if (in >> v) {
+      w.ok = true;
+      w.value = v;
+      w.source = base + f;
+      return w;
+    }
+  }
+  w.source = "neither " + base + "/hw_counters/sent_pkts nor counters/port_xmit_packets readable";
+  return w;
+}
+
+WireCounter settle_and_read(const Side& s) {
+  // The last ACK of a phase may leave the device just after the completion that ended it.
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  return WireCounter::read(s.hw_dev, s.hw_port);
 }
 
 }  // namespace bench

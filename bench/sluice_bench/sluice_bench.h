@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -13,7 +14,11 @@
 
 namespace bench {
 
-enum class Op : uint32_t { kBw = 1, kLat, kConn, kRawBw, kRawLat, kQuit };
+enum class Op : uint32_t { kBw = 1, kLat, kConn, kRawBw, kRawLat, kQuit, kRawSendLat };
+
+// Cmd::flags
+constexpr uint32_t kCountWire = 1;  // read the device's packet counter around the timed phase
+constexpr uint32_t kPrePost = 2;    // latency: receives posted `window` ahead (NCCL's proxy)
 
 // One command from the initiator to the peer. Plain data: it travels as bytes.
 struct Cmd {
@@ -28,6 +33,8 @@ struct Cmd {
   int32_t gid_index;  // -1 = let perftest choose
   int32_t tx_depth;   // 0 = perftest default
   int32_t slots;      // buffer slots per connection (0 = one per request in flight)
+  uint32_t flags;     // kCountWire | kPrePost
+  uint32_t pad;
   double timeout_s;
 };
 
@@ -42,6 +49,49 @@ struct SideStats {
   int32_t pad = 0;
   uint64_t bad_bytes = 0;  // verification failures (bytes that differ) + size mismatches
   uint64_t messages = 0;
+  // kCountWire: packets this side's device sent over the counted phase (wire_valid = 0: no
+  // counter). The plugin's own statistics over the same phase (ext_valid = 0: no sluiceExt_v1).
+  int32_t wire_valid = 0;
+  int32_t ext_valid = 0;
+  uint64_t wire_pkts = 0;
+  uint64_t wrs = 0, doorbells = 0, cts_writes = 0, ext_messages = 0;
+};
+
+struct Options {
+  enum Role { kLocal, kServer, kClient } role = kLocal;
+  std::string addr, client_host;
+  int port = 18600;
+  std::string dev0, dev1, dev;
+  std::string plugin;
+  std::set<std::string> tests = {"bw", "rate", "lat", "agg", "conn"};
+  uint64_t min_size = 8, max_size = 64ull << 20;
+  double step = 2;
+  uint32_t window = 8;
+  uint64_t bytes_per_size = 256ull << 20;
+  uint64_t iters_min = 16, iters_max = 10000, iters_fixed = 0;
+  double warmup_frac = 0.1;
+  uint64_t rate_max = 4096;
+  uint32_t rate_window = 32;
+  std::vector<uint64_t> lat_sizes = {8};
+  uint64_t lat_iters = 2000;
+  bool lat_jit = true, lat_prepost = true;  // --lat-modes
+  uint32_t lat_ahead = 8;                   // receives posted ahead in the pre-posted mode
+  uint32_t conns = 4;
+  std::vector<uint64_t> agg_sizes = {64 << 10, 1 << 20, 8 << 20};
+  uint32_t conn_count = 256;
+  bool verify = false;
+  int slots = 0;
+  bool compare_raw = false;
+  int gid_index = 0;
+  int raw_port = 18515;
+  int raw_tx_depth = -1;  // -1: the test's window; 0: perftest's default (128)
+  std::string raw_dev0, raw_dev1, raw_dev;
+  std::string csv, json;
+  double timeout = 120;
+  bool quiet = false;
+  uint32_t reps = 1;  // every timed figure (Sluice and perftest) this many times
+  bool count = true;  // packets on the wire and WRs per message (first repetition)
+  std::string label;  // printed in the header and the JSON (e.g. "NCCL_IB_QPS_PER_CONNECTION=4")
 };
 
 // Everything a side needs to run its half.
@@ -51,7 +101,20 @@ struct Side {
   Channel* ch;
   std::string raw_dev;  // perftest -d value
   int raw_ib_port;      // perftest -i value (0 = default)
+  std::string hw_dev;   // the verbs device and port whose packet counter this side reads
+  int hw_port;
 };
+
+// The device's "packets sent" counter: rxe's hw_counters/sent_pkts, else the port's
+// counters/port_xmit_packets (a real NIC; shared with any other traffic on that port).
+struct WireCounter {
+  bool ok = false;
+  uint64_t value = 0;
+  std::string source;  // the sysfs file read, or why none could be
+  static WireCounter read(const std::string& dev, int port);
+};
+// Sleeps long enough for the last ACKs of a phase to leave the device, then reads its counter.
+WireCounter settle_and_read(const Side& s);
 
 // Latency samples of the initiator (half round trips, microseconds, sorted).
 struct LatResult {
@@ -89,12 +152,20 @@ struct RawLat {
 };
 // Parsers for perftest's result lines (exposed for the self-test).
 RawBw parse_ib_write_bw(const std::string& out);
-RawLat parse_ib_write_lat(const std::string& out);
+RawLat parse_ib_write_lat(const std::string& out);  // ib_send_lat prints the same columns
+// The perftest tool of a raw command (ib_write_bw, ib_write_lat, ib_send_lat).
+const char* raw_tool(Op op);
 // The server half (peer): starts perftest's server, tells the initiator, waits for it to end.
-void raw_serve(Side& s, const Cmd& c, bool lat);
-// The client half (initiator).
-RawBw raw_bw_client(Side& s, const Cmd& c, const std::string& peer_addr);
-RawLat raw_lat_client(Side& s, const Cmd& c, const std::string& peer_addr);
+// With kCountWire, its device's packets over the whole perftest run.
+SideStats raw_serve(Side& s, const Cmd& c);
+// The client half (initiator); *wire gets this side's packets when kCountWire.
+RawBw raw_bw_client(Side& s, const Cmd& c, const std::string& peer_addr, SideStats* wire);
+RawLat raw_lat_client(Side& s, const Cmd& c, const std::string& peer_addr, SideStats* wire);
+
+// The initiator: runs the plan against the peer, prints the tables and the targets, writes
+// CSV/JSON. Returns the number of bad bytes seen (verification failures on either side).
+uint64_t initiate(const Options& o, Side& s, Net& net, const std::string& peer_addr,
+                  const std::string& sender_name, const std::string& receiver_name);
 
 // Verification pattern: 8-byte words derived from (stream, seq, word index).
 void fill_pattern(void* p, size_t n, uint64_t stream, uint64_t seq);

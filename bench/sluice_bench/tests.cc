@@ -117,6 +117,48 @@ std::vector<void*> connect_all(Net& net, int dev, std::vector<Handle>& hs, const
   return out;
 }
 
+// The plugin's statistics summed over comms (ext_valid only when every comm answered).
+struct ExtSnap {
+  bool ok = true;
+  uint64_t wrs = 0, doorbells = 0, cts_writes = 0, messages = 0;
+};
+ExtSnap ext_snap(Net& net, const std::vector<void*>& comms) {
+  ExtSnap e;
+  for (void* c : comms) {
+    sluiceCommStats_v1_t st;
+    if (!net.comm_stats(c, &st)) {
+      e.ok = false;
+      continue;
+    }
+    e.wrs += st.wrs;
+    e.doorbells += st.doorbells;
+    e.cts_writes += st.ctsWrites;
+    e.messages += st.messages;
+  }
+  return e;
+}
+
+// Counting (kCountWire): both sides' device counters and the plugin's statistics around a phase.
+struct Counted {
+  WireCounter w0;
+  ExtSnap e0;
+  void begin(const Side& s, const std::vector<void*>& comms) {
+    w0 = settle_and_read(s);
+    e0 = ext_snap(*s.net, comms);
+  }
+  void end(const Side& s, const std::vector<void*>& comms, SideStats* st) {
+    WireCounter w1 = settle_and_read(s);
+    ExtSnap e1 = ext_snap(*s.net, comms);
+    st->wire_valid = w0.ok && w1.ok;
+    st->wire_pkts = w1.value - w0.value;
+    st->ext_valid = e0.ok && e1.ok && !comms.empty();
+    st->wrs = e1.wrs - e0.wrs;
+    st->doorbells = e1.doorbells - e0.doorbells;
+    st->cts_writes = e1.cts_writes - e0.cts_writes;
+    st->ext_messages = e1.messages - e0.messages;
+  }
+};
+
 // One side of the bandwidth phase over K connections.
 struct BwConn {
   void* comm = nullptr;
@@ -138,6 +180,7 @@ SideStats run_bw(Side& s, const Cmd& c, bool sender, std::vector<void*> comms) {
     conns[k].reqs.assign(w, nullptr);
   }
   SideStats st;
+  Counted counted;
   uint64_t seq_base = 0;
   for (int phase = 0; phase < 2; ++phase) {
     const uint64_t n = phase == 0 ? c.warmup : c.iters;
@@ -163,6 +206,18 @@ SideStats run_bw(Side& s, const Cmd& c, bool sender, std::vector<void*> comms) {
         moved = true;
       }
     };
+    const bool count = phase == 1 && (c.flags & kCountWire);
+    if (count) {
+      // The sender reads its counter before the receiver's clear-to-send writes (which its
+      // device acknowledges) can start; the receiver reads before it posts.
+      if (sender) {
+        counted.begin(s, comms);
+        send_go(*s.ch, dl);
+      } else {
+        wait_go(*s.ch, dl);
+        counted.begin(s, comms);
+      }
+    }
     if (sender) {
       wait_go(*s.ch, dl);
     } else {
@@ -216,6 +271,7 @@ SideStats run_bw(Side& s, const Cmd& c, bool sender, std::vector<void*> comms) {
       st.user_s = cpu.user_s;
       st.sys_s = cpu.sys_s;
       st.messages = n * K;
+      if (count) counted.end(s, comms, &st);
     }
     seq_base += n;
   }
@@ -330,17 +386,72 @@ void wait_req(Net& net, void* req, const Deadline& dl, size_t* got = nullptr) {
 }
 }  // namespace
 
+// Ping-pong, two modes. Just in time (default): each side posts the receive for the next message
+// right before it needs it, so the receiver's clear-to-send write is on the round trip. Pre-posted
+// (kPrePost): each side keeps `window` receives posted ahead in distinct slots, as NCCL's proxy
+// does, and re-posts a slot after sending its reply. With kCountWire, each side reads its
+// device's packet counter (and the plugin's statistics) around the whole loop, warm-up included.
+namespace {
+struct LatBufs {
+  Net& net;
+  Pair p;
+  uint64_t size, ahead;
+  Buffer sbuf, rbuf;
+  void *smh, *rmh;
+  LatBufs(Net& n, Pair pr, const Cmd& c)
+      : net(n),
+        p(pr),
+        size(c.size),
+        ahead((c.flags & kPrePost) ? std::max<uint32_t>(c.window, 1) : 1),
+        sbuf(c.size),
+        rbuf(c.size * ahead),
+        smh(n.reg(pr.send, sbuf.data(), c.size)),
+        rmh(n.reg(pr.recv, rbuf.data(), c.size * ahead)) {}
+  ~LatBufs() {
+    net.dereg(p.send, smh);
+    net.dereg(p.recv, rmh);
+    net.close_send(p.send);
+    net.close_recv(p.recv);
+  }
+  char* slot(uint64_t i) { return rbuf.data() + (i % ahead) * size; }
+  void* post_recv(uint64_t i, const Deadline& dl) {
+    return retry_post([&] { return net.irecv(p.recv, slot(i), size, 0, rmh); }, dl);
+  }
+  void* post_send(const Deadline& dl) {
+    return retry_post([&] { return net.isend(p.send, sbuf.data(), size, 0, smh); }, dl);
+  }
+};
+
+// Counting handshake: the initiator reads first, then the peer reads and may post receives.
+void lat_count_begin(Side& s, const Cmd& c, bool initiator, Counted* cnt, const Pair& p,
+                     const Deadline& dl) {
+  if (!(c.flags & kCountWire)) return;
+  if (initiator) {
+    cnt->begin(s, {p.send, p.recv});
+    send_go(*s.ch, dl);
+    wait_go(*s.ch, dl);
+  } else {
+    wait_go(*s.ch, dl);
+    cnt->begin(s, {p.send, p.recv});
+    send_go(*s.ch, dl);
+  }
+}
+}  // namespace
+
 LatResult lat_ping(Side& s, const Cmd& c) {
   Net& net = *s.net;
-  Pair p = connect_both_ways(s, c, true);
-  Buffer sbuf(c.size), rbuf(c.size);
-  void* smh = net.reg(p.send, sbuf.data(), c.size);
-  void* rmh = net.reg(p.recv, rbuf.data(), c.size);
+  LatBufs b(net, connect_both_ways(s, c, true), c);
   LatResult res;
   const uint64_t total = c.warmup + c.iters;
+  const bool pre = c.flags & kPrePost;
   res.half_rtt_us.reserve(c.iters);
   Deadline dl(c.timeout_s,
               strf("in the %s ping-pong (no pong from the peer)", format_size(c.size).c_str()));
+  Counted cnt;
+  lat_count_begin(s, c, true, &cnt, b.p, dl);
+  std::vector<void*> rr(b.ahead, nullptr);
+  if (pre)
+    for (uint64_t j = 0; j < std::min(b.ahead, total); ++j) rr[j] = b.post_recv(j, dl);
   CpuTimes cpu0 = CpuTimes::now();
   double tstart = 0;
   for (uint64_t i = 0; i < total; ++i) {
@@ -348,17 +459,18 @@ LatResult lat_ping(Side& s, const Cmd& c) {
       cpu0 = CpuTimes::now();
       tstart = now_s();
     }
-    if (c.verify) fill_pattern(sbuf.data(), c.size, 0, i);
+    if (c.verify) fill_pattern(b.sbuf.data(), c.size, 0, i);
     double t0 = now_s();
-    void* rr = retry_post([&] { return net.irecv(p.recv, rbuf.data(), c.size, 0, rmh); }, dl);
-    void* sr = retry_post([&] { return net.isend(p.send, sbuf.data(), c.size, 0, smh); }, dl);
+    if (!pre) rr[0] = b.post_recv(i, dl);
+    void* sr = b.post_send(dl);
     size_t got = 0;
     wait_req(net, sr, dl);
-    wait_req(net, rr, dl, &got);
+    wait_req(net, rr[i % b.ahead], dl, &got);
     double t1 = now_s();
     if (i >= c.warmup) res.half_rtt_us.push_back((t1 - t0) * 1e6 / 2);
     if (got != c.size) ++res.self.bad_bytes;
-    if (c.verify) res.self.bad_bytes += check_pattern(rbuf.data(), c.size, 1, i);
+    if (c.verify) res.self.bad_bytes += check_pattern(b.slot(i), c.size, 1, i);
+    if (pre && i + b.ahead < total) rr[i % b.ahead] = b.post_recv(i + b.ahead, dl);
   }
   double tend = now_s();
   CpuTimes cpu = CpuTimes::now() - cpu0;
@@ -366,38 +478,43 @@ LatResult lat_ping(Side& s, const Cmd& c) {
   res.self.user_s = cpu.user_s;
   res.self.sys_s = cpu.sys_s;
   res.self.messages = c.iters;
+  if (c.flags & kCountWire) cnt.end(s, {b.p.send, b.p.recv}, &res.self);
   std::sort(res.half_rtt_us.begin(), res.half_rtt_us.end());
-  net.dereg(p.send, smh);
-  net.dereg(p.recv, rmh);
-  net.close_send(p.send);
-  net.close_recv(p.recv);
   return res;
 }
 
 SideStats lat_pong(Side& s, const Cmd& c) {
   Net& net = *s.net;
-  Pair p = connect_both_ways(s, c, false);
-  Buffer sbuf(c.size), rbuf(c.size);
-  void* smh = net.reg(p.send, sbuf.data(), c.size);
-  void* rmh = net.reg(p.recv, rbuf.data(), c.size);
+  LatBufs b(net, connect_both_ways(s, c, false), c);
   SideStats st;
   const uint64_t total = c.warmup + c.iters;
+  const bool pre = c.flags & kPrePost;
   Deadline dl(c.timeout_s,
               strf("in the %s ping-pong (no ping from the peer)", format_size(c.size).c_str()));
+  Counted cnt;
+  lat_count_begin(s, c, false, &cnt, b.p, dl);
   CpuTimes cpu0 = CpuTimes::now();
   double t0 = now_s();
-  void* rr = retry_post([&] { return net.irecv(p.recv, rbuf.data(), c.size, 0, rmh); }, dl);
+  std::vector<void*> rr(b.ahead, nullptr);
+  for (uint64_t j = 0; j < std::min(b.ahead, total); ++j) rr[j] = b.post_recv(j, dl);
   for (uint64_t i = 0; i < total; ++i) {
     size_t got = 0;
-    wait_req(net, rr, dl, &got);
+    wait_req(net, rr[i % b.ahead], dl, &got);
     if (got != c.size) ++st.bad_bytes;
     if (c.verify) {
-      st.bad_bytes += check_pattern(rbuf.data(), c.size, 0, i);
-      fill_pattern(sbuf.data(), c.size, 1, i);
+      st.bad_bytes += check_pattern(b.slot(i), c.size, 0, i);
+      fill_pattern(b.sbuf.data(), c.size, 1, i);
     }
-    if (i + 1 < total)
-      rr = retry_post([&] { return net.irecv(p.recv, rbuf.data(), c.size, 0, rmh); }, dl);
-    void* sr = retry_post([&] { return net.isend(p.send, sbuf.data(), c.size, 0, smh); }, dl);
+    void* sr;
+    if (pre) {
+      // The reply first; the slot just consumed is re-posted for message i + ahead.
+      sr = b.post_send(dl);
+      if (i + b.ahead < total) rr[i % b.ahead] = b.post_recv(i + b.ahead, dl);
+    } else {
+      // NCCL's order for a receive that is needed next: post it, then send.
+      if (i + 1 < total) rr[0] = b.post_recv(i + 1, dl);
+      sr = b.post_send(dl);
+    }
     wait_req(net, sr, dl);
   }
   CpuTimes cpu = CpuTimes::now() - cpu0;
@@ -405,10 +522,7 @@ SideStats lat_pong(Side& s, const Cmd& c) {
   st.user_s = cpu.user_s;
   st.sys_s = cpu.sys_s;
   st.messages = total;
-  net.dereg(p.send, smh);
-  net.dereg(p.recv, rmh);
-  net.close_send(p.send);
-  net.close_recv(p.recv);
+  if (c.flags & kCountWire) cnt.end(s, {b.p.send, b.p.recv}, &st);
   return st;
 }
 
