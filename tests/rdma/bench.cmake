@@ -7,14 +7,20 @@ if(NOT SLUICE_BUILD_BENCH)
   return()
 endif()
 
-# Ring allreduce, 4 ranks spread over rxe0/rxe1, a few sizes (one of them several chunks long and
+# Both run on the test's port pair (SLUICE_TEST_DEVICES, else the first two active ports):
+# with_test_devices.sh restricts the plugin to it through NCCL_IB_HCA.
+set(SLUICE_WITH_TEST_DEVICES ${CMAKE_CURRENT_SOURCE_DIR}/rdma/with_test_devices.sh)
+
+# Ring allreduce, 4 ranks spread over the pair, a few sizes (one of them several chunks long and
 # not a multiple of the ranks' segments), every iteration verified.
 sluice_add_rdma_test(NAME bench_allreduce_4ranks TIMEOUT 600 COMMAND
+  ${SLUICE_WITH_TEST_DEVICES}
   ${PROJECT_SOURCE_DIR}/bench/launch-allreduce -n 4 --build ${CMAKE_BINARY_DIR} --timeout 400 --
   -b 8 -e 2M -f 32 -n 2 -w 1 --chunk 256K --timeout 120 --quiet)
 
 # Point to point with every received byte checked: bandwidth sweep, ping-pong, two connections
 # at once.
 sluice_add_rdma_test(NAME bench_sluice_bench_verify TIMEOUT 600 COMMAND
-  $<TARGET_FILE:sluice-bench> --verify --tests bw,lat,agg -b 8 -e 1M -f 8 --bytes-per-size 2M
-  --iters-min 4 --iters-max 100 --lat-iters 50 --agg-sizes 64K --conns 2 --timeout 120 --quiet)
+  ${SLUICE_WITH_TEST_DEVICES} $<TARGET_FILE:sluice-bench>
+  --verify --tests bw,lat,agg -b 8 -e 1M -f 8 --bytes-per-size 2M --iters-min 4 --iters-max 100
+  --lat-iters 50 --agg-sizes 64K --conns 2 --timeout 120 --quiet)
