@@ -131,8 +131,9 @@ Status cts_room(RecvComm& r, uint64_t from, bool* fits) {
 
 }  // namespace
 
-Status publish(RecvComm& r) {
-  if (r.published == r.seq) return r.c.failure;
+namespace {
+
+Status publish_staged(RecvComm& r) {
   SLUICE_RETURN_IF_ERROR(r.c.failure);
   SLUICE_RETURN_IF_ERROR(post_receive_wrs(r));
   while (r.published < r.seq) {
@@ -145,8 +146,17 @@ Status publish(RecvComm& r) {
     if (!fits) break;  // stays staged: the next call of any comm tries again
     SLUICE_RETURN_IF_ERROR(write_cts(r, from, to));
   }
-  set_pending(r, r.published < r.seq);
   return Status::ok();
+}
+
+}  // namespace
+
+Status publish(RecvComm& r) {
+  if (r.published == r.seq) return r.c.failure;
+  Status st = publish_staged(r);
+  // A failed comm has nothing left to publish: every later call reports its failure.
+  set_pending(r, st.is_ok() && r.published < r.seq);
+  return st;
 }
 
 void publish_all(const RecvComm* skip) {
