@@ -18,7 +18,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "cts_match.h"
+#include "../core/src/cts_match.h"
 
 using namespace sluice;
 
