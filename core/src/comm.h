@@ -5,16 +5,20 @@
 //    one slot), only for a slot whose previous use the sender has consumed: the receiver has at
 //    most kFifoSlots receives in flight and reuses slot s % kFifoSlots only after receive s -
 //    kFifoSlots completed, which needs the sender to have read that entry first.
-//  * Both sides walk the same sequence numbers: receive k uses FIFO slot k % kFifoSlots, record
-//  slot
-//    k % kFifoSlots, and every data QP carries exactly one immediate for it.
-//  * A comm is driven by one thread at a time (NCCL's rule), so nothing here is locked.
+//  * Both sides walk the same sequence numbers: receive k uses FIFO slot k % kFifoSlots and record
+//    slot k % kFifoSlots. Split mode: every data QP carries exactly one immediate for it; otherwise
+//    only QP k % nqps does (cts::qp_of_lane).
+//  * A comm is driven by one thread at a time (NCCL's rule). The one exception: a receive comm's
+//    unpublished clear-to-send entries may be published by any thread's call (cts_publish.cc),
+//    so the receive comm's CTS and completion state is guarded by RecvComm::mu.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <mutex>
 #include <string>
 
+#include "cts_match.h"
 #include "engine.h"
 #include "sluice/core/api.h"
 #include "sluice/core/verbs.h"
@@ -34,6 +38,11 @@ inline constexpr uint32_t kCtsSignalEvery = 8;
 inline constexpr uint32_t kCtsBudget = 23;
 inline constexpr uint32_t kRecvSqDepth = kCtsBudget + kCtsSignalEvery;
 inline constexpr uint32_t kRecvRqDepth = wire::kFifoSlots;  // one receive WR per irecv per QP
+// Receives whose clear-to-send entries wait to be published together: reaching this many
+// publishes at once (one RDMA WRITE of up to kCtsCoalesceSlots slots, two at the FIFO's wrap).
+inline constexpr uint32_t kCtsCoalesceSlots = 8;
+static_assert(kCtsCoalesceSlots >= 1 && kCtsCoalesceSlots <= wire::kFifoSlots);
+static_assert(kCtsBudget >= 2, "a publication may need two writes (FIFO wrap)");
 // Inline CTS: one entry (the common, ungrouped receive); grouped receives post from staging memory.
 inline constexpr uint32_t kCtsInlineBytes = sizeof(wire::CtsEntry);
 static_assert(kSendSqDepth >= 2 * (wire::kEntriesPerSlot + 1), "two full groups must fit");
@@ -62,6 +71,20 @@ enum class CommKind : uint32_t {
   kSend = 0x53454e44,    // "SEND"
   kRecv = 0x52454356,    // "RECV"
   kDead = 0xdeadc0de,
+};
+
+// Per-comm statistics (sluiceExt_v1 commStats). One writer at a time (the comm's driver, or a
+// publisher holding RecvComm::mu); readers may be other threads, so the cells are atomics updated
+// without a locked read-modify-write.
+struct StatCell {
+  std::atomic<uint64_t> v{0};
+  void add(uint64_t n) {
+    v.store(v.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+  }
+  uint64_t get() const { return v.load(std::memory_order_relaxed); }
+};
+struct CommCounters {
+  StatCell messages, wrs, doorbells, cts_writes, cts_entries;
 };
 
 struct CommBase {
@@ -118,6 +141,8 @@ struct Conn {
   verbs::Qp qps[wire::kMaxQps];
   uint32_t remote_qpn[wire::kMaxQps] = {};
   uint32_t max_inline = 0;
+  bool split = false;  // NCCL_IB_SPLIT_DATA_ON_QPS of the connector (both ends follow it)
+  CommCounters stats;
   Status failure;  // sticky: once set every call fails with it
   bool failed() const { return !failure.is_ok(); }
   std::string describe_qp(int q) const;  // "qpn 17 (rxe0:1) -> qpn 18 (rxe1) at 127.0.0.1:4711"
@@ -138,7 +163,9 @@ class SendComm : public CommBase {
   uint64_t remote_records = 0;          // receiver's completion-record array
   uint32_t remote_records_rkey = 0;
   uint64_t head = 0;  // receives consumed so far; the next slot is head % kFifoSlots
-  // Matching state of the slot at `head`:
+  // Matching state of the slot at `head`: its validated snapshot (taken once, at first use), then
+  // which entries have their isend.
+  cts::Snapshot snap;
   uint8_t matched = 0;  // bit i: entry i has its isend
   SendReq* slot_reqs[wire::kEntriesPerSlot] = {};
   uint32_t sq_used[wire::kMaxQps] = {};  // WRs posted on each QP and not yet completed
@@ -159,10 +186,16 @@ class RecvComm : public CommBase {
   wire::DoneRecord* records = nullptr;  // kFifoSlots
   uint64_t remote_fifo = 0;             // the sender's CTS FIFO
   uint32_t remote_fifo_rkey = 0;
-  uint64_t seq = 0;                             // receives posted so far
-  uint32_t cts_unsignaled[wire::kMaxQps] = {};  // CTS writes since the last signaled one
-  uint32_t cts_outstanding[wire::kMaxQps] =
-      {};                   // CTS writes whose send-queue slot is not reclaimed
+  // Guards everything below and the requests in `pool`: a publisher on another thread (recv.cc)
+  // posts on this comm's queues and may poll its CQ for room.
+  std::mutex mu;
+  uint64_t seq = 0;        // receives posted so far (staged in `stage`)
+  uint64_t rq_posted = 0;  // receives whose receive WRs are posted (<= seq)
+  uint64_t published = 0;  // receives whose CTS entries are written to the peer (<= rq_posted)
+  std::atomic<bool> has_pending{false};  // published < seq (hint for other threads' publishers)
+  bool registered = false;               // in the process-wide publication registry
+  uint32_t cts_unsignaled[wire::kMaxQps] = {};   // CTS writes since the last signaled one
+  uint32_t cts_outstanding[wire::kMaxQps] = {};  // CTS writes whose send-queue slot is in use
   RecvReq* pool = nullptr;  // kFifoSlots requests in `mem`; receive k uses k % kFifoSlots
   Conn c;
 };

@@ -305,6 +305,8 @@ Status build_send_comm(ConnectState& s) {
   s.local.service_level = s.sl;
   s.local.buf_addr = reinterpret_cast<uintptr_t>(comm->fifo);
   s.local.buf_rkey = comm->mem_mr->rkey;
+  s.local.split_data = static_cast<uint8_t>(cfg.split_data_on_qps);
+  comm->c.split = cfg.split_data_on_qps != 0;
   s.comm = std::move(comm);
   return Status::ok();
 }
@@ -450,6 +452,8 @@ Status build_recv_comm(ListenComm& l, ListenComm::Pending& p) {
   p.local.service_level = p.remote.service_level;
   p.local.buf_addr = reinterpret_cast<uintptr_t>(comm->records);
   p.local.buf_rkey = comm->mem_mr->rkey;
+  p.local.split_data = p.remote.split_data;  // the connector decides, as for nqps
+  comm->c.split = p.remote.split_data != 0;
   SLUICE_RETURN_IF_ERROR(connect_qps(comm->c, p.local, p.remote, tc, p.remote.service_level));
   comm->remote_fifo = p.remote.buf_addr;
   comm->remote_fifo_rkey = p.remote.buf_rkey;

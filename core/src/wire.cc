@@ -51,6 +51,10 @@ Status validate_meta(const Meta& m, uint8_t expected_role, uint64_t nonce) {
     return Status(Code::kRemoteError, "peer metadata is for another listener (nonce mismatch)");
   if (m.nqps == 0 || m.nqps > kMaxQps)
     return Status(Code::kRemoteError, "peer metadata has " + std::to_string(m.nqps) + " QPs");
+  if (m.split_data > 1) {
+    return Status(Code::kRemoteError,
+                  "peer metadata has split_data = " + std::to_string(m.split_data));
+  }
   if (m.fifo_slots != static_cast<uint32_t>(kFifoSlots))
     return Status(Code::kRemoteError, "peer uses a FIFO depth of " + std::to_string(m.fifo_slots));
   if (m.dev_name[sizeof m.dev_name - 1] != '\0')

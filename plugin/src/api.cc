@@ -588,6 +588,24 @@ ncclResult_t test(void* request, int* done, int* sizes) noexcept {
 // ---- Teardown ----------------------------------------------------------------------------------
 // Closing NULL is a no-op, as in NCCL's own IB plugin (NCCL's error paths close "if any").
 
+// sluiceExt_v1.commStats: counters of a live send/receive comm. 0 = success.
+int comm_stats(void* comm, sluiceCommStats_v1_t* out) noexcept {
+  try {
+    if (comm == nullptr || out == nullptr) return 1;
+    sluice::CommStats st;
+    if (!sluice::comm_stats(comm, &st).is_ok()) return 1;
+    *out = sluiceCommStats_v1_t{};
+    out->messages = st.messages;
+    out->wrs = st.wrs;
+    out->doorbells = st.doorbells;
+    out->ctsWrites = st.cts_writes;
+    out->ctsEntries = st.cts_entries;
+    return 0;
+  } catch (...) {
+    return 1;
+  }
+}
+
 ncclResult_t close_send(void* send_comm) noexcept {
   return guard("closeSend", [&]() -> Status {
     if (send_comm == nullptr) return Status::ok();

@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "sluice/nccl_net_abi.h"
+#include "sluice/sluice_ext.h"
 
 namespace sluice::plugin {
 
@@ -82,6 +83,7 @@ ncclResult_t iflush(void* recv_comm, int n, void** data, const int* sizes, void*
                     void** request) noexcept;
 ncclResult_t test(void* request, int* done, int* sizes) noexcept;
 
+int comm_stats(void* comm, sluiceCommStats_v1_t* out) noexcept;  // sluiceExt_v1
 ncclResult_t close_send(void* send_comm) noexcept;
 ncclResult_t close_recv(void* recv_comm) noexcept;
 ncclResult_t close_listen(void* listen_comm) noexcept;

@@ -237,6 +237,12 @@ extern "C" SLUICE_EXPORT const ncclNet_v9_t ncclNetPlugin_v9 = {
     .makeVDevice = nullptr,
 };
 
+// Sluice's own extension table (sluice/sluice_ext.h): statistics for sluice-bench and tests.
+extern "C" SLUICE_EXPORT const sluiceExt_v1_t sluiceExt_v1 = {
+    .version = 1,
+    .commStats = sp::comm_stats,
+};
+
 extern "C" SLUICE_EXPORT const ncclNet_v8_t ncclNetPlugin_v8 = {
     .name = sp::kPluginName,
     .init = sp::init_v8,

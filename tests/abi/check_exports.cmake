@@ -1,5 +1,6 @@
 # cmake -DLIB=<libnccl-net-sluice.so> [-DNM=nm] -P check_exports.cmake
-# Fails unless the library's defined dynamic symbols are exactly NCCL's versioned plugin tables:
+# Fails unless the library's defined dynamic symbols are exactly NCCL's versioned plugin tables and
+# Sluice's extension table sluiceExt_v1:
 # no C++ symbol, no symbol of the static sluice_* libraries, nothing else may leak.
 if(NOT LIB)
   message(FATAL_ERROR "LIB not set")
@@ -12,7 +13,8 @@ execute_process(COMMAND ${NM} -D --defined-only ${LIB}
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "${NM} -D --defined-only ${LIB} failed (${rc}): ${err}")
 endif()
-set(expected ncclNetPlugin_v10 ncclNetPlugin_v11 ncclNetPlugin_v12 ncclNetPlugin_v8 ncclNetPlugin_v9)
+set(expected ncclNetPlugin_v10 ncclNetPlugin_v11 ncclNetPlugin_v12 ncclNetPlugin_v8 ncclNetPlugin_v9
+             sluiceExt_v1)
 set(found "")
 string(REPLACE "\n" ";" lines "${out}")
 foreach(line IN LISTS lines)
@@ -25,7 +27,7 @@ foreach(line IN LISTS lines)
       continue()
     endif()
     list(APPEND found "${name}")
-    if(name MATCHES "^ncclNetPlugin_v" AND NOT type MATCHES "^[RDBG]$")
+    if(name MATCHES "^(ncclNetPlugin_v|sluiceExt_v)" AND NOT type MATCHES "^[RDBG]$")
       message(FATAL_ERROR "${name} has symbol type ${type}; expected a data object (R/D/B)")
     endif()
   endif()

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "sluice/nccl_net_abi.h"
+#include "sluice/sluice_ext.h"
 
 #ifndef SLUICE_PLUGIN_PATH
 #error "SLUICE_PLUGIN_PATH must name the built plugin"
@@ -174,6 +175,17 @@ int main(int argc, char** argv) {
   v11 = (const ncclNet_v11_t*)sym(lib, "ncclNetPlugin_v11");
   v12 = (const ncclNet_v12_t*)sym(lib, "ncclNetPlugin_v12");
   if (failures != 0) return 1;
+
+  /* Sluice's extension table: present, version 1, and commStats refuses what is not a comm. */
+  {
+    const sluiceExt_v1_t* ext = (const sluiceExt_v1_t*)sym(lib, SLUICE_EXT_SYMBOL);
+    if (ext != NULL) {
+      sluiceCommStats_v1_t st;
+      CHECK(ext->version == 1);
+      CHECK(ext->commStats != NULL);
+      CHECK(ext->commStats(NULL, &st) != 0);
+    }
+  }
 
   /* Not exported: older tables and internal symbols. */
   CHECK(dlsym(lib, "ncclNetPlugin_v7") == NULL);

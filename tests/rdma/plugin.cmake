@@ -22,7 +22,8 @@ set_tests_properties(abi_dlopen_c PROPERTIES LABELS "unit;abi" TIMEOUT 120)
 
 # Data path through the exported tables (dlopen RTLD_NOW | RTLD_LOCAL, like NCCL).
 add_executable(plugin_rdma_test ${CMAKE_CURRENT_LIST_DIR}/plugin_rdma_test.cc
-                                ${CMAKE_CURRENT_LIST_DIR}/plugin_rdma_stress_test.cc)
+                                ${CMAKE_CURRENT_LIST_DIR}/plugin_rdma_stress_test.cc
+                                ${CMAKE_CURRENT_LIST_DIR}/plugin_rdma_cost_test.cc)
 target_include_directories(plugin_rdma_test PRIVATE ${CMAKE_CURRENT_LIST_DIR})
 target_link_libraries(plugin_rdma_test PRIVATE sluice_nccl_abi GTest::gtest Threads::Threads
                                                PkgConfig::IBVERBS ${CMAKE_DL_LIBS})
@@ -30,9 +31,12 @@ target_compile_definitions(plugin_rdma_test PRIVATE
                            SLUICE_PLUGIN_PATH="$<TARGET_FILE:nccl-net-sluice>")
 add_dependencies(plugin_rdma_test nccl-net-sluice)
 
-# Configuration is read once per process at the first init, so each NCCL_IB_QPS_PER_CONNECTION
-# value gets its own process (and its own bed).
-set(SLUICE_PLUGIN_DATA_TESTS "*Transfer*:*Grouped*:*InFlight*:TwoProcess*:*Versions*")
+# Configuration is read once per process at the first init, so each NCCL_IB_QPS_PER_CONNECTION /
+# NCCL_IB_SPLIT_DATA_ON_QPS combination gets its own process (and its own bed). With one QP both
+# split modes are the same path; with 4 the data-path tests run whole-message (0, NCCL's default)
+# and split (1).
+set(SLUICE_PLUGIN_DATA_TESTS
+    "*Transfer*:*Grouped*:*InFlight*:TwoProcess*:*Versions*:Cost*:Coalesce*")
 sluice_add_rdma_test(NAME plugin_rdma_qps1
                      COMMAND $<TARGET_FILE:plugin_rdma_test>
                              --gtest_filter=-Stress*:Lifecycle*)
@@ -40,9 +44,22 @@ set_property(TEST plugin_rdma_qps1 APPEND PROPERTY ENVIRONMENT NCCL_IB_QPS_PER_C
 sluice_add_rdma_test(NAME plugin_rdma_qps4
                      COMMAND $<TARGET_FILE:plugin_rdma_test>
                              --gtest_filter=${SLUICE_PLUGIN_DATA_TESTS})
-set_property(TEST plugin_rdma_qps4 APPEND PROPERTY ENVIRONMENT NCCL_IB_QPS_PER_CONNECTION=4)
+set_property(TEST plugin_rdma_qps4 APPEND PROPERTY ENVIRONMENT NCCL_IB_QPS_PER_CONNECTION=4
+                                                              NCCL_IB_SPLIT_DATA_ON_QPS=0)
+sluice_add_rdma_test(NAME plugin_rdma_qps4_split
+                     COMMAND $<TARGET_FILE:plugin_rdma_test>
+                             --gtest_filter=${SLUICE_PLUGIN_DATA_TESTS})
+set_property(TEST plugin_rdma_qps4_split APPEND PROPERTY ENVIRONMENT NCCL_IB_QPS_PER_CONNECTION=4
+                                                                    NCCL_IB_SPLIT_DATA_ON_QPS=1)
 sluice_add_rdma_test(NAME plugin_rdma_stress
                      COMMAND $<TARGET_FILE:plugin_rdma_test> --gtest_filter=Stress*)
+foreach(split 0 1)
+  sluice_add_rdma_test(NAME plugin_rdma_stress_qps4_split${split}
+                       COMMAND $<TARGET_FILE:plugin_rdma_test> --gtest_filter=Stress*)
+  set_property(TEST plugin_rdma_stress_qps4_split${split} APPEND PROPERTY ENVIRONMENT
+               NCCL_IB_QPS_PER_CONNECTION=4 NCCL_IB_SPLIT_DATA_ON_QPS=${split}
+               SLUICE_TEST_STRESS_MESSAGES=20000)
+endforeach()
 sluice_add_rdma_test(NAME plugin_rdma_cycles
                      COMMAND $<TARGET_FILE:plugin_rdma_test> --gtest_filter=Lifecycle*)
 

@@ -59,6 +59,7 @@ TEST(Config, DefaultsWithEmptyEnvironment) {
   EXPECT_EQ(c.service_level, -1);
   EXPECT_EQ(c.pkey_index, 0);
   EXPECT_EQ(c.qps_per_connection, 1);
+  EXPECT_EQ(c.split_data_on_qps, 0);
   EXPECT_TRUE(c.cts_inline);
   EXPECT_EQ(c.connect_timeout_ms, 120000);
   EXPECT_EQ(c.close_timeout_ms, 2000);
@@ -89,6 +90,7 @@ TEST(Config, EveryParameterReachesItsField) {
       {"NCCL_IB_SL", "3"},
       {"NCCL_IB_PKEY", "2"},
       {"NCCL_IB_QPS_PER_CONNECTION", "4"},
+      {"NCCL_IB_SPLIT_DATA_ON_QPS", "1"},
       {"NCCL_IB_USE_INLINE", "0"},
       {"SLUICE_CONNECT_TIMEOUT_MS", "5000"},
       {"SLUICE_CLOSE_TIMEOUT_MS", "0"},
@@ -117,6 +119,7 @@ TEST(Config, EveryParameterReachesItsField) {
   EXPECT_EQ(c.service_level, 3);
   EXPECT_EQ(c.pkey_index, 2);
   EXPECT_EQ(c.qps_per_connection, 4);
+  EXPECT_EQ(c.split_data_on_qps, 1);
   EXPECT_FALSE(c.cts_inline);
   EXPECT_EQ(c.connect_timeout_ms, 5000);
   EXPECT_EQ(c.close_timeout_ms, 0);
@@ -194,6 +197,7 @@ const IntCase kIntCases[] = {
     {"NCCL_IB_SL", &Config::service_level, -1, 15},
     {"NCCL_IB_PKEY", &Config::pkey_index, 0, 65535},
     {"NCCL_IB_QPS_PER_CONNECTION", &Config::qps_per_connection, 1, 16},
+    {"NCCL_IB_SPLIT_DATA_ON_QPS", &Config::split_data_on_qps, 0, 1},
     {"SLUICE_CONNECT_TIMEOUT_MS", &Config::connect_timeout_ms, 100, 3600000},
     {"SLUICE_CLOSE_TIMEOUT_MS", &Config::close_timeout_ms, 0, 60000},
 };
@@ -358,7 +362,7 @@ TEST(Config, LogLevelForTheLoggerUsesTheTableRow) {
 
 TEST(ParamDocs, OneRowPerParameterWithEverythingFilledIn) {
   const auto& docs = param_docs();
-  EXPECT_EQ(docs.size(), 25u);
+  EXPECT_EQ(docs.size(), 26u);
   std::set<std::string> names;
   for (const ParamDoc& d : docs) {
     SCOPED_TRACE(d.name);
@@ -381,6 +385,7 @@ TEST(ParamDocs, OneRowPerParameterWithEverythingFilledIn) {
   };
   EXPECT_EQ(find("NCCL_IB_TIMEOUT").default_value, "20");
   EXPECT_EQ(find("NCCL_IB_TIMEOUT").allowed, "1..31");
+  EXPECT_EQ(find("NCCL_IB_SPLIT_DATA_ON_QPS").default_value, "0");
   EXPECT_EQ(find("NCCL_IB_ADDR_FAMILY").default_value, "AF_INET");
   EXPECT_EQ(find("NCCL_IB_ADDR_FAMILY").allowed, "AF_INET|AF_INET6");
   EXPECT_EQ(find("NCCL_IB_USE_INLINE").aliases, std::vector<std::string>{"SLUICE_CTS_INLINE"});

@@ -114,6 +114,16 @@ Status iflush(RecvComm* comm, int n, void* const* data, const int* sizes, MemHan
 // and releases the request.
 Status test(Request* request, int* done, size_t* sizes);
 
+// Cumulative counters of a live send or receive comm (`comm` as for reg_mr), for sluiceExt_v1.
+struct CommStats {
+  uint64_t messages = 0;     // sends posted (send comm) / receives completed (receive comm)
+  uint64_t wrs = 0;          // work requests posted on the comm's QPs (send and receive queues)
+  uint64_t doorbells = 0;    // ibv_post_send / ibv_post_recv calls
+  uint64_t cts_writes = 0;   // clear-to-send RDMA WRITEs (receive comm)
+  uint64_t cts_entries = 0;  // receives those writes published (receive comm)
+};
+Status comm_stats(void* comm, CommStats* out);
+
 Status close_send(SendComm* comm);
 Status close_recv(RecvComm* comm);
 Status close_listen(ListenComm* comm);

@@ -31,6 +31,7 @@ struct Config {
   int service_level = -1;       // NCCL_IB_SL: IB service level (-1 = 0)
   int pkey_index = 0;           // NCCL_IB_PKEY: partition key index
   int qps_per_connection = 1;   // NCCL_IB_QPS_PER_CONNECTION: data QPs per connection (1..16)
+  int split_data_on_qps = 0;    // NCCL_IB_SPLIT_DATA_ON_QPS: 0 = whole messages round-robin
   bool cts_inline = true;       // NCCL_IB_USE_INLINE / SLUICE_CTS_INLINE: inline clear-to-send
   // Connections
   int connect_timeout_ms = 120000;  // SLUICE_CONNECT_TIMEOUT_MS: bound on connection setup

@@ -68,7 +68,8 @@ struct Meta {
   uint8_t gid[16];
   uint64_t buf_addr;  // sender: its CTS FIFO; receiver: its completion-record array
   uint32_t buf_rkey;
-  uint32_t reserved;
+  uint8_t split_data;  // connector's NCCL_IB_SPLIT_DATA_ON_QPS (0/1); the acceptor follows it
+  uint8_t reserved[3];
   char dev_name[32];  // for messages
   QpInfo qps[kMaxQps];
 };
@@ -76,7 +77,9 @@ static_assert(sizeof(Meta) == 224);
 static_assert(offsetof(Meta, qps) == 96);
 static_assert(std::is_trivially_copyable_v<Meta>);
 
-// Verifies magic, version, role, nqps, fifo_slots and the echoed nonce.
+static_assert(offsetof(Meta, split_data) == 60);
+
+// Verifies magic, version, role, nqps, split_data, fifo_slots and the echoed nonce.
 Status validate_meta(const Meta& m, uint8_t expected_role, uint64_t nonce);
 
 // A clear-to-send entry: the receiver describes one posted buffer. Written by the receiver into the

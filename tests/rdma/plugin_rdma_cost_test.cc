@@ -1,0 +1,415 @@
+// The cost of a message, counted (sluiceExt_v1 commStats), and coalesced clear-to-send without
+// deadlock (label rdma; part of the plugin_rdma_test binary). The counts asserted here are
+// deterministic: they follow from the protocol, not from timing. Where the bed's rxe counters are
+// readable, packets on the wire per message are printed as well (informational: the bench
+// reports them against perftest).
+//
+// NCCL_IB_QPS_PER_CONNECTION and NCCL_IB_SPLIT_DATA_ON_QPS come from the environment (plugin.cmake
+// registers this binary once per combination).
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "plugin_bed.h"
+#include "sluice/sluice_ext.h"
+
+namespace nettest {
+namespace {
+
+// Mirrors core's kCtsCoalesceSlots (comm.h): receives staged before a publication is forced.
+constexpr int kCoalesce = 8;
+
+const sluiceExt_v1_t* ext() {
+  static const auto* e =
+      static_cast<const sluiceExt_v1_t*>(dlsym(Lib::get().handle, SLUICE_EXT_SYMBOL));
+  return e;
+}
+
+sluiceCommStats_v1_t stats(void* comm) {
+  sluiceCommStats_v1_t s{};
+  EXPECT_EQ(ext()->commStats(comm, &s), 0);
+  return s;
+}
+
+sluiceCommStats_v1_t operator-(const sluiceCommStats_v1_t& a, const sluiceCommStats_v1_t& b) {
+  sluiceCommStats_v1_t d{};
+  d.messages = a.messages - b.messages;
+  d.wrs = a.wrs - b.wrs;
+  d.doorbells = a.doorbells - b.doorbells;
+  d.ctsWrites = a.ctsWrites - b.ctsWrites;
+  d.ctsEntries = a.ctsEntries - b.ctsEntries;
+  return d;
+}
+
+int qps() {
+  return static_cast<int>(env_long("NCCL_IB_QPS_PER_CONNECTION", 1));
+}
+bool split() {
+  return env_long("NCCL_IB_SPLIT_DATA_ON_QPS", 0) != 0;
+}
+// Lanes a message uses: every QP when split, else one.
+int lanes() {
+  return split() ? qps() : 1;
+}
+
+// rxe's sent_pkts (or a NIC's port_xmit_packets) summed over the bed's two devices; -1 if not
+// readable. Informational only.
+long long sent_packets() {
+  long long total = 0;
+  const Bed& b = bed();
+  for (int d : {b.dev_a, b.dev_b}) {
+    std::string name = b.props[d].name;
+    name = name.substr(0, name.find(':'));
+    const std::string base = "/sys/class/infiniband/" + name + "/ports/1/";
+    long long v = -1;
+    for (const char* f : {"hw_counters/sent_pkts", "counters/port_xmit_packets"}) {
+      std::ifstream in(base + f);
+      if (in >> v) break;
+      v = -1;
+    }
+    if (v < 0) return -1;
+    total += v;
+    if (b.dev_b == b.dev_a) break;
+  }
+  return total;
+}
+
+void report(const char* what, int n, const sluiceCommStats_v1_t& s, const sluiceCommStats_v1_t& r,
+            long long pkts) {
+  std::fprintf(stderr,
+               "[cost] %s, %d messages, %d QP(s), split %d: sender %.2f WRs %.2f doorbells; "
+               "receiver %.2f WRs %.2f doorbells %.2f CTS writes per message; %s%.2f packets per "
+               "message\n",
+               what, n, qps(), split() ? 1 : 0, double(s.wrs) / n, double(s.doorbells) / n,
+               double(r.wrs) / n, double(r.doorbells) / n, double(r.ctsWrites) / n,
+               pkts < 0 ? "(no counters) " : "", pkts < 0 ? 0.0 : double(pkts) / n);
+}
+
+class Cost : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    REQUIRE_BED();
+    ASSERT_NE(ext(), nullptr) << "sluiceExt_v1 not exported";
+    ASSERT_EQ(ext()->version, 1);
+    ASSERT_TRUE(open_conn(net(), bed().dev_a, bed().dev_b, &conn_));
+    ASSERT_TRUE(sbuf_.allocate(&net(), conn_.send, 64 * 1024));
+    ASSERT_TRUE(rbuf_.allocate(&net(), conn_.recv, 64 * 1024));
+  }
+  void TearDown() override {
+    sbuf_.reset();
+    rbuf_.reset();
+    if (conn_.send != nullptr || conn_.recv != nullptr) {
+      EXPECT_TRUE(close_conn(net(), &conn_));
+    }
+  }
+  Conn conn_;
+  RegBuf sbuf_, rbuf_;
+};
+
+TEST_F(Cost, StatsRefuseWhatIsNotAComm) {
+  sluiceCommStats_v1_t s;
+  EXPECT_NE(ext()->commStats(nullptr, &s), 0);
+  EXPECT_NE(ext()->commStats(conn_.send, nullptr), 0);
+  int not_a_comm[64] = {};
+  EXPECT_NE(ext()->commStats(not_a_comm, &s), 0);
+  const sluiceCommStats_v1_t a = stats(conn_.send);
+  EXPECT_EQ(a.messages, 0u);
+  EXPECT_EQ(a.wrs, 0u);
+}
+
+// Ping-pong of 8-byte messages: irecv, isend, test, one message at a time. Each receive is
+// published alone (by the isend that follows it), so every count per message is exact.
+TEST_F(Cost, EightBytePingPongCountsAreExact) {
+  constexpr int kN = 64;
+  fill_pattern(sbuf_.data(), 8, 1);
+  ASSERT_TRUE(send_recv(net(), conn_, sbuf_, 8, rbuf_, 8, 5, nullptr));  // warm-up
+  const auto s0 = stats(conn_.send), r0 = stats(conn_.recv);
+  const long long p0 = sent_packets();
+  for (int i = 0; i < kN; ++i) {
+    fill_pattern(sbuf_.data(), 8, pattern_seed(8, i));
+    int got = -1;
+    ASSERT_TRUE(send_recv(net(), conn_, sbuf_, 8, rbuf_, 8, 5, &got));
+    ASSERT_EQ(got, 8);
+    ASSERT_EQ(check_pattern(rbuf_.data(), 8, pattern_seed(8, i)), "");
+  }
+  const long long p1 = sent_packets();
+  const auto s = stats(conn_.send) - s0, r = stats(conn_.recv) - r0;
+  report("8 B ping-pong", kN, s, r, p0 < 0 || p1 < 0 ? -1 : p1 - p0);
+  // Sender: one WRITE_WITH_IMM per lane, one doorbell per lane. With NCCL_IB_SPLIT_DATA_ON_QPS=0
+  // that is 1 whatever NCCL_IB_QPS_PER_CONNECTION is.
+  EXPECT_EQ(s.messages, uint64_t{kN});
+  EXPECT_EQ(s.wrs, uint64_t(kN) * lanes());
+  EXPECT_EQ(s.doorbells, uint64_t(kN) * lanes());
+  // Receiver: a receive WR per lane (one post per QP) and one CTS write per receive.
+  EXPECT_EQ(r.messages, uint64_t{kN});
+  EXPECT_EQ(r.ctsWrites, uint64_t{kN});
+  EXPECT_EQ(r.ctsEntries, uint64_t{kN});
+  EXPECT_EQ(r.wrs, uint64_t(kN) * (lanes() + 1));
+  EXPECT_EQ(r.doorbells, uint64_t(kN) * (lanes() + 1));
+}
+
+// Streaming with a window of 32: 32 receives posted back to back, then 32 sends, then the tests.
+// Back-to-back receives publish at most kCoalesce per CTS write, plus one at the FIFO's wrap.
+TEST_F(Cost, EightByteStreamingWindow32CoalescesClearToSend) {
+  constexpr int kWin = NCCL_NET_MAX_REQUESTS;
+  constexpr int kRounds = 16;
+  constexpr size_t kSz = 8, kStride = 64;
+  const auto s0 = stats(conn_.send), r0 = stats(conn_.recv);
+  const long long p0 = sent_packets();
+  for (int round = 0; round < kRounds; ++round) {
+    std::vector<void*> rreqs(kWin), sreqs(kWin);
+    for (int i = 0; i < kWin; ++i) {
+      void* data = rbuf_.data() + i * kStride;
+      void* mh = rbuf_.mh();
+      size_t cap = kSz;
+      int tag = i;
+      ASSERT_TRUE(post_until("irecv", &rreqs[i], [&](void** req) {
+        return net().irecv(conn_.recv, 1, &data, &cap, &tag, &mh, req);
+      }));
+      fill_pattern(sbuf_.data() + i * kStride, kSz, pattern_seed(kSz, round, i));
+    }
+    for (int i = 0; i < kWin; ++i) {
+      ASSERT_TRUE(post_until("isend", &sreqs[i], [&](void** req) {
+        return net().isend(conn_.send, sbuf_.data() + i * kStride, kSz, i, sbuf_.mh(), req);
+      }));
+    }
+    for (int i = 0; i < kWin; ++i) {
+      int got = -1;
+      ASSERT_TRUE(wait_done(net(), "recv", rreqs[i], &got));
+      ASSERT_EQ(got, static_cast<int>(kSz));
+      ASSERT_EQ(check_pattern(rbuf_.data() + i * kStride, kSz, pattern_seed(kSz, round, i)), "");
+      ASSERT_TRUE(wait_done(net(), "send", sreqs[i], nullptr));
+    }
+  }
+  const long long p1 = sent_packets();
+  const int n = kWin * kRounds;
+  const auto s = stats(conn_.send) - s0, r = stats(conn_.recv) - r0;
+  report("8 B streaming, window 32", n, s, r, p0 < 0 || p1 < 0 ? -1 : p1 - p0);
+  EXPECT_EQ(s.messages, uint64_t(n));
+  EXPECT_EQ(s.wrs, uint64_t(n) * lanes());
+  EXPECT_EQ(r.messages, uint64_t(n));
+  EXPECT_EQ(r.ctsEntries, uint64_t(n));
+  const uint64_t bound = uint64_t(kRounds) * ((kWin + kCoalesce - 1) / kCoalesce + 1);
+  EXPECT_LE(r.ctsWrites, bound) << "back-to-back receives must share CTS writes";
+  EXPECT_GE(r.ctsWrites, uint64_t(kRounds) * (kWin / kCoalesce));
+}
+
+// NCCL's pattern: a burst of receives (fewer than the coalescing bound), then tests of them
+// before any send. The first test publishes the whole burst in one write; nothing waits forever.
+TEST_F(Cost, BurstOfReceivesThenTestsPublishesOnce) {
+  constexpr int kBurst = kCoalesce - 3;
+  std::vector<void*> rreqs(kBurst), sreqs(kBurst);
+  const auto r0 = stats(conn_.recv);
+  for (int i = 0; i < kBurst; ++i) {
+    void* data = rbuf_.data() + i * 4096;
+    void* mh = rbuf_.mh();
+    size_t cap = 4096;
+    int tag = 100 + i;
+    ASSERT_TRUE(post_until("irecv", &rreqs[i], [&](void** req) {
+      return net().irecv(conn_.recv, 1, &data, &cap, &tag, &mh, req);
+    }));
+  }
+  EXPECT_EQ((stats(conn_.recv) - r0).ctsWrites, 0u) << "back-to-back receives stay staged";
+  for (int i = 0; i < kBurst; ++i) {
+    int done = 1;
+    ASSERT_EQ(net().test(rreqs[i], &done, nullptr), ncclSuccess);
+    EXPECT_EQ(done, 0);
+  }
+  const auto r1 = stats(conn_.recv) - r0;
+  EXPECT_EQ(r1.ctsWrites, 1u) << "the first test publishes the whole burst with one write";
+  EXPECT_EQ(r1.ctsEntries, uint64_t{kBurst});
+  for (int i = 0; i < kBurst; ++i) {
+    fill_pattern(sbuf_.data() + i * 4096, 1000 + i, pattern_seed(1000 + i, 7));
+    ASSERT_TRUE(post_until("isend", &sreqs[i], [&](void** req) {
+      return net().isend(conn_.send, sbuf_.data() + i * 4096, 1000 + i, 100 + i, sbuf_.mh(), req);
+    }));
+  }
+  for (int i = kBurst - 1; i >= 0; --i) {
+    int got = -1;
+    ASSERT_TRUE(wait_done(net(), "recv", rreqs[i], &got));
+    EXPECT_EQ(got, 1000 + i);
+    EXPECT_EQ(check_pattern(rbuf_.data() + i * 4096, 1000 + i, pattern_seed(1000 + i, 7)), "");
+    ASSERT_TRUE(wait_done(net(), "send", sreqs[i], nullptr));
+  }
+}
+
+// ---- Two ranks, each irecv -> isend -> test
+// ------------------------------------------------------
+
+struct Rank {
+  void* send = nullptr;  // to the other rank
+  void* recv = nullptr;  // from the other rank
+  RegBuf sbuf, rbuf;
+};
+
+// One step of both ranks' exchange driven from the calling thread: post the receive and the
+// send (once; a send may be refused until the peer's clear-to-send arrives), then loop over
+// isend retries and tests only. Returns "" or what went wrong.
+std::string exchange(Net& n, Rank* ranks, int nranks, int iter, size_t size) {
+  std::vector<void*> rreq(nranks, nullptr), sreq(nranks, nullptr);
+  std::vector<bool> rdone(nranks, false), sdone(nranks, false);
+  for (int k = 0; k < nranks; ++k) {
+    Rank& r = ranks[k];
+    void* data = r.rbuf.data();
+    void* mh = r.rbuf.mh();
+    size_t cap = r.rbuf.size();
+    int tag = iter & 0xffff;
+    const auto deadline = Clock::now() + wait_limit();
+    while (rreq[k] == nullptr) {
+      if (n.irecv(r.recv, 1, &data, &cap, &tag, &mh, &rreq[k]) != ncclSuccess) return "irecv";
+      if (Clock::now() > deadline) return "irecv: no request";
+    }
+    fill_pattern(r.sbuf.data(), size, pattern_seed(size, iter, k));
+    if (n.isend(r.send, r.sbuf.data(), size, tag, r.sbuf.mh(), &sreq[k]) != ncclSuccess)
+      return "isend";
+  }
+  const auto deadline = Clock::now() + wait_limit();
+  for (;;) {
+    bool all = true;
+    for (int k = 0; k < nranks; ++k) {
+      Rank& r = ranks[k];
+      if (sreq[k] == nullptr) {
+        if (n.isend(r.send, r.sbuf.data(), size, iter & 0xffff, r.sbuf.mh(), &sreq[k]) !=
+            ncclSuccess)
+          return "isend retry";
+      }
+      int done = 0;
+      if (sreq[k] != nullptr && !sdone[k]) {
+        if (n.test(sreq[k], &done, nullptr) != ncclSuccess) return "test send";
+        sdone[k] = done;
+      }
+      if (!rdone[k]) {
+        int got = -1;
+        if (n.test(rreq[k], &done, &got) != ncclSuccess) return "test recv";
+        if (done) {
+          rdone[k] = true;
+          if (got != static_cast<int>(size)) return "received " + std::to_string(got);
+          // Rank k receives what rank (k + 1) % nranks sent; see the pairing in the tests.
+          const std::string bad =
+              check_pattern(r.rbuf.data(), size, pattern_seed(size, iter, (k + 1) % nranks));
+          if (!bad.empty()) return bad;
+        }
+      }
+      all = all && sdone[k] && rdone[k];
+    }
+    if (all) return "";
+    if (Clock::now() > deadline) {
+      std::string m = "deadlock: iteration " + std::to_string(iter) + ":";
+      for (int k = 0; k < nranks; ++k) {
+        m += " rank " + std::to_string(k) + (sreq[k] ? " send posted" : " send refused") +
+             (sdone[k] ? "/done" : "") + (rdone[k] ? " recv done" : " recv pending") + ";";
+      }
+      return m;
+    }
+  }
+}
+
+class Coalesce : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    REQUIRE_BED();
+    // Rank 0 sends on c01 (dev_a -> dev_b) and receives on c10; rank 1 the other way round.
+    ASSERT_TRUE(open_conn(net(), bed().dev_a, bed().dev_b, &c01_));
+    ASSERT_TRUE(open_conn(net(), bed().dev_b, bed().dev_a, &c10_));
+    ranks_[0].send = c01_.send;
+    ranks_[0].recv = c10_.recv;
+    ranks_[1].send = c10_.send;
+    ranks_[1].recv = c01_.recv;
+    for (Rank& r : ranks_) {
+      ASSERT_TRUE(r.sbuf.allocate(&net(), r.send, 4096));
+      ASSERT_TRUE(r.rbuf.allocate(&net(), r.recv, 4096));
+    }
+  }
+  void TearDown() override {
+    for (Rank& r : ranks_) {
+      r.sbuf.reset();
+      r.rbuf.reset();
+    }
+    if (c01_.send != nullptr) {
+      EXPECT_TRUE(close_conn(net(), &c01_));
+    }
+    if (c10_.send != nullptr) {
+      EXPECT_TRUE(close_conn(net(), &c10_));
+    }
+  }
+  Conn c01_, c10_;
+  Rank ranks_[2];
+};
+
+// One thread drives both ranks: each posts irecv then isend (refused until the peer's CTS is
+// published), then only retries and tests. A staged receive that no call published would hang.
+TEST_F(Coalesce, TwoRanksIrecvIsendTestOneThread) {
+  for (int iter = 0; iter < 300; ++iter) {
+    const size_t size = iter % 3 == 0 ? 8 : (iter * 37) % 4096;
+    const std::string err = exchange(net(), ranks_, 2, iter, size);
+    ASSERT_EQ(err, "") << "iteration " << iter;
+  }
+}
+
+// The same exchange with each rank driven by its own thread: publication of one thread's staged
+// receives by another thread's call must neither race nor deadlock.
+TEST_F(Coalesce, TwoRanksTwoThreads) {
+  std::string errs[2];
+  auto rank_loop = [&](int k) {
+    Rank& r = ranks_[k];
+    for (int iter = 0; iter < 300 && errs[k].empty(); ++iter) {
+      const size_t size = (iter * 53 + k) % 4096;
+      void* rreq = nullptr;
+      void* sreq = nullptr;
+      void* data = r.rbuf.data();
+      void* mh = r.rbuf.mh();
+      size_t cap = r.rbuf.size();
+      int tag = iter;
+      const auto deadline = Clock::now() + wait_limit();
+      while (rreq == nullptr && errs[k].empty()) {
+        if (net().irecv(r.recv, 1, &data, &cap, &tag, &mh, &rreq) != ncclSuccess) errs[k] = "irecv";
+        if (Clock::now() > deadline) errs[k] = "irecv: no request";
+      }
+      const size_t peer_size = (iter * 53 + (1 - k)) % 4096;
+      fill_pattern(r.sbuf.data(), size, pattern_seed(size, iter, k));
+      bool sdone = false, rdone = false;
+      while (errs[k].empty() && !(sdone && rdone)) {
+        if (Clock::now() > deadline) {
+          errs[k] = "deadlock at iteration " + std::to_string(iter) +
+                    (sreq ? " (send posted)" : " (send refused)") + (rdone ? " recv done" : "");
+          break;
+        }
+        if (sreq == nullptr &&
+            net().isend(r.send, r.sbuf.data(), size, iter, r.sbuf.mh(), &sreq) != ncclSuccess) {
+          errs[k] = "isend";
+          break;
+        }
+        int done = 0;
+        if (sreq != nullptr && !sdone) {
+          if (net().test(sreq, &done, nullptr) != ncclSuccess) errs[k] = "test send";
+          sdone = done;
+        }
+        if (!rdone) {
+          int got = -1;
+          if (net().test(rreq, &done, &got) != ncclSuccess) errs[k] = "test recv";
+          if (done) {
+            rdone = true;
+            if (got != static_cast<int>(peer_size)) errs[k] = "got " + std::to_string(got);
+            std::string bad =
+                check_pattern(r.rbuf.data(), peer_size, pattern_seed(peer_size, iter, 1 - k));
+            if (!bad.empty()) errs[k] = bad;
+          }
+        }
+      }
+    }
+  };
+  std::thread t0(rank_loop, 0), t1(rank_loop, 1);
+  t0.join();
+  t1.join();
+  EXPECT_EQ(errs[0], "");
+  EXPECT_EQ(errs[1], "");
+}
+
+}  // namespace
+}  // namespace nettest
