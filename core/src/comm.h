@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "engine.h"
@@ -78,6 +79,7 @@ struct Request {
   static constexpr uint32_t kMagic = 0x52455153;  // "REQS"
   uint32_t magic = kMagic;
   bool is_send = false;
+  bool is_flush = false;  // a FlushReq (flush.h)
   bool in_use = false;
   bool done = false;
   CommBase* comm = nullptr;
@@ -148,6 +150,12 @@ class SendComm : public CommBase {
   Conn c;
 };
 
+// The receive comm's flush machinery (flush.h), created at its first flush.
+class Flush;
+struct FlushDeleter {
+  void operator()(Flush* f) const;
+};
+
 class RecvComm : public CommBase {
  public:
   RecvComm() : CommBase(CommKind::kRecv) {}
@@ -165,6 +173,7 @@ class RecvComm : public CommBase {
       {};                   // CTS writes whose send-queue slot is not reclaimed
   RecvReq* pool = nullptr;  // kFifoSlots requests in `mem`; receive k uses k % kFifoSlots
   Conn c;
+  std::unique_ptr<Flush, FlushDeleter> flush;  // loopback QP for iflush; null until needed
 };
 
 }  // namespace sluice
