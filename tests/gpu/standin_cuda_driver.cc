@@ -71,11 +71,11 @@ __attribute__((visibility("default"))) int cuDeviceGetPCIBusId(char* bus, int le
   bus[len - 1] = '\0';
   return kSuccess;
 }
-// 116 GPU_DIRECT_RDMA_SUPPORTED, 124 DMA_BUF_SUPPORTED: yes, so the NIC and the peer-memory
-// module are what the decision turns on.
+// 116 GPU_DIRECT_RDMA_SUPPORTED: yes; 124 DMA_BUF_SUPPORTED: no (host pages cannot be exported
+// as a dma-buf), so the peer-memory module and SLUICE_GDR are what the decision turns on.
 __attribute__((visibility("default"))) int cuDeviceGetAttribute(int* v, int attr, int dev) {
   if (dev != 0) return kErrorInvalidDevice;
-  *v = (attr == 116 || attr == 124) ? 1 : 0;
+  *v = attr == 116 ? 1 : 0;
   return kSuccess;
 }
 __attribute__((visibility("default"))) int cuCtxGetDevice(int* dev) {
@@ -125,6 +125,24 @@ __attribute__((visibility("default"))) int cuMemGetAddressRange_v2(uintptr_t* ba
   if (a == nullptr) return kErrorInvalidValue;
   if (base != nullptr) *base = a->base;
   if (size != nullptr) *size = a->size;
+  return kSuccess;
+}
+__attribute__((visibility("default"))) int cuDevicePrimaryCtxRetain(void** ctx, int dev) {
+  if (dev != 0) return kErrorInvalidDevice;
+  static int token;
+  *ctx = &token;
+  return kSuccess;
+}
+__attribute__((visibility("default"))) int cuCtxSetCurrent(void*) {
+  return kSuccess;
+}
+__attribute__((visibility("default"))) int cuMemcpyHtoD_v2(uintptr_t dst, const void* src,
+                                                           size_t n) {
+  std::memcpy(reinterpret_cast<void*>(dst), src, n);
+  return kSuccess;
+}
+__attribute__((visibility("default"))) int cuMemcpyDtoH_v2(void* dst, uintptr_t src, size_t n) {
+  std::memcpy(dst, reinterpret_cast<const void*>(src), n);
   return kSuccess;
 }
 // Host pages cannot become a dma-buf here: say so, as a driver without support would.

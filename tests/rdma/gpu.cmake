@@ -23,3 +23,22 @@ sluice_add_rdma_test(NAME plugin_gpu_standin COMMAND $<TARGET_FILE:plugin_gpu_st
                      TIMEOUT 600)
 set_property(TEST plugin_gpu_standin APPEND PROPERTY ENVIRONMENT
              SLUICE_CUDA_LIBRARY=$<TARGET_FILE:sluice-test-fake-cuda>)
+
+# Label `gpu`: tests/gpu/run.sh on a machine with a GPU (skipped, exit 77, with the reason where
+# there is none). gpu-check builds wherever cuda.h exists; it dlopens libcuda at run time.
+if(SLUICE_HAVE_CUDA_HEADERS)
+  add_executable(gpu-check ${PROJECT_SOURCE_DIR}/tests/gpu/gpu_check.cc)
+  target_include_directories(gpu-check PRIVATE ${SLUICE_CUDA_HOME}/include)
+  target_link_libraries(gpu-check PRIVATE sluice_nccl_abi ${CMAKE_DL_LIBS})
+  add_dependencies(gpu-check nccl-net-sluice)
+  add_test(NAME gpu COMMAND ${PROJECT_SOURCE_DIR}/tests/gpu/run.sh --build ${CMAKE_BINARY_DIR})
+  set_tests_properties(gpu PROPERTIES LABELS gpu TIMEOUT 330 SKIP_RETURN_CODE 77)
+  # The same program against the stand-in driver on the bed: keeps gpu-check's plugin path
+  # exercised where no GPU exists (its output says "stand-in"; it is not a GPU result).
+  sluice_add_rdma_test(NAME gpu_check_standin
+                       COMMAND $<TARGET_FILE:gpu-check> plugin $<TARGET_FILE:nccl-net-sluice>
+                       TIMEOUT 600)
+  set_property(TEST gpu_check_standin APPEND PROPERTY ENVIRONMENT
+               SLUICE_CUDA_LIBRARY=$<TARGET_FILE:sluice-test-fake-cuda> SLUICE_GDR=force)
+  add_dependencies(gpu-check sluice-test-fake-cuda)
+endif()
