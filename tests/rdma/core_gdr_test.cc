@@ -4,9 +4,13 @@
 // process. Internals (flush counters, MR access flags) are read through core/src headers.
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstring>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include "engine.h"
@@ -20,6 +24,25 @@ namespace {
 
 using namespace sluice;
 using Clock = std::chrono::steady_clock;
+
+// Verbs objects (`rdma resource show qp|cq|mr`) owned by this process; -1 when the tool fails.
+long count_own(const char* what) {
+  const std::string cmd = std::string("rdma resource show ") + what + " 2>/dev/null";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return -1;
+  const std::string me = std::to_string(getpid());
+  long n = 0;
+  char line[1024];
+  while (std::fgets(line, sizeof line, p) != nullptr) {
+    std::istringstream in(line);
+    std::string prev, tok;
+    while (in >> tok) {
+      if (prev == "pid" && tok == me) ++n;
+      prev = tok;
+    }
+  }
+  return pclose(p) == 0 ? n : -1;
+}
 
 class CoreGdr : public ::testing::Test {
  protected:
@@ -208,6 +231,42 @@ TEST_F(CoreGdr, ForcedFlushOnHostBuffersGatesTest) {
   EXPECT_TRUE(dereg_mr(r, rmh).is_ok());
   EXPECT_TRUE(close_send(s).is_ok());
   EXPECT_TRUE(close_recv(r).is_ok());
+}
+
+// The loopback QP, its CQ and bounce MR exist while the receive comm lives and are all returned at
+// close (counted by the kernel, not by us).
+TEST_F(CoreGdr, FlushObjectsAreReleasedAtClose) {
+  ASSERT_NO_FATAL_FAILURE(start(true));
+  const long qp0 = count_own("qp"), cq0 = count_own("cq"), mr0 = count_own("mr");
+  ASSERT_GE(qp0, 0) << "`rdma resource show` failed (iproute2's rdma tool is needed)";
+  for (int cycle = 0; cycle < 2; ++cycle) {
+    SendComm* s;
+    RecvComm* r;
+    ASSERT_NO_FATAL_FAILURE(open_pair(&s, &r));
+    std::vector<uint8_t> src(8192, 0x2c), dst(8192, 0);
+    MemHandle* smh = nullptr;
+    MemHandle* rmh = nullptr;
+    ASSERT_TRUE(reg_mr(s, src.data(), src.size(), MemType::kHost, &smh).is_ok());
+    ASSERT_TRUE(reg_mr(r, dst.data(), dst.size(), MemType::kHost, &rmh).is_ok());
+    ASSERT_NO_FATAL_FAILURE(transfer(s, r, src.data(), smh, dst.data(), rmh, src.size()));
+    const long qp_open = count_own("qp"), cq_open = count_own("cq"), mr_open = count_own("mr");
+    void* data = dst.data();
+    int size = static_cast<int>(dst.size());
+    Request* freq = nullptr;
+    ASSERT_TRUE(iflush(r, 1, &data, &size, &rmh, &freq).is_ok());
+    ASSERT_NE(freq, nullptr);
+    ASSERT_TRUE(wait(freq, nullptr).is_ok());
+    EXPECT_EQ(count_own("qp"), qp_open + 1) << "one loopback QP per receive comm";
+    EXPECT_EQ(count_own("cq"), cq_open + 1);
+    EXPECT_EQ(count_own("mr"), mr_open + 1) << "the bounce word's MR";
+    EXPECT_TRUE(dereg_mr(s, smh).is_ok());
+    EXPECT_TRUE(dereg_mr(r, rmh).is_ok());
+    EXPECT_TRUE(close_send(s).is_ok());
+    EXPECT_TRUE(close_recv(r).is_ok());
+    EXPECT_EQ(count_own("qp"), qp0) << "cycle " << cycle;
+    EXPECT_EQ(count_own("cq"), cq0) << "cycle " << cycle;
+    EXPECT_EQ(count_own("mr"), mr0) << "cycle " << cycle;
+  }
 }
 
 // Default: host buffers need no flush, get no remote read, and no loopback QP is created.
