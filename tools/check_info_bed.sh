@@ -20,4 +20,16 @@ for p in $ports; do
   printf '%s\n' "$json" | grep -q "\"name\": \"$dev\", \"source\": \"verbs\"" ||
     { echo "FAIL: $dev missing from sluice-info --json rdma_devices"; exit 1; }
 done
-echo "PASS: sluice-info lists $devs (test ports $ports)"
+# GPUDirect: every test device was probed for dma-buf for real, and the decision says why not.
+ndev=$(echo $devs | wc -w)
+n_probe=$(printf '%s
+' "$text" | grep -c "dma-buf probe: ibv_reg_dmabuf_mr(fd -1) on ")
+[ "$n_probe" -ge "$ndev" ] ||
+  { echo "FAIL: GPUDirect section lacks the per-device dma-buf probe ($n_probe of $ndev)"; exit 1; }
+printf '%s
+' "$text" | grep -q "NCCL stages GPU data through host memory" ||
+  { echo "FAIL: GPUDirect section does not say that NCCL stages through host memory"; exit 1; }
+printf '%s
+' "$json" | grep -q '"dmabuf_probe": "ibv_reg_dmabuf_mr(fd -1) on ' ||
+  { echo "FAIL: sluice-info --json lacks gpudirect.devices[].dmabuf_probe"; exit 1; }
+echo "PASS: sluice-info lists $devs (test ports $ports) and explains GPUDirect for each"

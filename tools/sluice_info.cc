@@ -1,5 +1,5 @@
 // sluice-info: what Sluice sees on this machine and why it would choose what it chooses.
-// RDMA devices (verbs), GPUs, NUMA nodes, the GPU -> NIC table, GPUDirect status (later issue),
+// RDMA devices (verbs), GPUs, NUMA nodes, the GPU -> NIC table, the GPUDirect decision per NIC,
 // the locked-memory limit, and warnings with a one-line fix. --json for scripts, --dot for a
 // picture, --topology FILE.xml to read an hwloc XML instead of the live machine.
 #include <infiniband/verbs.h>
@@ -21,6 +21,8 @@
 #include "sluice/core/net_addr.h"
 #include "sluice/core/verbs.h"
 #include "sluice/core/version.h"
+#include "sluice/gpu/cuda_driver.h"
+#include "sluice/gpu/gdr.h"
 #include "sluice/topology/affinity.h"
 #include "sluice/topology/topology.h"
 
@@ -54,6 +56,8 @@ struct Device {
   std::string source;  // "verbs" or "hwloc XML"
   std::vector<Port> ports;
   DeviceLocality loc;
+  bool probed = false;  // dma-buf probe ran (live verbs devices only)
+  DmabufProbe dmabuf;
 };
 
 struct Warning {
@@ -142,6 +146,11 @@ std::vector<Device> list_verbs_devices(const Topology* topo, const Config& cfg,
         }
         d.ports.push_back(std::move(p));
       }
+    }
+    if (ibv_pd* pd = ibv_alloc_pd(ctx)) {
+      d.dmabuf = probe_dmabuf(pd, d.name);
+      d.probed = true;
+      ibv_dealloc_pd(pd);
     }
     ibv_close_device(ctx);
     out.push_back(std::move(d));
@@ -407,9 +416,31 @@ int main(int argc, char** argv) {
                         "ulimit -l unlimited (containers: --ulimit memlock=-1; systemd: "
                         "LimitMEMLOCK=infinity)"});
 
-  const std::string gdr =
-      "not detected yet (GPU support lands in a later issue): dmabuf, nvidia-peermem and "
-      "GPU memory registration are not checked";
+  // GPUDirect: the same facts and decision the plugin logs at init.
+  const GpuFacts facts = gpu::gpu_facts(cfg);
+  struct GdrRow {
+    std::string name;
+    bool probed;
+    DmabufProbe probe;
+    GdrDecision d;
+  };
+  std::vector<GdrRow> gdr_rows;
+  for (const auto& d : devices) {
+    if (!d.probed) continue;
+    gdr_rows.push_back({d.name, true, d.dmabuf, decide_gdr(cfg, facts, d.dmabuf, d.name)});
+  }
+  const auto& drv = gpu::CudaDriver::instance(cfg.cuda_library.c_str());
+  std::string driver_text = facts.driver
+                                ? "CUDA driver " + std::to_string(drv.driver_version() / 1000) +
+                                      "." + std::to_string((drv.driver_version() % 1000) / 10) +
+                                      ", " + std::to_string(drv.gpus().size()) + " GPU(s)"
+                                : "no CUDA driver: " + facts.driver_reason;
+  auto ptr_text = [](int ptr) {
+    std::string s = "HOST";
+    if (ptr & kPtrCuda) s += "|CUDA";
+    if (ptr & kPtrDmabuf) s += "|DMABUF";
+    return s;
+  };
 
   if (json) {
     std::ostringstream o;
@@ -475,8 +506,34 @@ int main(int argc, char** argv) {
         << ", \"memory_bytes\": " << nn.local_memory << "}";
     }
     o << "],\n  \"nic_affinity\": " << json_str(affinity_mode)
-      << ",\n  \"gpu_nic_map\": " << json_str(override_text)
-      << ",\n  \"gpudirect\": " << json_str(gdr)
+      << ",\n  \"gpu_nic_map\": " << json_str(override_text) << ",\n  \"gpudirect\": {\"mode\": "
+      << json_str(cfg.gdr_mode == 0   ? "off"
+                  : cfg.gdr_mode == 2 ? "force"
+                                      : "auto")
+      << ", \"driver\": " << (facts.driver ? "true" : "false")
+      << ", \"driver_text\": " << json_str(driver_text)
+      << ", \"peermem\": " << (facts.peermem ? "true" : "false")
+      << ", \"peermem_reason\": " << json_str(facts.peermem_reason) << ", \"gpus\": [";
+    for (size_t i = 0; i < drv.gpus().size(); ++i) {
+      const auto& g = drv.gpus()[i];
+      o << (i ? ", " : "") << "{\"index\": " << i << ", \"name\": " << json_str(g.name)
+        << ", \"pci_bus_id\": " << json_str(g.bus_id)
+        << ", \"gpu_direct_rdma_supported\": " << (g.rdma ? "true" : "false")
+        << ", \"dma_buf_supported\": " << (g.dmabuf ? "true" : "false") << "}";
+    }
+    o << "], \"devices\": [";
+    for (size_t i = 0; i < gdr_rows.size(); ++i) {
+      const auto& r = gdr_rows[i];
+      o << (i ? "," : "") << "\n    {\"name\": " << json_str(r.name)
+        << ", \"ptr_support\": " << json_str(ptr_text(r.d.ptr_support))
+        << ", \"dmabuf_probe_supported\": " << (r.probe.supported ? "true" : "false")
+        << ", \"dmabuf_probe\": " << json_str(r.probe.text)
+        << ", \"summary\": " << json_str(r.d.summary) << ", \"reasons\": [";
+      for (size_t k = 0; k < r.d.reasons.size(); ++k)
+        o << (k ? ", " : "") << json_str(r.d.reasons[k]);
+      o << "]}";
+    }
+    o << "]}"
       << ",\n  \"memlock\": " << json_str(memlock_str(rl)) << ",\n  \"warnings\": [";
     for (size_t i = 0; i < warnings.size(); ++i)
       o << (i ? "," : "") << "\n    {\"problem\": " << json_str(warnings[i].what)
@@ -563,7 +620,27 @@ int main(int argc, char** argv) {
     for (size_t k = 0; k < order.nics.size(); ++k) o << (k ? ", " : "") << order.nics[k];
     o << " (" << order.reason << ")\n";
   }
-  o << "GPUDirect RDMA: " << gdr << "\n";
+  o << "GPUDirect RDMA (SLUICE_GDR="
+    << (cfg.gdr_mode == 0   ? "off"
+        : cfg.gdr_mode == 2 ? "force"
+                            : "auto")
+    << "): " << driver_text << "\n";
+  for (size_t i = 0; i < drv.gpus().size(); ++i) {
+    const auto& g = drv.gpus()[i];
+    o << "  GPU" << i << " " << g.bus_id << " " << g.name
+      << ": GPU_DIRECT_RDMA_SUPPORTED=" << g.rdma << " DMA_BUF_SUPPORTED=" << g.dmabuf
+      << (g.attr_error.empty() ? "" : " (" + g.attr_error + ")") << "\n";
+  }
+  o << "  peermem: " << facts.peermem_reason << "\n";
+  if (gdr_rows.empty())
+    o << (t.is_live() ? "  no RDMA device to probe for dma-buf\n"
+                      : "  NICs not probed (an XML topology describes another machine)\n");
+  for (const auto& r : gdr_rows) {
+    o << "  " << r.name << ": ptrSupport " << ptr_text(r.d.ptr_support) << ": "
+      << (r.d.cuda ? "zero-copy GPUDirect" : "NCCL stages GPU data through host memory") << "\n";
+    o << "    dma-buf probe: " << r.probe.text << "\n";
+    for (const auto& why : r.d.reasons) o << "    no: " << why << "\n";
+  }
   o << "Locked-memory limit (ulimit -l): " << memlock_str(rl) << "\n";
   o << "\nWarnings: " << (warnings.empty() ? "none" : std::to_string(warnings.size())) << "\n";
   for (const auto& w : warnings) o << "  WARNING " << w.what << "\n    fix: " << w.fix << "\n";

@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 
@@ -101,6 +102,7 @@ struct Request {
   static constexpr uint32_t kMagic = 0x52455153;  // "REQS"
   uint32_t magic = kMagic;
   bool is_send = false;
+  bool is_flush = false;  // a FlushReq (flush.h)
   bool in_use = false;
   bool done = false;
   CommBase* comm = nullptr;
@@ -175,6 +177,12 @@ class SendComm : public CommBase {
   Conn c;
 };
 
+// The receive comm's flush machinery (flush.h), created at its first flush.
+class Flush;
+struct FlushDeleter {
+  void operator()(Flush* f) const;
+};
+
 class RecvComm : public CommBase {
  public:
   RecvComm() : CommBase(CommKind::kRecv) {}
@@ -198,6 +206,7 @@ class RecvComm : public CommBase {
   uint32_t cts_outstanding[wire::kMaxQps] = {};  // CTS writes whose send-queue slot is in use
   RecvReq* pool = nullptr;  // kFifoSlots requests in `mem`; receive k uses k % kFifoSlots
   Conn c;
+  std::unique_ptr<Flush, FlushDeleter> flush;  // loopback QP for iflush; null until needed
 };
 
 }  // namespace sluice

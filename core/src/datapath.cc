@@ -13,6 +13,7 @@
 #include <new>
 
 #include "datapath_internal.h"
+#include "flush.h"
 #include "sluice/core/log.h"
 
 namespace sluice {
@@ -92,14 +93,16 @@ using dp::check_device;
 using dp::poll_recv;
 using dp::poll_send;
 
-Status iflush(RecvComm* r, int n, void* const*, const int*, MemHandle* const*, Request** out) {
+Status iflush(RecvComm* r, int n, void* const* data, const int* sizes, MemHandle* const* mhs,
+              Request** out) {
   *out = nullptr;
   if (r == nullptr || r->kind != CommKind::kRecv)
     return Status(Code::kInvalidArgument, "iflush: not a receive comm");
   if (n < 1 || n > wire::kEntriesPerSlot)
     return Status(Code::kInvalidArgument, "iflush: n = " + std::to_string(n));
-  // Host memory needs no flush: the CPU sees the NIC's writes once the completion arrived.
-  return r->c.failure;
+  // Host memory needs no flush (the CPU sees the NIC's writes once the completion arrived) unless
+  // NCCL_NET_FORCE_FLUSH; GPU memory gets a loopback READ (flush.cc).
+  return flush_post(*r, n, data, sizes, mhs, out);
 }
 
 Status test(Request* req, int* done, size_t* sizes) {
@@ -107,6 +110,7 @@ Status test(Request* req, int* done, size_t* sizes) {
   if (req == nullptr || req->magic != Request::kMagic || !req->in_use)
     return Status(Code::kInvalidArgument, "test: not a live Sluice request");
   dp::publish_all();  // a receive staged anywhere in the process may be what this test waits for
+  if (req->is_flush) return flush_test(req, done);
   if (req->is_send) {
     auto* r = static_cast<SendReq*>(req);
     auto& s = *static_cast<SendComm*>(r->comm);

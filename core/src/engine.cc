@@ -32,11 +32,12 @@ constexpr size_t kMaxTransfer = size_t{1} << 30;
 Adapter::~Adapter() {
   // Registrations still held at shutdown are released here, before the PD (member order).
   std::lock_guard<std::mutex> lk(mr_mu);
-  if (!mrs.empty() || !retired.empty()) {
+  const size_t held = mrs[0].size() + mrs[1].size() + retired.size();
+  if (held > 0) {
     SLUICE_WARN("%s: %zu memory registration(s) still held at shutdown; releasing them",
-                name.c_str(), mrs.size() + retired.size());
+                name.c_str(), held);
   }
-  mrs.clear();
+  for (auto& index : mrs) index.clear();
   retired.clear();
 }
 
@@ -45,7 +46,8 @@ Engine* engine() {
 }
 
 Result<std::unique_ptr<Engine>> Engine::create(const LocalityProvider& locality,
-                                               const DeviceOrderProvider& order) {
+                                               const DeviceOrderProvider& order,
+                                               const GpuProvider& gpu) {
   SLUICE_INFO(kSubInit | kSubNet, "%s", version_line());  // first line: what is running
   std::unique_ptr<Engine> e(new Engine());
   std::vector<ParamSource> sources;
@@ -62,6 +64,18 @@ Result<std::unique_ptr<Engine>> Engine::create(const LocalityProvider& locality,
   e->oob_ = oob.value();
 
   SLUICE_RETURN_IF_ERROR(e->discover(locality));
+  if (gpu) {
+    e->gpu_ = gpu(e->cfg_);
+  } else {
+    e->gpu_.facts.driver_reason = "no GPU layer (core used without the plugin)";
+  }
+  for (auto& a : e->adapters_) a->dmabuf = probe_dmabuf(a->pd.get(), a->name);
+  for (auto& d : e->devices_) {
+    d->gdr = decide_gdr(e->cfg_, e->gpu_.facts, d->adapter->dmabuf, d->name);
+    d->props.ptr_support = d->gdr.ptr_support;
+    d->props.gdr_summary = d->gdr.summary.c_str();
+    SLUICE_INFO(kSubInit | kSubNet, "%s", d->gdr.summary.c_str());
+  }
   if (order) SLUICE_RETURN_IF_ERROR(e->apply_order(order));
   for (auto& a : e->adapters_) {
     Adapter* ap = a.get();
@@ -284,14 +298,15 @@ Engine::~Engine() {
   adapters_.clear();
 }
 
-Status engine_acquire(LogSink sink, LocalityProvider locality, DeviceOrderProvider order) {
+Status engine_acquire(LogSink sink, LocalityProvider locality, DeviceOrderProvider order,
+                      GpuProvider gpu) {
   std::lock_guard<std::mutex> lk(g_engine_mu);
   if (sink != nullptr) set_log_sink(sink);
   if (g_refs > 0) {
     ++g_refs;
     return Status::ok();
   }
-  auto e = Engine::create(locality, order);
+  auto e = Engine::create(locality, order, gpu);
   if (!e.is_ok()) return e.status();
   g_engine = std::move(e).value();
   g_engine_ptr.store(g_engine.get(), std::memory_order_release);

@@ -30,7 +30,9 @@ struct MemHandle {
   uintptr_t base = 0;  // page-rounded start
   size_t len = 0;      // page-rounded length
   Adapter* adapter = nullptr;
-  int refs = 0;  // guarded by Adapter::mr_mu
+  MemType type = MemType::kHost;
+  unsigned access = 0;  // ibv access flags of `mr`
+  int refs = 0;         // guarded by Adapter::mr_mu
   verbs::Mr mr;
   bool contains(const void* p, size_t n) const {
     auto a = reinterpret_cast<uintptr_t>(p);
@@ -46,8 +48,10 @@ struct Adapter {
   verbs::Pd pd;
   DeviceLocality locality;
   std::mutex mr_mu;
-  std::map<uintptr_t, std::unique_ptr<MemHandle>> mrs;  // lookup index, keyed by base
-  std::vector<std::unique_ptr<MemHandle>> retired;      // superseded by a larger MR, still used
+  // Lookup index per memory type (host, CUDA), keyed by base.
+  std::map<uintptr_t, std::unique_ptr<MemHandle>> mrs[2];
+  DmabufProbe dmabuf;                               // the NIC's answer to ibv_reg_dmabuf_mr(fd -1)
+  std::vector<std::unique_ptr<MemHandle>> retired;  // superseded by a larger MR, still used
   std::atomic<bool> fatal{false};
   std::mutex fatal_mu;
   std::string fatal_reason;
@@ -68,17 +72,20 @@ struct Device {
   int speed_mbps = 0;
   DeviceProperties props;
   std::string pci_path;
+  GdrDecision gdr;
 };
 
 class Engine {
  public:
   static Result<std::unique_ptr<Engine>> create(const LocalityProvider& locality,
-                                                const DeviceOrderProvider& order);
+                                                const DeviceOrderProvider& order,
+                                                const GpuProvider& gpu);
   ~Engine();
 
   const Config& config() const { return cfg_; }
   const std::vector<std::unique_ptr<Device>>& devices() const { return devices_; }
   const IfAddr& oob_interface() const { return oob_; }
+  const GpuOps& gpu() const { return gpu_; }
   Device* device(int i) const {
     return i >= 0 && i < static_cast<int>(devices_.size()) ? devices_[i].get() : nullptr;
   }
@@ -95,6 +102,7 @@ class Engine {
   void async_loop(Adapter* a);
 
   Config cfg_;
+  GpuOps gpu_;
   IfAddr oob_;
   std::vector<std::unique_ptr<Adapter>> adapters_;
   std::vector<std::unique_ptr<Device>> devices_;

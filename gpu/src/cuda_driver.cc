@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include <cstdio>
 #include <string>
 
 #include "sluice/core/log.h"
@@ -16,8 +17,20 @@ using CuInitFn = CuResult (*)(unsigned int flags);
 using CuDeviceGetCountFn = CuResult (*)(int* count);
 using CuDriverGetVersionFn = CuResult (*)(int* version);
 using CuGetErrorStringFn = CuResult (*)(CuResult error, const char** str);
+using CuDeviceGetFn = CuResult (*)(int* dev, int ordinal);
+using CuDeviceGetAttributeFn = CuResult (*)(int* value, int attrib, int dev);
+using CuDeviceGetNameFn = CuResult (*)(char* name, int len, int dev);
+using CuDeviceGetBusIdFn = CuResult (*)(char* bus_id, int len, int dev);
+using CuMemGetAddressRangeFn = CuResult (*)(uintptr_t* base, size_t* size, uintptr_t ptr);
+using CuMemGetHandleForAddressRangeFn = CuResult (*)(void* handle, uintptr_t ptr, size_t size,
+                                                     int handle_type, unsigned long long flags);
 
-constexpr const char* kLibName = "libcuda.so.1";
+// Values from cuda.h (stable ABI constants).
+constexpr int kAttrGpuDirectRdmaSupported = 116;  // CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED
+constexpr int kAttrDmaBufSupported = 124;         // CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED
+constexpr int kHandleTypeDmaBufFd = 1;            // CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD
+
+constexpr const char* kLibName = "libcuda.so.1";  // the default; SLUICE_CUDA_LIBRARY overrides
 
 std::string cu_error(CuGetErrorStringFn get_string, CuResult r) {
   const char* s = nullptr;
@@ -27,32 +40,40 @@ std::string cu_error(CuGetErrorStringFn get_string, CuResult r) {
   return "CUresult " + std::to_string(r);
 }
 
+std::string hex(uintptr_t v) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
 }  // namespace
 
-const CudaDriver& CudaDriver::instance() {
-  static const CudaDriver driver;  // magic static: thread-safe one-time load
+const CudaDriver& CudaDriver::instance(const char* library) {
+  static const CudaDriver driver(library);  // magic static: thread-safe one-time load
   return driver;
 }
 
-CudaDriver::CudaDriver() {
+CudaDriver::CudaDriver(const char* library) {
   try {
+    library_ = library != nullptr && *library != '\0' ? library : kLibName;
+    const char* name = library_.c_str();  // the name every message below reports
     // RTLD_LOCAL: the driver's symbols stay out of the global namespace of the host process.
-    void* lib = dlopen(kLibName, RTLD_NOW | RTLD_LOCAL);
+    void* lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
     if (lib == nullptr) {
       const char* err = dlerror();
-      reason_ = std::string(kLibName) +
+      reason_ = std::string(name) +
                 " not found: no NVIDIA driver (dlerror: " + (err != nullptr ? err : "unknown") +
                 ")";
       SLUICE_INFO(kSubInit, "CUDA driver unavailable: %s", reason_.c_str());
       return;
     }
-    auto sym = [lib](const char* name) { return dlsym(lib, name); };
+    auto sym = [lib](const char* s) { return dlsym(lib, s); };
     auto cu_init = reinterpret_cast<CuInitFn>(sym("cuInit"));
     auto cu_count = reinterpret_cast<CuDeviceGetCountFn>(sym("cuDeviceGetCount"));
     auto cu_version = reinterpret_cast<CuDriverGetVersionFn>(sym("cuDriverGetVersion"));
     auto cu_error_string = reinterpret_cast<CuGetErrorStringFn>(sym("cuGetErrorString"));
     if (cu_init == nullptr || cu_count == nullptr || cu_version == nullptr) {
-      reason_ = std::string(kLibName) +
+      reason_ = std::string(name) +
                 " lacks cuInit/cuDeviceGetCount/cuDriverGetVersion: not a usable CUDA driver";
       SLUICE_WARN("%s", reason_.c_str());
       return;  // the handle is deliberately kept: unloading a driver library is never safe
@@ -75,6 +96,48 @@ CudaDriver::CudaDriver() {
     }
     ctx_get_device_ = sym("cuCtxGetDevice");
     device_get_bus_id_ = sym("cuDeviceGetPCIBusId");
+    get_error_string_ = reinterpret_cast<void*>(cu_error_string);
+    get_handle_ = sym("cuMemGetHandleForAddressRange");
+    get_address_range_ = sym("cuMemGetAddressRange_v2");
+    if (device_count_ <= 0) {
+      reason_ = "cuDeviceGetCount found no GPU";
+      SLUICE_INFO(kSubInit, "CUDA driver unavailable: %s", reason_.c_str());
+      return;
+    }
+    auto dev_get = reinterpret_cast<CuDeviceGetFn>(sym("cuDeviceGet"));
+    auto dev_attr = reinterpret_cast<CuDeviceGetAttributeFn>(sym("cuDeviceGetAttribute"));
+    auto dev_name = reinterpret_cast<CuDeviceGetNameFn>(sym("cuDeviceGetName"));
+    auto bus_id = reinterpret_cast<CuDeviceGetBusIdFn>(device_get_bus_id_);
+    for (int i = 0; i < device_count_; ++i) {
+      Gpu g;
+      int dev = i;
+      if (dev_get == nullptr || dev_get(&dev, i) != 0) {
+        g.attr_error = "cuDeviceGet(" + std::to_string(i) + ") failed or is missing";
+        gpus_.push_back(std::move(g));
+        continue;
+      }
+      char buf[128] = {};
+      if (dev_name != nullptr && dev_name(buf, sizeof buf, dev) == 0) g.name = buf;
+      char bus[32] = {};
+      if (bus_id != nullptr && bus_id(bus, sizeof bus, dev) == 0) g.bus_id = bus;
+      int v = 0;
+      if (dev_attr == nullptr) {
+        g.attr_error = "cuDeviceGetAttribute is missing";
+      } else {
+        if (CuResult r = dev_attr(&v, kAttrGpuDirectRdmaSupported, dev); r == 0) {
+          g.rdma = v != 0;
+        } else {
+          g.attr_error = "GPU_DIRECT_RDMA_SUPPORTED: " + cu_error(cu_error_string, r);
+        }
+        v = 0;
+        if (CuResult r = dev_attr(&v, kAttrDmaBufSupported, dev); r == 0) {
+          g.dmabuf = v != 0;
+        } else {
+          g.attr_error = "DMA_BUF_SUPPORTED: " + cu_error(cu_error_string, r);
+        }
+      }
+      gpus_.push_back(std::move(g));
+    }
     available_ = true;
     SLUICE_INFO(kSubInit, "CUDA driver %d.%d loaded, %d device(s)", driver_version_ / 1000,
                 (driver_version_ % 1000) / 10, device_count_);
@@ -83,6 +146,39 @@ CudaDriver::CudaDriver() {
     available_ = false;
     reason_ = "CUDA driver probe failed (out of memory)";
   }
+}
+
+std::string CudaDriver::error_text(int result) const {
+  return cu_error(reinterpret_cast<CuGetErrorStringFn>(get_error_string_), result);
+}
+
+std::string CudaDriver::export_dmabuf(uintptr_t addr, size_t len, int* fd) const {
+  *fd = -1;
+  if (!available_) return "no CUDA driver: " + reason_;
+  if (get_handle_ == nullptr) {
+    return library_ + " has no cuMemGetHandleForAddressRange (driver older than 11.7)";
+  }
+  if (get_address_range_ != nullptr) {
+    uintptr_t base = 0;
+    size_t size = 0;
+    auto range = reinterpret_cast<CuMemGetAddressRangeFn>(get_address_range_);
+    if (CuResult r = range(&base, &size, addr); r != 0) {
+      return "cuMemGetAddressRange(" + hex(addr) + ") failed: " + error_text(r) +
+             " (not device memory of this process?)";
+    }
+    if (addr < base || addr + len > base + size) {
+      return "the page-aligned range " + hex(addr) + "+" + std::to_string(len) +
+             " leaves its allocation " + hex(base) + "+" + std::to_string(size);
+    }
+  }
+  int out = -1;
+  auto get = reinterpret_cast<CuMemGetHandleForAddressRangeFn>(get_handle_);
+  if (CuResult r = get(&out, addr, len, kHandleTypeDmaBufFd, 0); r != 0) {
+    return "cuMemGetHandleForAddressRange(" + hex(addr) + ", " + std::to_string(len) +
+           ", DMA_BUF_FD) failed: " + error_text(r);
+  }
+  *fd = out;
+  return "";
 }
 
 std::string CudaDriver::current_device_bus_id() const {

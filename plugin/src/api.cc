@@ -19,6 +19,7 @@
 #include "sluice/core/log.h"
 #include "sluice/core/status.h"
 #include "sluice/gpu/cuda_driver.h"
+#include "sluice/gpu/gdr.h"
 
 namespace sluice::plugin {
 namespace {
@@ -177,8 +178,8 @@ Status to_mem_type(int type, MemType* out) {
     return Status::ok();
   }
   if (type == NCCL_PTR_CUDA) {
-    // Seam for GPU memory registration (later issue): ptrSupport advertises HOST only, so NCCL
-    // does not ask for CUDA memory; when it does, say clearly why it cannot work here.
+    // ptrSupport offers CUDA only where the GPUDirect decision says so (core checks it per
+    // device); without a driver, say so here.
     const auto& cuda = gpu::CudaDriver::instance();
     if (!cuda.available()) {
       return usage("CUDA memory registration requested but the CUDA driver is unavailable: " +
@@ -204,8 +205,8 @@ Status copy_mhandles(int n, void* const* mhandles, MemHandle** out) {
 
 // Takes one engine reference. Caller holds g_mu.
 Status acquire_engine() {
-  SLUICE_RETURN_IF_ERROR(
-      engine_acquire(current_sink(), make_locality_provider(), make_order_provider()));
+  SLUICE_RETURN_IF_ERROR(engine_acquire(current_sink(), make_locality_provider(),
+                                        make_order_provider(), &gpu::make_gpu_ops));
   if (device_count() <= 0) {
     engine_release();
     // NCCL: "If no device is present or usable, init should not return ncclSuccess".

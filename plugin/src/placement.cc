@@ -77,7 +77,7 @@ DeviceOrderProvider make_order_provider() {
       SLUICE_INFO(kSubInit, "GPU -> NIC override: %s", map.to_string().c_str());
     }
     topo::AffinityRequest req;
-    req.gpu_bus_id = gpu::CudaDriver::instance().current_device_bus_id();
+    req.gpu_bus_id = gpu::CudaDriver::instance(cfg.cuda_library.c_str()).current_device_bus_id();
     if (req.gpu_bus_id.empty()) req.cpu_binding = t->current_cpu_binding();
     auto o = topo::order_nics(*t, names, req, map.empty() ? nullptr : &map);
     return DeviceOrder{o.nics, o.reason};

@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -52,17 +53,29 @@ inline long env_long(const char* name, long dflt) {
 // --------------------------------------------------------------------------------------
 
 inline std::atomic<int> g_warns{0};
+inline std::mutex g_last_warn_mu;
+inline std::string g_last_warn;  // the text of the latest WARN (guarded by g_last_warn_mu)
+
+inline std::string last_warn() {
+  std::lock_guard<std::mutex> lk(g_last_warn_mu);
+  return g_last_warn;
+}
 
 inline void test_logger(ncclDebugLogLevel level, unsigned long /*flags*/, const char* file,
                         int line, const char* fmt, ...) {
   static const int max_level = env_long("SLUICE_TEST_LOG_LEVEL", NCCL_LOG_WARN);
   if (level == NCCL_LOG_WARN) g_warns.fetch_add(1);
-  if (level > max_level) return;
+  if (level > max_level && level != NCCL_LOG_WARN) return;
   char msg[2048];
   va_list ap;
   va_start(ap, fmt);
   std::vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
+  if (level == NCCL_LOG_WARN) {
+    std::lock_guard<std::mutex> lk(g_last_warn_mu);
+    g_last_warn = msg;
+  }
+  if (level > max_level) return;
   // A WARN that the running test provokes on purpose (ExpectWarns scope) reads "[expected] ...".
   std::fprintf(stderr, "%s[nccl-log %d %s:%d] %s\n",
                level == NCCL_LOG_WARN ? sluice::rdmatest::warn_prefix() : "",
@@ -234,6 +247,13 @@ class Net {
 
   ncclResult_t reg_mr(void* comm, void* data, size_t size, void** mh) {
     return call([&](auto t) { return t->regMr(comm, data, size, NCCL_PTR_HOST, mh); });
+  }
+  ncclResult_t reg_mr_type(void* comm, void* data, size_t size, int type, void** mh) {
+    return call([&](auto t) { return t->regMr(comm, data, size, type, mh); });
+  }
+  ncclResult_t reg_mr_dmabuf(void* comm, void* data, size_t size, int type, uint64_t offset, int fd,
+                             void** mh) {
+    return call([&](auto t) { return t->regMrDmaBuf(comm, data, size, type, offset, fd, mh); });
   }
   ncclResult_t dereg_mr(void* comm, void* mh) {
     return call([&](auto t) { return t->deregMr(comm, mh); });

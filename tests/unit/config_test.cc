@@ -96,6 +96,9 @@ TEST(Config, EveryParameterReachesItsField) {
       {"SLUICE_CLOSE_TIMEOUT_MS", "0"},
       {"NCCL_GDR_FLUSH_DISABLE", "1"},
       {"NCCL_DMABUF_ENABLE", "0"},
+      {"SLUICE_GDR", "force"},
+      {"NCCL_NET_FORCE_FLUSH", "1"},
+      {"SLUICE_CUDA_LIBRARY", "/opt/nvidia/libcuda.so.1"},
       {"SLUICE_NIC_AFFINITY", "auto"},
       {"SLUICE_GPU_NIC_MAP", "0:mlx5_0,1:mlx5_1"},
       {"SLUICE_TOPO_FILE", "/tmp/topo.xml"},
@@ -125,6 +128,9 @@ TEST(Config, EveryParameterReachesItsField) {
   EXPECT_EQ(c.close_timeout_ms, 0);
   EXPECT_TRUE(c.gdr_flush_disable);
   EXPECT_FALSE(c.dmabuf_enable);
+  EXPECT_EQ(c.gdr_mode, 2);
+  EXPECT_TRUE(c.force_flush);
+  EXPECT_EQ(c.cuda_library, "/opt/nvidia/libcuda.so.1");
   EXPECT_EQ(c.nic_affinity, "auto");
   EXPECT_EQ(c.gpu_nic_map, "0:mlx5_0,1:mlx5_1");
   EXPECT_EQ(c.topo_file, "/tmp/topo.xml");
@@ -264,6 +270,22 @@ TEST(Config, Enums) {
             "SLUICE_NIC_AFFINITY=\"on\" is not valid: expected one of off|auto");
 }
 
+TEST(Config, GpuDirectKnobs) {
+  const Config d = load_ok({});
+  EXPECT_EQ(d.gdr_mode, 1);  // auto
+  EXPECT_FALSE(d.force_flush);
+  EXPECT_FALSE(d.gdr_flush_disable);
+  EXPECT_TRUE(d.dmabuf_enable);
+  EXPECT_EQ(d.cuda_library, "libcuda.so.1");
+  EXPECT_EQ(load_ok({{"SLUICE_GDR", "off"}}).gdr_mode, 0);
+  EXPECT_EQ(load_ok({{"SLUICE_GDR", "FORCE"}}).gdr_mode, 2);
+  EXPECT_TRUE(load_ok({{"NCCL_NET_FORCE_FLUSH", "1"}}).force_flush);
+  EXPECT_EQ(load_ok({{"SLUICE_CUDA_LIBRARY", "/opt/x/libcuda.so.1"}}).cuda_library,
+            "/opt/x/libcuda.so.1");
+  EXPECT_EQ(load_error({{"SLUICE_GDR", "on"}}).message(),
+            "SLUICE_GDR=\"on\" is not valid: expected one of off|auto|force");
+}
+
 TEST(Config, EmptyValuesAreUnset) {
   Env env;
   for (const ParamDoc& d : param_docs()) {
@@ -362,7 +384,7 @@ TEST(Config, LogLevelForTheLoggerUsesTheTableRow) {
 
 TEST(ParamDocs, OneRowPerParameterWithEverythingFilledIn) {
   const auto& docs = param_docs();
-  EXPECT_EQ(docs.size(), 26u);
+  EXPECT_EQ(docs.size(), 29u);
   std::set<std::string> names;
   for (const ParamDoc& d : docs) {
     SCOPED_TRACE(d.name);

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "sluice/core/config.h"
+#include "sluice/core/gdr.h"
 #include "sluice/core/log.h"
 #include "sluice/core/status.h"
 
@@ -59,11 +60,16 @@ struct DeviceOrder {
 using DeviceOrderProvider =
     std::function<Result<DeviceOrder>(const Config& cfg, const std::vector<std::string>& names)>;
 
+// The GPU side (gpu/, through the plugin): facts for the GPUDirect decision and the dma-buf export.
+// Empty = core alone, no CUDA driver ("no GPU layer").
+using GpuProvider = std::function<GpuOps(const Config& cfg)>;
+
 // Process-wide engine: refcounted. The first acquire reads the configuration and discovers devices;
 // the last release stops and joins every thread Sluice started and frees everything.
 // `sink` (may be NULL) becomes the log sink; `locality` (may be empty) places devices; `order`
-// (may be empty) reorders them.
-Status engine_acquire(LogSink sink, LocalityProvider locality = {}, DeviceOrderProvider order = {});
+// (may be empty) reorders them; `gpu` (may be empty) decides GPUDirect per device.
+Status engine_acquire(LogSink sink, LocalityProvider locality = {}, DeviceOrderProvider order = {},
+                      GpuProvider gpu = {});
 void engine_release();
 
 // Number of usable devices (one per active port that passes NCCL_IB_HCA). Requires the engine.
@@ -84,6 +90,7 @@ struct DeviceProperties {
   size_t max_p2p_bytes = 0;
   size_t max_coll_bytes = 0;
   int numa_node = -1;
+  const char* gdr_summary = nullptr;  // the GPUDirect decision and every "no" with its reason
 };
 Status device_properties(int dev, DeviceProperties* out);
 
@@ -107,7 +114,9 @@ Status dereg_mr(void* comm, MemHandle* mh);
 Status isend(SendComm* comm, void* data, size_t size, int tag, MemHandle* mh, Request** out);
 Status irecv(RecvComm* comm, int n, void* const* data, const size_t* sizes, const int* tags,
              MemHandle* const* mhs, Request** out);
-// *out = nullptr when nothing needs flushing (host memory).
+// *out = nullptr when nothing needs flushing: host memory (unless NCCL_NET_FORCE_FLUSH), all sizes
+// 0, or NCCL_GDR_FLUSH_DISABLE. Otherwise a 1-byte loopback RDMA READ from the last non-empty
+// buffer; test() reports the request done only once that READ's completion has been polled.
 Status iflush(RecvComm* comm, int n, void* const* data, const int* sizes, MemHandle* const* mhs,
               Request** out);
 // On done, fills sizes[0..n) (n = receives in the request, 1 for sends) when sizes != nullptr

@@ -36,9 +36,12 @@ struct Config {
   // Connections
   int connect_timeout_ms = 120000;  // SLUICE_CONNECT_TIMEOUT_MS: bound on connection setup
   int close_timeout_ms = 2000;      // SLUICE_CLOSE_TIMEOUT_MS: bound on draining at close
-  // GPU (later issues)
-  bool gdr_flush_disable = false;  // NCCL_GDR_FLUSH_DISABLE
-  bool dmabuf_enable = true;       // NCCL_DMABUF_ENABLE
+  // GPU
+  bool gdr_flush_disable = false;             // NCCL_GDR_FLUSH_DISABLE
+  bool dmabuf_enable = true;                  // NCCL_DMABUF_ENABLE
+  int gdr_mode = 1;                           // SLUICE_GDR: 0 off, 1 auto, 2 force
+  bool force_flush = false;                   // NCCL_NET_FORCE_FLUSH
+  std::string cuda_library = "libcuda.so.1";  // SLUICE_CUDA_LIBRARY
   // Topology
   std::string nic_affinity;  // SLUICE_NIC_AFFINITY: "" / "off" / "auto"
   std::string gpu_nic_map;   // SLUICE_GPU_NIC_MAP: explicit GPU -> NIC override

@@ -1,17 +1,39 @@
 // The CUDA driver, loaded at run time. Sluice never links libcuda: a machine without an NVIDIA
-// driver must still load the plugin and run host-memory transfers. This is the seam for GPU memory
-// registration (later issue): for now the plugin only asks whether a driver exists.
+// driver must still load the plugin and run host-memory transfers. gdr.h builds the GPUDirect facts
+// and the dma-buf export that core uses on top of the entry points resolved here.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
+#include <vector>
 
 namespace sluice::gpu {
 
 class CudaDriver {
  public:
-  // Process-wide instance: the first call dlopens "libcuda.so.1", resolves the entry points and
-  // runs cuInit(0). Thread safe; never throws; the result is fixed after the first call.
-  static const CudaDriver& instance();
+  // Process-wide instance: the first call dlopens `library` ("libcuda.so.1" when NULL; the plugin
+  // passes SLUICE_CUDA_LIBRARY), resolves the entry points and runs cuInit(0). Later calls return
+  // the same instance whatever they pass. Thread safe; never throws.
+  static const CudaDriver& instance(const char* library = nullptr);
+
+  // One GPU as the driver describes it.
+  struct Gpu {
+    std::string name;
+    std::string bus_id;
+    bool rdma = false;       // CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED
+    bool dmabuf = false;     // CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED
+    std::string attr_error;  // an attribute query that failed, "" when none did
+  };
+  const std::vector<Gpu>& gpus() const { return gpus_; }
+  // The library that was loaded (or tried).
+  const std::string& library() const { return library_; }
+  // cuMemGetHandleForAddressRange resolved (driver 11.7 and later).
+  bool has_dmabuf_export() const { return get_handle_ != nullptr; }
+
+  // Exports [addr, addr + len) as a dma-buf fd (caller closes it). The range must lie inside one
+  // allocation (checked with cuMemGetAddressRange). Returns "" on success, else the reason.
+  std::string export_dmabuf(uintptr_t addr, size_t len, int* fd) const;
 
   // True when the library loaded, every required symbol resolved and cuInit(0) succeeded.
   bool available() const { return available_; }
@@ -31,10 +53,17 @@ class CudaDriver {
   CudaDriver& operator=(const CudaDriver&) = delete;
 
  private:
-  CudaDriver();
   ~CudaDriver() = default;  // the library stays loaded for the process lifetime (as NCCL does)
 
+  explicit CudaDriver(const char* library);
+  std::string error_text(int result) const;
+
   bool available_ = false;
+  std::string library_;
+  std::vector<Gpu> gpus_;
+  void* get_error_string_ = nullptr;   // cuGetErrorString
+  void* get_handle_ = nullptr;         // cuMemGetHandleForAddressRange
+  void* get_address_range_ = nullptr;  // cuMemGetAddressRange_v2
   std::string reason_;
   int driver_version_ = 0;
   int device_count_ = 0;

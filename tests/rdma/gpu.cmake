@@ -1,0 +1,44 @@
+# GPUDirect tests that run without a GPU (label rdma, inside scripts/rdma-bed):
+#  * core_gdr: detection explains itself (no CUDA driver here), the dma-buf probe runs for real,
+#    and the loopback flush runs for real on host buffers (NCCL_NET_FORCE_FLUSH per test).
+#  * plugin_gpu_standin: the exported tables with a stand-in CUDA driver (host pages posing as
+#    device memory): type dispatch, the peermem path, cache keying by type, flush of "GPU" receives.
+# The stand-in is a test library, loaded by path through SLUICE_CUDA_LIBRARY and never installed.
+add_library(sluice-test-fake-cuda SHARED ${CMAKE_CURRENT_LIST_DIR}/../gpu/standin_cuda_driver.cc)
+set_target_properties(sluice-test-fake-cuda PROPERTIES OUTPUT_NAME sluice-test-fake-cuda)
+
+add_executable(core_gdr_test ${CMAKE_CURRENT_LIST_DIR}/core_gdr_test.cc)
+target_include_directories(core_gdr_test PRIVATE ${PROJECT_SOURCE_DIR}/core/src)
+target_link_libraries(core_gdr_test PRIVATE sluice_core sluice_gpu GTest::gtest_main)
+sluice_add_rdma_test(NAME core_gdr COMMAND $<TARGET_FILE:core_gdr_test> TIMEOUT 600)
+
+add_executable(plugin_gpu_standin_test ${CMAKE_CURRENT_LIST_DIR}/plugin_gpu_standin_test.cc)
+target_include_directories(plugin_gpu_standin_test PRIVATE ${CMAKE_CURRENT_LIST_DIR})
+target_link_libraries(plugin_gpu_standin_test PRIVATE sluice_nccl_abi GTest::gtest_main
+                                                      Threads::Threads ${CMAKE_DL_LIBS})
+target_compile_definitions(plugin_gpu_standin_test PRIVATE
+                           SLUICE_PLUGIN_PATH="$<TARGET_FILE:nccl-net-sluice>")
+add_dependencies(plugin_gpu_standin_test nccl-net-sluice sluice-test-fake-cuda)
+sluice_add_rdma_test(NAME plugin_gpu_standin COMMAND $<TARGET_FILE:plugin_gpu_standin_test>
+                     TIMEOUT 600)
+set_property(TEST plugin_gpu_standin APPEND PROPERTY ENVIRONMENT
+             SLUICE_CUDA_LIBRARY=$<TARGET_FILE:sluice-test-fake-cuda>)
+
+# Label `gpu`: tests/gpu/run.sh on a machine with a GPU (skipped, exit 77, with the reason where
+# there is none). gpu-check builds wherever cuda.h exists; it dlopens libcuda at run time.
+if(SLUICE_HAVE_CUDA_HEADERS)
+  add_executable(gpu-check ${PROJECT_SOURCE_DIR}/tests/gpu/gpu_check.cc)
+  target_include_directories(gpu-check PRIVATE ${SLUICE_CUDA_HOME}/include)
+  target_link_libraries(gpu-check PRIVATE sluice_nccl_abi ${CMAKE_DL_LIBS})
+  add_dependencies(gpu-check nccl-net-sluice)
+  add_test(NAME gpu COMMAND ${PROJECT_SOURCE_DIR}/tests/gpu/run.sh --build ${CMAKE_BINARY_DIR})
+  set_tests_properties(gpu PROPERTIES LABELS gpu TIMEOUT 330 SKIP_RETURN_CODE 77)
+  # The same program against the stand-in driver on the bed: keeps gpu-check's plugin path
+  # exercised where no GPU exists (its output says "stand-in"; it is not a GPU result).
+  sluice_add_rdma_test(NAME gpu_check_standin
+                       COMMAND $<TARGET_FILE:gpu-check> plugin $<TARGET_FILE:nccl-net-sluice>
+                       TIMEOUT 600)
+  set_property(TEST gpu_check_standin APPEND PROPERTY ENVIRONMENT
+               SLUICE_CUDA_LIBRARY=$<TARGET_FILE:sluice-test-fake-cuda> SLUICE_GDR=force)
+  add_dependencies(gpu-check sluice-test-fake-cuda)
+endif()

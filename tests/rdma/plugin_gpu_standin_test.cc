@@ -1,0 +1,210 @@
+// GPU memory through the exported NCCL tables, with the stand-in CUDA driver (tests/gpu/
+// standin_cuda_driver.cc: "device" memory is host pages) loaded through SLUICE_CUDA_LIBRARY. Runs
+// on real verbs in the bed: the type dispatch of regMr, the peermem path (ibv_reg_mr of the
+// "device" pointer), the cache keyed by memory type, the dma-buf path failing with its reason, and
+// the flush of a receive into "GPU" memory. Nothing here measures anything.
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "net_harness.h"
+
+namespace {
+
+using namespace nettest;
+
+bool require_rdma() {
+  const char* v = std::getenv("SLUICE_REQUIRE_RDMA");
+  return v != nullptr && std::string(v) == "1";
+}
+
+struct StandIn {
+  void* lib = nullptr;
+  int (*alloc)(uintptr_t*, size_t) = nullptr;
+  int (*free)(uintptr_t) = nullptr;
+  std::string error;
+  StandIn() {
+    const char* path = std::getenv("SLUICE_CUDA_LIBRARY");
+    if (path == nullptr || std::string(path).find("sluice-test-fake-cuda") == std::string::npos) {
+      error = "SLUICE_CUDA_LIBRARY does not name the stand-in driver (run through ctest)";
+      return;
+    }
+    lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);  // the same instance the plugin loads
+    if (lib == nullptr) {
+      error = std::string("dlopen(") + path + ") failed: " + dlerror();
+      return;
+    }
+    alloc = reinterpret_cast<int (*)(uintptr_t*, size_t)>(dlsym(lib, "cuMemAlloc_v2"));
+    free = reinterpret_cast<int (*)(uintptr_t)>(dlsym(lib, "cuMemFree_v2"));
+    if (alloc == nullptr || free == nullptr) error = "stand-in lacks cuMemAlloc_v2/cuMemFree_v2";
+  }
+};
+
+StandIn& standin() {
+  static StandIn s;
+  return s;
+}
+
+// Starts a v12 ctx with SLUICE_GDR=`mode`; skips (or fails under SLUICE_REQUIRE_RDMA=1) without a
+// device.
+#define START(net, mode)                                                             \
+  do {                                                                               \
+    ASSERT_TRUE(standin().error.empty()) << standin().error;                         \
+    setenv("SLUICE_GDR", mode, 1);                                                   \
+    ASSERT_TRUE(Lib::get().error.empty()) << Lib::get().error;                       \
+    if ((net).init(0x9d) != ncclSuccess) {                                           \
+      if (require_rdma()) FAIL() << "plugin init failed with SLUICE_REQUIRE_RDMA=1"; \
+      GTEST_SKIP() << "no usable RDMA device (run through scripts/rdma-bed)";        \
+    }                                                                                \
+  } while (0)
+
+int pick_peer(Net& net) {
+  int n = 0;
+  net.devices(&n);
+  return n > 1 ? 1 : 0;
+}
+
+// A "device" buffer from the stand-in driver.
+struct DevBuf {
+  uintptr_t p = 0;
+  size_t n = 0;
+  explicit DevBuf(size_t bytes) : n(bytes) {
+    if (standin().alloc(&p, bytes) != 0) p = 0;
+  }
+  ~DevBuf() {
+    if (p != 0) standin().free(p);
+  }
+  uint8_t* bytes() const { return reinterpret_cast<uint8_t*>(p); }
+};
+
+TEST(StandInGpu, ForceRegistersCudaThroughPeermemAndFlushes) {
+  Net net(12);
+  START(net, "force");
+  const int peer = pick_peer(net);
+  Props pa;
+  ASSERT_EQ(net.properties(0, &pa), ncclSuccess);
+  std::fprintf(stderr, "%s: ptrSupport 0x%x\n", pa.name.c_str(), pa.ptr_support);
+  ASSERT_TRUE(pa.ptr_support & NCCL_PTR_CUDA) << "SLUICE_GDR=force with a driver offers CUDA";
+  Conn c;
+  ASSERT_TRUE(open_conn(net, 0, peer, &c));
+
+  const size_t n = (size_t{1} << 20) + 4096;
+  DevBuf src(n), dst(n);
+  ASSERT_NE(src.p, 0u);
+  ASSERT_NE(dst.p, 0u);
+  void* smh = nullptr;
+  void* rmh = nullptr;
+  ASSERT_EQ(net.reg_mr_type(c.send, src.bytes(), n, NCCL_PTR_CUDA, &smh), ncclSuccess)
+      << last_warn();
+  ASSERT_EQ(net.reg_mr_type(c.recv, dst.bytes(), n, NCCL_PTR_CUDA, &rmh), ncclSuccess)
+      << last_warn();
+
+  // The cache is keyed by memory type: the same range as CUDA is shared, as HOST it is not.
+  void* again = nullptr;
+  void* as_host = nullptr;
+  ASSERT_EQ(net.reg_mr_type(c.recv, dst.bytes() + 4096, 4096, NCCL_PTR_CUDA, &again), ncclSuccess);
+  EXPECT_EQ(again, rmh) << "a CUDA range inside a CUDA registration reuses it";
+  ASSERT_EQ(net.reg_mr_type(c.recv, dst.bytes(), n, NCCL_PTR_HOST, &as_host), ncclSuccess);
+  EXPECT_NE(as_host, rmh) << "a HOST registration never serves a CUDA one (or back)";
+  EXPECT_EQ(net.dereg_mr(c.recv, again), ncclSuccess);
+  EXPECT_EQ(net.dereg_mr(c.recv, as_host), ncclSuccess);
+
+  for (size_t i = 0; i < n; ++i) src.bytes()[i] = static_cast<uint8_t>((i * 131) ^ (i >> 9));
+  std::memset(dst.bytes(), 0, n);
+  void* rreq = nullptr;
+  void* sreq = nullptr;
+  void* rdata = dst.bytes();
+  size_t cap = n;
+  int tag = 3;
+  ASSERT_TRUE(post_until("irecv", &rreq, [&](void** req) {
+    return net.irecv(c.recv, 1, &rdata, &cap, &tag, &rmh, req);
+  }));
+  ASSERT_TRUE(post_until("isend", &sreq, [&](void** req) {
+    return net.isend(c.send, src.bytes(), n, tag, smh, req);
+  }));
+  int ssize = -1;
+  int rsizes[NCCL_NET_MAX_REQUESTS] = {};
+  ASSERT_TRUE(wait_done(net, "send", sreq, &ssize));
+  ASSERT_TRUE(wait_done(net, "recv", rreq, rsizes));
+  ASSERT_EQ(rsizes[0], static_cast<int>(n));
+  // A receive into CUDA memory is flushed: iflush returns a request that test() completes.
+  void* freq = nullptr;
+  ASSERT_EQ(net.iflush(c.recv, 1, &rdata, rsizes, &rmh, &freq), ncclSuccess) << last_warn();
+  ASSERT_NE(freq, nullptr) << "a GPU receive must be flushed";
+  ASSERT_TRUE(wait_done(net, "flush", freq, nullptr));
+  size_t bad = 0;
+  for (size_t i = 0; i < n; ++i)
+    if (dst.bytes()[i] != src.bytes()[i]) ++bad;
+  EXPECT_EQ(bad, 0u) << "bytes differ after the transfer into \"GPU\" memory";
+
+  EXPECT_EQ(net.dereg_mr(c.send, smh), ncclSuccess);
+  EXPECT_EQ(net.dereg_mr(c.recv, rmh), ncclSuccess);
+  EXPECT_TRUE(close_conn(net, &c));
+  EXPECT_EQ(net.finalize(), ncclSuccess);
+}
+
+// regMrDmaBuf with a file that is not a dma-buf (a memfd): fails cleanly, naming the call.
+TEST(StandInGpu, DmabufRegistrationFailsWithItsReason) {
+  Net net(12);
+  START(net, "force");
+  Conn c;
+  ASSERT_TRUE(open_conn(net, 0, pick_peer(net), &c));
+  DevBuf buf(1 << 16);
+  ASSERT_NE(buf.p, 0u);
+  int fd = memfd_create("not-a-dmabuf", 0);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, 1 << 16), 0);
+  void* mh = nullptr;
+  const ncclResult_t r = net.reg_mr_dmabuf(c.recv, buf.bytes(), 1 << 16, NCCL_PTR_CUDA, 0, fd, &mh);
+  close(fd);
+  EXPECT_NE(r, ncclSuccess);
+  EXPECT_EQ(mh, nullptr);
+  const std::string w = last_warn();
+  std::fprintf(stderr, "WARN: %s\n", w.c_str());
+  EXPECT_NE(w.find("regMrDmaBuf"), std::string::npos) << w;
+  EXPECT_NE(w.find("ibv_reg_dmabuf_mr failed"), std::string::npos) << w;
+  // The comm still works for host memory afterwards.
+  std::vector<uint8_t> host(4096);
+  void* hmh = nullptr;
+  EXPECT_EQ(net.reg_mr_type(c.recv, host.data(), host.size(), NCCL_PTR_HOST, &hmh), ncclSuccess);
+  if (hmh != nullptr) {
+    EXPECT_EQ(net.dereg_mr(c.recv, hmh), ncclSuccess);
+  }
+  EXPECT_TRUE(close_conn(net, &c));
+  EXPECT_EQ(net.finalize(), ncclSuccess);
+}
+
+// SLUICE_GDR=auto with a driver but neither peermem nor a dma-buf-capable NIC: HOST only, and a
+// CUDA regMr is refused with every reason.
+TEST(StandInGpu, AutoExplainsWhyCudaIsRefused) {
+  if (access("/sys/module/nvidia_peermem", F_OK) == 0) GTEST_SKIP() << "nvidia_peermem is loaded";
+  Net net(12);
+  START(net, "auto");
+  Props pa;
+  ASSERT_EQ(net.properties(0, &pa), ncclSuccess);
+  if (pa.ptr_support & NCCL_PTR_DMABUF) {
+    EXPECT_TRUE(pa.ptr_support & NCCL_PTR_CUDA);
+    EXPECT_EQ(net.finalize(), ncclSuccess);
+    GTEST_SKIP() << pa.name << " accepts dma-buf: the refusal path needs a NIC without it";
+  }
+  EXPECT_EQ(pa.ptr_support, NCCL_PTR_HOST);
+  Conn c;
+  ASSERT_TRUE(open_conn(net, 0, pick_peer(net), &c));
+  DevBuf buf(1 << 16);
+  void* mh = nullptr;
+  EXPECT_NE(net.reg_mr_type(c.send, buf.bytes(), 1 << 16, NCCL_PTR_CUDA, &mh), ncclSuccess);
+  const std::string w = last_warn();
+  std::fprintf(stderr, "WARN: %s\n", w.c_str());
+  EXPECT_NE(w.find("regMr of CUDA pointer"), std::string::npos) << w;
+  EXPECT_NE(w.find("GPUDirect RDMA off"), std::string::npos) << w;
+  EXPECT_NE(w.find("peermem: nvidia_peermem not loaded"), std::string::npos) << w;
+  EXPECT_NE(w.find("dmabuf: ibv_reg_dmabuf_mr(fd -1)"), std::string::npos) << w;
+  EXPECT_TRUE(close_conn(net, &c));
+  EXPECT_EQ(net.finalize(), ncclSuccess);
+}
+
+}  // namespace
