@@ -32,13 +32,13 @@ constexpr size_t kMaxTransfer = size_t{1} << 30;
 Adapter::~Adapter() {
   // Registrations still held at shutdown are released here, before the PD (member order).
   std::lock_guard<std::mutex> lk(mr_mu);
-  const size_t held = mrs[0].size() + mrs[1].size() + retired.size();
+  size_t held = 0;
+  for (const auto& e : mrs) held += e->users.size();
   if (held > 0) {
     SLUICE_WARN("%s: %zu memory registration(s) still held at shutdown; releasing them",
                 name.c_str(), held);
   }
-  for (auto& index : mrs) index.clear();
-  retired.clear();
+  mrs.clear();
 }
 
 Engine* engine() {

@@ -21,23 +21,38 @@ namespace sluice {
 
 struct Adapter;
 
-// A registration: one MR over a page-rounded range, shared by every regMr call the range contains.
+struct MrEntry;
+
+// A registration: what regMr/regMrDmaBuf hand to NCCL, one per call. It names its own range and
+// the MR that serves it; several registrations may share one MR (MrEntry).
 struct MemHandle {
   static constexpr uint32_t kMagic = 0x534c4d52;  // "SLMR"
   uint32_t magic = kMagic;
   uint32_t lkey = 0;
   uint32_t rkey = 0;
-  uintptr_t base = 0;  // page-rounded start
-  size_t len = 0;      // page-rounded length
+  uintptr_t base = 0;  // this registration's page-rounded start (dma-buf: the exact start)
+  size_t len = 0;      // and length
   Adapter* adapter = nullptr;
   MemType type = MemType::kHost;
-  unsigned access = 0;  // ibv access flags of `mr`
-  int refs = 0;         // guarded by Adapter::mr_mu
-  verbs::Mr mr;
+  unsigned access = 0;       // ibv access flags of the MR
+  MrEntry* entry = nullptr;  // the MR that serves it
   bool contains(const void* p, size_t n) const {
     auto a = reinterpret_cast<uintptr_t>(p);
     return a >= base && n <= len && a - base <= len - n;
   }
+};
+
+// One MR and the live registrations it serves. The MR covers exactly the range of the
+// registration that created it (never a union); it is reused only for a request that lies inside
+// the range of a registration still alive on it, i.e. inside memory a live user still holds, so a
+// reused MR is always pinned to the pages the request names (mr.cc). Guarded by Adapter::mr_mu.
+struct MrEntry {
+  verbs::Mr mr;
+  uintptr_t base = 0;
+  size_t len = 0;
+  MemType type = MemType::kHost;
+  unsigned access = 0;
+  std::vector<std::unique_ptr<MemHandle>> users;  // destroyed with the entry, after nothing uses it
 };
 
 // One verbs device (adapter): context, PD and registration cache shared by all of its ports and
@@ -48,10 +63,8 @@ struct Adapter {
   verbs::Pd pd;
   DeviceLocality locality;
   std::mutex mr_mu;
-  // Lookup index per memory type (host, CUDA), keyed by base.
-  std::map<uintptr_t, std::unique_ptr<MemHandle>> mrs[2];
-  DmabufProbe dmabuf;                               // the NIC's answer to ibv_reg_dmabuf_mr(fd -1)
-  std::vector<std::unique_ptr<MemHandle>> retired;  // superseded by a larger MR, still used
+  std::vector<std::unique_ptr<MrEntry>> mrs;  // the registration cache (host and CUDA)
+  DmabufProbe dmabuf;                         // the NIC's answer to ibv_reg_dmabuf_mr(fd -1)
   std::atomic<bool> fatal{false};
   std::mutex fatal_mu;
   std::string fatal_reason;

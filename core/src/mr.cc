@@ -1,8 +1,11 @@
-// regMr / deregMr over a per-adapter registration cache. Ranges are rounded out to pages; a
-// registration contained in an existing MR reuses it (refcount), one that overlaps or extends
-// existing MRs gets a new MR over the union so later registrations anywhere inside it reuse that.
+// regMr / deregMr over a per-adapter registration cache. Ranges are rounded out to pages. Every
+// call gets its own MemHandle; an MR (MrEntry) is shared only when the new range lies inside the
+// range of a registration that is still alive on it, and it never covers more than the request
+// that created it (no union). So a reused MR is always pinned to pages a live user still holds:
+// once the last registration over some pages is gone, new memory mapped there gets a new MR,
+// never an old one pinned to the freed pages (issue 9's stale-registration corruption).
 // The PD is per adapter, so registrations are shared by every comm of the adapter (regIsGlobal).
-// Host and CUDA memory have separate indexes: a range is only ever served by an MR of its type.
+// An MR only ever serves registrations of its own memory type.
 #include <unistd.h>
 
 #include <cerrno>
@@ -37,10 +40,6 @@ std::string hex(uintptr_t v) {
   char buf[24];
   std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
   return buf;
-}
-
-int type_index(MemType t) {
-  return t == MemType::kCuda ? 1 : 0;
 }
 
 // ibv_reg_mr failure text; host memory gets the locked-memory hint.
@@ -92,16 +91,43 @@ ibv_mr* reg_cuda(Device* d, uintptr_t lo, uintptr_t hi, unsigned access, std::st
   return nullptr;
 }
 
-// Inserts a new handle into the index (caller holds mr_mu). A union MR may start at the same base
-// as an existing one: the existing, smaller MR keeps its users from the retired list and the new,
-// larger one serves future lookups.
-MemHandle* insert(Adapter* a, std::unique_ptr<MemHandle> mh) {
-  MemHandle* out = mh.get();
-  auto& index = a->mrs[type_index(mh->type)];
-  auto [it, inserted] = index.try_emplace(mh->base, nullptr);
-  if (!inserted) a->retired.push_back(std::move(it->second));
-  it->second = std::move(mh);
-  return out;
+// A live registration of `type` whose range contains [lo, hi), or null. Caller holds mr_mu.
+MrEntry* find_live(Adapter* a, MemType type, uintptr_t lo, uintptr_t hi) {
+  for (auto& e : a->mrs) {
+    if (e->type != type || e->base > lo || e->base + e->len < hi) continue;
+    for (const auto& u : e->users)
+      if (u->base <= lo && u->base + u->len >= hi) return e.get();
+  }
+  return nullptr;
+}
+
+// A new registration of [lo, hi) on entry `e`. Caller holds mr_mu.
+MemHandle* add_user(Adapter* a, MrEntry* e, uintptr_t lo, size_t len) {
+  auto mh = std::make_unique<MemHandle>();
+  mh->lkey = e->mr->lkey;
+  mh->rkey = e->mr->rkey;
+  mh->base = lo;
+  mh->len = len;
+  mh->adapter = a;
+  mh->type = e->type;
+  mh->access = e->access;
+  mh->entry = e;
+  e->users.push_back(std::move(mh));
+  return e->users.back().get();
+}
+
+// Takes ownership of a new MR over [lo, lo + len) and registers its first user. Caller holds
+// mr_mu.
+MemHandle* add_entry(Adapter* a, ibv_mr* mr, MemType type, unsigned access, uintptr_t lo,
+                     size_t len) {
+  auto e = std::make_unique<MrEntry>();
+  e->mr.reset(mr);
+  e->base = lo;
+  e->len = len;
+  e->type = type;
+  e->access = access;
+  a->mrs.push_back(std::move(e));
+  return add_user(a, a->mrs.back().get(), lo, len);
 }
 
 }  // namespace
@@ -124,28 +150,17 @@ Status reg_mr(void* comm, void* data, size_t size, MemType type, MemHandle** out
       (reinterpret_cast<uintptr_t>(data) + size + page - 1) & ~(static_cast<uintptr_t>(page) - 1);
   Adapter* a = d->adapter;
   std::lock_guard<std::mutex> lk(a->mr_mu);
-  // Reuse an MR of the same memory type that contains the range; remember overlapping ones to
-  // extend over them.
-  uintptr_t ulo = lo, uhi = hi;
-  for (auto& [base, mh] : a->mrs[type_index(type)]) {
-    if (base >= hi) break;
-    uintptr_t end = base + mh->len;
-    if (base <= lo && end >= hi) {
-      ++mh->refs;
-      *out = mh.get();
-      return Status::ok();
-    }
-    if (end > lo) {  // overlaps
-      ulo = std::min(ulo, base);
-      uhi = std::max(uhi, end);
-    }
+  // Reuse an MR only inside the range of a live registration on it (see the top of the file).
+  if (MrEntry* e = find_live(a, type, lo, hi)) {
+    *out = add_user(a, e, lo, hi - lo);
+    return Status::ok();
   }
   const unsigned access = data_access(engine()->config(), type);
-  auto mh = std::make_unique<MemHandle>();
+  verbs::Mr mr;
   if (type == MemType::kCuda) {
     std::string why;
-    mh->mr.reset(reg_cuda(d, ulo, uhi, access, &why));
-    if (!mh->mr) {
+    mr.reset(reg_cuda(d, lo, hi, access, &why));
+    if (!mr) {
       return Status(Code::kSystemError,
                     "regMr of CUDA pointer " + hex(reinterpret_cast<uintptr_t>(data)) + " (" +
                         std::to_string(size) + " bytes) on " + a->name + ": " + why +
@@ -153,23 +168,15 @@ Status reg_mr(void* comm, void* data, size_t size, MemType type, MemHandle** out
                         "driver with dma-buf support; SLUICE_GDR=off stages through host memory");
     }
   } else {
-    mh->mr.reset(
-        ibv_reg_mr(a->pd.get(), reinterpret_cast<void*>(ulo), uhi - ulo, static_cast<int>(access)));
-    if (!mh->mr) {
-      return Status(Code::kSystemError, "regMr: ibv_reg_mr(" + std::to_string(uhi - ulo) +
+    mr.reset(
+        ibv_reg_mr(a->pd.get(), reinterpret_cast<void*>(lo), hi - lo, static_cast<int>(access)));
+    if (!mr) {
+      return Status(Code::kSystemError, "regMr: ibv_reg_mr(" + std::to_string(hi - lo) +
                                             " bytes) on " + a->name +
                                             " failed: " + reg_error(errno, true));
     }
   }
-  mh->lkey = mh->mr->lkey;
-  mh->rkey = mh->mr->rkey;
-  mh->base = ulo;
-  mh->len = uhi - ulo;
-  mh->adapter = a;
-  mh->type = type;
-  mh->access = access;
-  mh->refs = 1;
-  *out = insert(a, std::move(mh));
+  *out = add_entry(a, mr.release(), type, access, lo, hi - lo);
   return Status::ok();
 }
 
@@ -184,22 +191,17 @@ Status reg_mr_dmabuf(void* comm, void* data, size_t size, MemType type, uint64_t
   const auto addr = reinterpret_cast<uintptr_t>(data);
   Adapter* a = d->adapter;
   std::lock_guard<std::mutex> lk(a->mr_mu);
-  // A registration of the same type that already covers the range serves it (NCCL may close the
-  // fd right after this call: nothing here keeps it).
-  for (auto& [base, mh] : a->mrs[type_index(type)]) {
-    if (base > addr) break;
-    if (mh->contains(data, size)) {
-      ++mh->refs;
-      *out = mh.get();
-      return Status::ok();
-    }
+  // A live registration of the same type that covers the range serves it (NCCL may close the fd
+  // right after this call: nothing here keeps it).
+  if (MrEntry* e = find_live(a, type, addr, addr + size)) {
+    *out = add_user(a, e, addr, size);
+    return Status::ok();
   }
   const unsigned access = data_access(engine()->config(), type);
-  auto mh = std::make_unique<MemHandle>();
   // The fd's offset is relative to the allocation NCCL exported; iova = the data pointer, so the
   // keys address the buffer by its virtual address like every other MR.
-  mh->mr.reset(ibv_reg_dmabuf_mr(a->pd.get(), offset, size, addr, fd, static_cast<int>(access)));
-  if (!mh->mr) {
+  ibv_mr* mr = ibv_reg_dmabuf_mr(a->pd.get(), offset, size, addr, fd, static_cast<int>(access));
+  if (mr == nullptr) {
     const int err = errno;
     std::string m = "regMrDmaBuf of " + hex(addr) + " (" + std::to_string(size) + " bytes, fd " +
                     std::to_string(fd) + ", offset " + std::to_string(offset) + ") on " + a->name +
@@ -207,15 +209,7 @@ Status reg_mr_dmabuf(void* comm, void* data, size_t size, MemType type, uint64_t
     if (!d->gdr.dmabuf) m += "; this NIC was not offered for dma-buf: " + a->dmabuf.text;
     return Status(Code::kSystemError, m);
   }
-  mh->lkey = mh->mr->lkey;
-  mh->rkey = mh->mr->rkey;
-  mh->base = addr;
-  mh->len = size;
-  mh->adapter = a;
-  mh->type = type;
-  mh->access = access;
-  mh->refs = 1;
-  *out = insert(a, std::move(mh));
+  *out = add_entry(a, mr, type, access, addr, size);
   return Status::ok();
 }
 
@@ -226,17 +220,13 @@ Status dereg_mr(void* comm, MemHandle* mh) {
     return Status(Code::kInvalidArgument, "deregMr: not a Sluice memory handle");
   Adapter* a = mh->adapter;
   std::lock_guard<std::mutex> lk(a->mr_mu);
-  if (--mh->refs > 0) return Status::ok();
-  mh->magic = 0;
-  auto& index = a->mrs[type_index(mh->type)];
-  auto it = index.find(mh->base);
-  if (it != index.end() && it->second.get() == mh) {
-    index.erase(it);
-    return Status::ok();
-  }
-  for (auto r = a->retired.begin(); r != a->retired.end(); ++r) {
-    if (r->get() == mh) {
-      a->retired.erase(r);
+  for (auto e = a->mrs.begin(); e != a->mrs.end(); ++e) {
+    auto& users = (*e)->users;
+    for (auto u = users.begin(); u != users.end(); ++u) {
+      if (u->get() != mh) continue;
+      mh->magic = 0;
+      users.erase(u);                      // frees the handle
+      if (users.empty()) a->mrs.erase(e);  // the last registration on the MR: deregister it
       return Status::ok();
     }
   }

@@ -23,7 +23,8 @@ set_tests_properties(abi_dlopen_c PROPERTIES LABELS "unit;abi" TIMEOUT 120)
 # Data path through the exported tables (dlopen RTLD_NOW | RTLD_LOCAL, like NCCL).
 add_executable(plugin_rdma_test ${CMAKE_CURRENT_LIST_DIR}/plugin_rdma_test.cc
                                 ${CMAKE_CURRENT_LIST_DIR}/plugin_rdma_stress_test.cc
-                                ${CMAKE_CURRENT_LIST_DIR}/plugin_rdma_cost_test.cc)
+                                ${CMAKE_CURRENT_LIST_DIR}/plugin_rdma_cost_test.cc
+                                ${CMAKE_CURRENT_LIST_DIR}/plugin_rdma_mr_test.cc)
 target_include_directories(plugin_rdma_test PRIVATE ${CMAKE_CURRENT_LIST_DIR})
 target_link_libraries(plugin_rdma_test PRIVATE sluice_nccl_abi GTest::gtest Threads::Threads
                                                PkgConfig::IBVERBS ${CMAKE_DL_LIBS})

@@ -103,13 +103,20 @@ TEST(StandInGpu, ForceRegistersCudaThroughPeermemAndFlushes) {
   ASSERT_EQ(net.reg_mr_type(c.recv, dst.bytes(), n, NCCL_PTR_CUDA, &rmh), ncclSuccess)
       << last_warn();
 
-  // The cache is keyed by memory type: the same range as CUDA is shared, as HOST it is not.
+  // The cache is keyed by memory type: the same range as CUDA shares the MR (no new verbs MR),
+  // as HOST it does not (one more MR). Each call still gets its own handle.
+  const int mrs0 = rdma_resource_count("mr");
+  ASSERT_GE(mrs0, 0) << "`rdma resource show mr` failed (iproute2's rdma tool is needed)";
   void* again = nullptr;
   void* as_host = nullptr;
   ASSERT_EQ(net.reg_mr_type(c.recv, dst.bytes() + 4096, 4096, NCCL_PTR_CUDA, &again), ncclSuccess);
-  EXPECT_EQ(again, rmh) << "a CUDA range inside a CUDA registration reuses it";
+  EXPECT_NE(again, rmh) << "every registration has its own handle";
+  EXPECT_EQ(rdma_resource_count("mr"), mrs0)
+      << "a CUDA range inside a live CUDA registration reuses its MR";
   ASSERT_EQ(net.reg_mr_type(c.recv, dst.bytes(), n, NCCL_PTR_HOST, &as_host), ncclSuccess);
-  EXPECT_NE(as_host, rmh) << "a HOST registration never serves a CUDA one (or back)";
+  EXPECT_NE(as_host, rmh);
+  EXPECT_EQ(rdma_resource_count("mr"), mrs0 + 1)
+      << "a HOST registration never serves a CUDA one (or back)";
   EXPECT_EQ(net.dereg_mr(c.recv, again), ncclSuccess);
   EXPECT_EQ(net.dereg_mr(c.recv, as_host), ncclSuccess);
 
