@@ -1,5 +1,6 @@
 #include "sluice/core/wire.h"
 
+#include <netinet/in.h>
 #include <sys/socket.h>
 
 #include <cstring>
@@ -35,6 +36,45 @@ Status validate_handle(const Handle& h) {
     return Status(Code::kInvalidArgument, "connection handle has an unknown address family");
   if (h.port == 0) return Status(Code::kInvalidArgument, "connection handle has port 0");
   return Status::ok();
+}
+
+Handle encode_handle(const sockaddr_storage& sa, uint32_t listen_dev, uint64_t nonce) {
+  Handle h{};
+  h.magic = kHandleMagic;
+  h.version = kVersion;
+  h.family = sa.ss_family;
+  if (sa.ss_family == AF_INET) {
+    const auto* s4 = reinterpret_cast<const sockaddr_in*>(&sa);
+    h.port = s4->sin_port;
+    std::memcpy(h.addr, &s4->sin_addr, 4);
+  } else {
+    const auto* s6 = reinterpret_cast<const sockaddr_in6*>(&sa);
+    h.port = s6->sin6_port;
+    std::memcpy(h.addr, &s6->sin6_addr, 16);
+    h.scope_id = s6->sin6_scope_id;
+  }
+  h.listen_dev = listen_dev;
+  h.nonce = nonce;
+  h.checksum = handle_checksum(h);
+  return h;
+}
+
+void handle_address(const Handle& h, sockaddr_storage* sa, socklen_t* len) {
+  std::memset(sa, 0, sizeof *sa);
+  if (h.family == AF_INET) {
+    auto* a = reinterpret_cast<sockaddr_in*>(sa);
+    a->sin_family = AF_INET;
+    a->sin_port = h.port;
+    std::memcpy(&a->sin_addr, h.addr, 4);
+    *len = sizeof(sockaddr_in);
+  } else {
+    auto* a = reinterpret_cast<sockaddr_in6*>(sa);
+    a->sin6_family = AF_INET6;
+    a->sin6_port = h.port;
+    std::memcpy(&a->sin6_addr, h.addr, 16);
+    a->sin6_scope_id = h.scope_id;
+    *len = sizeof(sockaddr_in6);
+  }
 }
 
 Status validate_meta(const Meta& m, uint8_t expected_role, uint64_t nonce) {

@@ -4,6 +4,8 @@
 // little-endian host order (x86_64/aarch64), checked by the version and magic fields.
 #pragma once
 
+#include <sys/socket.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
@@ -44,6 +46,11 @@ static_assert(std::is_trivially_copyable_v<Handle>);
 uint32_t handle_checksum(const Handle& h);
 // Verifies magic, version, checksum, family and port. The error names what is wrong.
 Status validate_handle(const Handle& h);
+// The handle of a listener bound to `sa` (AF_INET or AF_INET6) on device `listen_dev`, checksum
+// set, connector fields zero.
+Handle encode_handle(const sockaddr_storage& sa, uint32_t listen_dev, uint64_t nonce);
+// The listener's address in a validated handle, and its length for connect().
+void handle_address(const Handle& h, sockaddr_storage* sa, socklen_t* len);
 
 struct QpInfo {
   uint32_t qpn;
