@@ -149,17 +149,7 @@ Status connect_qps(Conn& c, const wire::Meta& local, const wire::Meta& remote, u
                    uint8_t sl) {
   Device& d = *c.dev;
   const Config& cfg = engine()->config();
-  if (remote.link_layer != local.link_layer) {
-    return Status(Code::kInvalidUsage,
-                  "cannot connect " + d.name + " (" + verbs::link_layer_name(local.link_layer) +
-                      ") to " + remote.dev_name + " (" + verbs::link_layer_name(remote.link_layer) +
-                      "): select NICs of one link type with NCCL_IB_HCA");
-  }
-  if (remote.nqps != local.nqps) {
-    return Status(Code::kRemoteError, "peer has " + std::to_string(remote.nqps) +
-                                          " QPs for this connection, we have " +
-                                          std::to_string(local.nqps));
-  }
+  SLUICE_RETURN_IF_ERROR(wire::check_peer_meta(local, remote, d.name));
   GidBytes rg;
   std::memcpy(rg.data(), remote.gid, 16);
   c.remote_gid = gid_to_string(rg);

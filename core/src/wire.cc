@@ -6,6 +6,8 @@
 #include <cstring>
 #include <string>
 
+#include "sluice/core/verbs.h"
+
 namespace sluice::wire {
 
 uint32_t handle_checksum(const Handle& h) {
@@ -95,6 +97,21 @@ Status validate_meta(const Meta& m, uint8_t expected_role, uint64_t nonce) {
     return Status(Code::kRemoteError, "peer uses a FIFO depth of " + std::to_string(m.fifo_slots));
   if (m.dev_name[sizeof m.dev_name - 1] != '\0')
     return Status(Code::kRemoteError, "peer metadata device name is not terminated");
+  return Status::ok();
+}
+
+Status check_peer_meta(const Meta& local, const Meta& remote, const std::string& local_dev) {
+  if (remote.link_layer != local.link_layer) {
+    return Status(Code::kInvalidUsage,
+                  "cannot connect " + local_dev + " (" + verbs::link_layer_name(local.link_layer) +
+                      ") to " + remote.dev_name + " (" + verbs::link_layer_name(remote.link_layer) +
+                      "): select NICs of one link type with NCCL_IB_HCA");
+  }
+  if (remote.nqps != local.nqps) {
+    return Status(Code::kRemoteError, "peer has " + std::to_string(remote.nqps) +
+                                          " QPs for this connection, we have " +
+                                          std::to_string(local.nqps));
+  }
   return Status::ok();
 }
 

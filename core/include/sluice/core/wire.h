@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <type_traits>
 
 #include "sluice/core/status.h"
@@ -85,6 +86,9 @@ static_assert(std::is_trivially_copyable_v<Meta>);
 
 // Verifies magic, version, role, nqps, fifo_slots and the echoed nonce.
 Status validate_meta(const Meta& m, uint8_t expected_role, uint64_t nonce);
+// The peer's validated metadata against ours (`local_dev` names our device in the error): the same
+// link layer and the same number of QPs.
+Status check_peer_meta(const Meta& local, const Meta& remote, const std::string& local_dev);
 
 // A clear-to-send entry: the receiver describes one posted buffer. Written by the receiver into the
 // sender's FIFO (slot = seq % kFifoSlots, entry = index in the grouped receive) with one RDMA WRITE
