@@ -12,6 +12,7 @@
 #include <functional>
 #include <map>
 #include <numeric>
+#include <set>
 #include <sstream>
 #include <tuple>
 #include <utility>
@@ -439,6 +440,21 @@ Result<Topology> Topology::load_xml_buffer(std::string_view xml, std::string sou
   if (hwloc_topology_load(impl->topo) != 0)
     return errno_status(Code::kInvalidArgument, "hwloc_topology_load(" + impl->source + ")", errno);
   impl->discover();
+  // One PCI function is one GPU and a verbs name is one NIC: a file with two at one bus id or
+  // name (found by the topology_xml fuzz target) would make lookups by bus id or name ambiguous.
+  std::set<std::string> seen;
+  for (const Gpu& g : impl->gpus) {
+    if (!seen.insert(g.bus_id).second)
+      return Status(Code::kInvalidArgument, "hwloc XML " + impl->source + " has two GPUs at " +
+                                                g.bus_id + " (corrupt file)");
+  }
+  seen.clear();
+  for (const Nic& n : impl->nics) {
+    if (!seen.insert(n.name).second)
+      return Status(Code::kInvalidArgument, "hwloc XML " + impl->source +
+                                                " has two RDMA devices named " + n.name +
+                                                " (corrupt file)");
+  }
   return Topology(std::move(impl));
 }
 
