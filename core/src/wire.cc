@@ -97,6 +97,10 @@ Status validate_meta(const Meta& m, uint8_t expected_role, uint64_t nonce) {
     return Status(Code::kRemoteError, "peer uses a FIFO depth of " + std::to_string(m.fifo_slots));
   if (m.dev_name[sizeof m.dev_name - 1] != '\0')
     return Status(Code::kRemoteError, "peer metadata device name is not terminated");
+  // connect_qps() uses it as an enum ibv_mtu (IBV_MTU_256 = 1 .. IBV_MTU_4096 = 5).
+  if (m.mtu < 1 || m.mtu > 5)
+    return Status(Code::kRemoteError, "peer metadata has an invalid path MTU code " +
+                                          std::to_string(m.mtu) + " (expected 1..5)");
   return Status::ok();
 }
 

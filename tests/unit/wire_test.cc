@@ -66,6 +66,7 @@ Meta good_meta(uint8_t role) {
   m.version = kVersion;
   m.role = role;
   m.nqps = 1;
+  m.mtu = 3;  // IBV_MTU_1024
   m.fifo_slots = kFifoSlots;
   m.nonce = 77;
   std::strcpy(m.dev_name, "rxe0");
@@ -90,6 +91,11 @@ TEST(Meta, RejectsWrongRoleNonceQpsDepthAndName) {
   m = good_meta(0);
   std::memset(m.dev_name, 'x', sizeof m.dev_name);
   EXPECT_FALSE(validate_meta(m, 0, 77).is_ok());
+  m = good_meta(0);
+  for (uint8_t mtu : {0, 6, 255}) {
+    m.mtu = mtu;
+    EXPECT_NE(validate_meta(m, 0, 77).message().find("MTU"), std::string::npos) << int(mtu);
+  }
   m = good_meta(0);
   m.magic ^= 1;
   EXPECT_EQ(validate_meta(m, 0, 77).code(), Code::kRemoteError);

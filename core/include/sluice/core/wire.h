@@ -84,7 +84,7 @@ static_assert(sizeof(Meta) == 224);
 static_assert(offsetof(Meta, qps) == 96);
 static_assert(std::is_trivially_copyable_v<Meta>);
 
-// Verifies magic, version, role, nqps, fifo_slots and the echoed nonce.
+// Verifies magic, version, role, nqps, fifo_slots, the MTU code and the echoed nonce.
 Status validate_meta(const Meta& m, uint8_t expected_role, uint64_t nonce);
 // The peer's validated metadata against ours (`local_dev` names our device in the error): the same
 // link layer and the same number of QPs.
