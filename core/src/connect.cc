@@ -149,17 +149,7 @@ Status connect_qps(Conn& c, const wire::Meta& local, const wire::Meta& remote, u
                    uint8_t sl) {
   Device& d = *c.dev;
   const Config& cfg = engine()->config();
-  if (remote.link_layer != local.link_layer) {
-    return Status(Code::kInvalidUsage,
-                  "cannot connect " + d.name + " (" + verbs::link_layer_name(local.link_layer) +
-                      ") to " + remote.dev_name + " (" + verbs::link_layer_name(remote.link_layer) +
-                      "): select NICs of one link type with NCCL_IB_HCA");
-  }
-  if (remote.nqps != local.nqps) {
-    return Status(Code::kRemoteError, "peer has " + std::to_string(remote.nqps) +
-                                          " QPs for this connection, we have " +
-                                          std::to_string(local.nqps));
-  }
+  SLUICE_RETURN_IF_ERROR(wire::check_peer_meta(local, remote, d.name));
   GidBytes rg;
   std::memcpy(rg.data(), remote.gid, 16);
   c.remote_gid = gid_to_string(rg);
@@ -490,23 +480,7 @@ Status listen(int dev, void* handle, ListenComm** out) {
   getsockname(l->fd, reinterpret_cast<sockaddr*>(&sa), &len);
   l->addr_text = sockaddr_text(sa);
 
-  wire::Handle h{};
-  h.magic = wire::kHandleMagic;
-  h.version = wire::kVersion;
-  h.family = sa.ss_family;
-  if (sa.ss_family == AF_INET) {
-    auto* s4 = reinterpret_cast<sockaddr_in*>(&sa);
-    h.port = s4->sin_port;
-    std::memcpy(h.addr, &s4->sin_addr, 4);
-  } else {
-    auto* s6 = reinterpret_cast<sockaddr_in6*>(&sa);
-    h.port = s6->sin6_port;
-    std::memcpy(h.addr, &s6->sin6_addr, 16);
-    h.scope_id = s6->sin6_scope_id;
-  }
-  h.listen_dev = static_cast<uint32_t>(dev);
-  h.nonce = l->nonce;
-  h.checksum = wire::handle_checksum(h);
+  const wire::Handle h = wire::encode_handle(sa, static_cast<uint32_t>(dev), l->nonce);
   std::memset(handle, 0, kHandleSize);
   std::memcpy(handle, &h, sizeof h);
   SLUICE_INFO(kSubNet, "listening on %s for %s", l->addr_text.c_str(), d->name.c_str());
@@ -540,20 +514,7 @@ Status connect(int dev, void* handle, const CommConfig& cfg, SendComm** out) {
     st->dev = dev;
     st->cfg = cfg;
     st->handle = h;
-    if (h.family == AF_INET) {
-      auto* a = reinterpret_cast<sockaddr_in*>(&st->addr);
-      a->sin_family = AF_INET;
-      a->sin_port = h.port;
-      std::memcpy(&a->sin_addr, h.addr, 4);
-      st->addr_len = sizeof(sockaddr_in);
-    } else {
-      auto* a = reinterpret_cast<sockaddr_in6*>(&st->addr);
-      a->sin6_family = AF_INET6;
-      a->sin6_port = h.port;
-      std::memcpy(&a->sin6_addr, h.addr, 16);
-      a->sin6_scope_id = h.scope_id;
-      st->addr_len = sizeof(sockaddr_in6);
-    }
+    wire::handle_address(h, &st->addr, &st->addr_len);
     st->peer = sockaddr_text(st->addr);
     st->deadline = Clock::now() + std::chrono::milliseconds(e->config().connect_timeout_ms);
     st->comm = std::make_unique<SendComm>();

@@ -92,6 +92,16 @@ bool entry_matches(const HcaFilter::Entry& e, bool exact, std::string_view devic
 
 }  // namespace
 
+std::string HcaFilter::to_string() const {
+  std::string out = exclude_ ? "^" : "";
+  if (exact_) out += '=';
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    if (i > 0) out += ',';
+    out += entry_text(entries_[i]);
+  }
+  return out;
+}
+
 bool HcaFilter::accepts(std::string_view device, int port) const {
   if (entries_.empty()) return true;
   bool matched = false;

@@ -1,9 +1,12 @@
 #include "sluice/core/wire.h"
 
+#include <netinet/in.h>
 #include <sys/socket.h>
 
 #include <cstring>
 #include <string>
+
+#include "sluice/core/verbs.h"
 
 namespace sluice::wire {
 
@@ -37,6 +40,45 @@ Status validate_handle(const Handle& h) {
   return Status::ok();
 }
 
+Handle encode_handle(const sockaddr_storage& sa, uint32_t listen_dev, uint64_t nonce) {
+  Handle h{};
+  h.magic = kHandleMagic;
+  h.version = kVersion;
+  h.family = sa.ss_family;
+  if (sa.ss_family == AF_INET) {
+    const auto* s4 = reinterpret_cast<const sockaddr_in*>(&sa);
+    h.port = s4->sin_port;
+    std::memcpy(h.addr, &s4->sin_addr, 4);
+  } else {
+    const auto* s6 = reinterpret_cast<const sockaddr_in6*>(&sa);
+    h.port = s6->sin6_port;
+    std::memcpy(h.addr, &s6->sin6_addr, 16);
+    h.scope_id = s6->sin6_scope_id;
+  }
+  h.listen_dev = listen_dev;
+  h.nonce = nonce;
+  h.checksum = handle_checksum(h);
+  return h;
+}
+
+void handle_address(const Handle& h, sockaddr_storage* sa, socklen_t* len) {
+  std::memset(sa, 0, sizeof *sa);
+  if (h.family == AF_INET) {
+    auto* a = reinterpret_cast<sockaddr_in*>(sa);
+    a->sin_family = AF_INET;
+    a->sin_port = h.port;
+    std::memcpy(&a->sin_addr, h.addr, 4);
+    *len = sizeof(sockaddr_in);
+  } else {
+    auto* a = reinterpret_cast<sockaddr_in6*>(sa);
+    a->sin6_family = AF_INET6;
+    a->sin6_port = h.port;
+    std::memcpy(&a->sin6_addr, h.addr, 16);
+    a->sin6_scope_id = h.scope_id;
+    *len = sizeof(sockaddr_in6);
+  }
+}
+
 Status validate_meta(const Meta& m, uint8_t expected_role, uint64_t nonce) {
   if (m.magic != kMetaMagic)
     return Status(Code::kRemoteError, "peer sent no Sluice connection metadata (bad magic)");
@@ -59,6 +101,25 @@ Status validate_meta(const Meta& m, uint8_t expected_role, uint64_t nonce) {
     return Status(Code::kRemoteError, "peer uses a FIFO depth of " + std::to_string(m.fifo_slots));
   if (m.dev_name[sizeof m.dev_name - 1] != '\0')
     return Status(Code::kRemoteError, "peer metadata device name is not terminated");
+  // connect_qps() uses it as an enum ibv_mtu (IBV_MTU_256 = 1 .. IBV_MTU_4096 = 5).
+  if (m.mtu < 1 || m.mtu > 5)
+    return Status(Code::kRemoteError, "peer metadata has an invalid path MTU code " +
+                                          std::to_string(m.mtu) + " (expected 1..5)");
+  return Status::ok();
+}
+
+Status check_peer_meta(const Meta& local, const Meta& remote, const std::string& local_dev) {
+  if (remote.link_layer != local.link_layer) {
+    return Status(Code::kInvalidUsage,
+                  "cannot connect " + local_dev + " (" + verbs::link_layer_name(local.link_layer) +
+                      ") to " + remote.dev_name + " (" + verbs::link_layer_name(remote.link_layer) +
+                      "): select NICs of one link type with NCCL_IB_HCA");
+  }
+  if (remote.nqps != local.nqps) {
+    return Status(Code::kRemoteError, "peer has " + std::to_string(remote.nqps) +
+                                          " QPs for this connection, we have " +
+                                          std::to_string(local.nqps));
+  }
   return Status::ok();
 }
 

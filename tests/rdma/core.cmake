@@ -13,3 +13,8 @@ foreach(split 0 1)
   set_property(TEST core_datapath_qps4_split${split} APPEND PROPERTY ENVIRONMENT
                NCCL_IB_QPS_PER_CONNECTION=4 NCCL_IB_SPLIT_DATA_ON_QPS=${split})
 endforeach()
+
+# Handshake bytes through a relay: validated, and printed for scripts/capture-fuzz-seeds.
+add_executable(wire_capture_test ${CMAKE_CURRENT_LIST_DIR}/wire_capture_test.cc)
+target_link_libraries(wire_capture_test PRIVATE sluice_core GTest::gtest_main Threads::Threads)
+sluice_add_rdma_test(NAME wire_capture COMMAND $<TARGET_FILE:wire_capture_test> TIMEOUT 300)

@@ -147,5 +147,18 @@ TEST(HcaFilter, UnmatchedNamesEntriesThatMatchNoPort) {
   EXPECT_TRUE(parse_ok("").unmatched(ports).empty());
 }
 
+TEST(HcaFilter, ToStringIsCanonicalAndParsesToTheSameFilter) {
+  EXPECT_EQ(parse_ok(" ^ = mlx5_0 : 01 ,, mlx5_1 ,").to_string(), "^=mlx5_0:1,mlx5_1");
+  EXPECT_EQ(parse_ok("mlx5").to_string(), "mlx5");
+  EXPECT_EQ(parse_ok("").to_string(), "");
+  const HcaFilter f = parse_ok("^mlx5_0:2,rxe");
+  const HcaFilter g = parse_ok(f.to_string());
+  EXPECT_EQ(g.to_string(), f.to_string());
+  EXPECT_TRUE(g.exclude());
+  EXPECT_FALSE(g.exact());
+  ASSERT_EQ(g.entries().size(), 2u);
+  EXPECT_EQ(g.entries()[0].port, 2);
+}
+
 }  // namespace
 }  // namespace sluice

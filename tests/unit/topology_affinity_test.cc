@@ -37,14 +37,15 @@ TEST(GpuNicMap, ParsesBusIdsAndIndexes) {
   EXPECT_EQ(m.value().entries[1].gpu_bus_id, "0000:3d:00.0");
   EXPECT_EQ(m.value().entries[2].gpu_index, 2);
   EXPECT_EQ(m.value().entries[2].nics, std::vector<std::string>{"mlx5_3:1"});
+  EXPECT_TRUE(parse_gpu_nic_map("0=mlx5_0:255,mlx5_1:01").is_ok());
   EXPECT_TRUE(parse_gpu_nic_map("").value().empty());
   EXPECT_TRUE(parse_gpu_nic_map("   ").value().empty());
 }
 
 TEST(GpuNicMap, SyntaxErrors) {
-  for (const char* bad :
-       {"mlx5_0", "0=", "=mlx5_0", "0=mlx5_0,,mlx5_1", "zz:00.0=mlx5_0", "0=mlx5 0", "0=mlx5_0:x",
-        "0=mlx5_0;0=mlx5_1", "1b:00.0=a;0000:1b:00.0=b"}) {
+  for (const char* bad : {"mlx5_0", "0=", "=mlx5_0", "0=mlx5_0,,mlx5_1", "zz:00.0=mlx5_0",
+                          "0=mlx5 0", "0=mlx5_0:x", "0=mlx5_0;0=mlx5_1", "1b:00.0=a;0000:1b:00.0=b",
+                          "0=mlx5_0:0", "0=mlx5_0:00", "0=mlx5_0:256", "0=mlx5_0:1000"}) {
     auto m = parse_gpu_nic_map(bad);
     EXPECT_FALSE(m.is_ok()) << bad;
     if (!m.is_ok()) {

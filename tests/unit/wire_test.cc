@@ -3,6 +3,7 @@
 #include "sluice/core/wire.h"
 
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 
 #include <cstring>
@@ -65,6 +66,7 @@ Meta good_meta(uint8_t role) {
   m.version = kVersion;
   m.role = role;
   m.nqps = 1;
+  m.mtu = 3;  // IBV_MTU_1024
   m.fifo_slots = kFifoSlots;
   m.nonce = 77;
   std::strcpy(m.dev_name, "rxe0");
@@ -90,8 +92,55 @@ TEST(Meta, RejectsWrongRoleNonceQpsDepthAndName) {
   std::memset(m.dev_name, 'x', sizeof m.dev_name);
   EXPECT_FALSE(validate_meta(m, 0, 77).is_ok());
   m = good_meta(0);
+  for (uint8_t mtu : {0, 6, 255}) {
+    m.mtu = mtu;
+    EXPECT_NE(validate_meta(m, 0, 77).message().find("MTU"), std::string::npos) << int(mtu);
+  }
+  m = good_meta(0);
   m.magic ^= 1;
   EXPECT_EQ(validate_meta(m, 0, 77).code(), Code::kRemoteError);
+}
+
+TEST(Handle, EncodeThenDecodeGivesTheListenersAddress) {
+  sockaddr_storage sa{};
+  auto* s6 = reinterpret_cast<sockaddr_in6*>(&sa);
+  s6->sin6_family = AF_INET6;
+  s6->sin6_port = htons(4711);
+  s6->sin6_addr.s6_addr[15] = 1;
+  s6->sin6_scope_id = 3;
+  const Handle h = encode_handle(sa, 2, 0x1234);
+  ASSERT_TRUE(validate_handle(h).is_ok());
+  EXPECT_EQ(h.listen_dev, 2u);
+  EXPECT_EQ(h.nonce, 0x1234u);
+  EXPECT_EQ(h.connect_state, 0u);
+  sockaddr_storage back{};
+  socklen_t len = 0;
+  handle_address(h, &back, &len);
+  ASSERT_EQ(len, sizeof(sockaddr_in6));
+  EXPECT_EQ(std::memcmp(&back, &sa, len), 0);
+
+  sockaddr_storage v4{};
+  auto* s4 = reinterpret_cast<sockaddr_in*>(&v4);
+  s4->sin_family = AF_INET;
+  s4->sin_port = htons(9);
+  s4->sin_addr.s_addr = htonl(0x0a000001);
+  handle_address(encode_handle(v4, 0, 1), &back, &len);
+  ASSERT_EQ(len, sizeof(sockaddr_in));
+  EXPECT_EQ(std::memcmp(&back, &v4, len), 0);
+}
+
+TEST(Meta, PeerCheckWantsTheSameLinkLayerAndQpCount) {
+  Meta a = good_meta(0), b = good_meta(1);
+  a.link_layer = b.link_layer = 2;
+  a.nqps = b.nqps = 4;
+  EXPECT_TRUE(check_peer_meta(a, b, "dev0").is_ok());
+  b.nqps = 2;
+  EXPECT_NE(check_peer_meta(a, b, "dev0").message().find("2 QPs"), std::string::npos);
+  b.nqps = 4;
+  b.link_layer = 1;
+  const Status st = check_peer_meta(a, b, "dev0");
+  EXPECT_EQ(st.code(), Code::kInvalidUsage);
+  EXPECT_NE(st.message().find("dev0"), std::string::npos);
 }
 
 TEST(Layout, EntriesNeverStraddleTheirAlignment) {

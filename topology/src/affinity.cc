@@ -36,13 +36,17 @@ std::string base_name(std::string_view nic) {
   return std::string(colon == std::string_view::npos ? nic : nic.substr(0, colon));
 }
 
+constexpr int kMaxPort = 255;  // verbs port numbers are uint8_t, counted from 1
+
 bool valid_nic_token(std::string_view nic) {
   if (nic.empty()) return false;
   auto colon = nic.find(':');
   if (colon == 0) return false;
   if (colon != std::string_view::npos) {
     std::string_view port = nic.substr(colon + 1);
-    if (!all_digits(port) || port == "0") return false;
+    if (!all_digits(port)) return false;
+    const int number = std::stoi(std::string(port));  // all_digits: at most 6 digits
+    if (number < 1 || number > kMaxPort) return false;
   }
   std::string_view name = nic.substr(0, colon);
   return std::all_of(name.begin(), name.end(), [](char c) {

@@ -5,14 +5,17 @@
 #include <stdlib.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <fstream>
 #include <functional>
 #include <map>
 #include <numeric>
+#include <set>
 #include <sstream>
 #include <tuple>
+#include <utility>
 
 #include "sluice/core/log.h"
 
@@ -362,6 +365,38 @@ Result<hwloc_topology_t> init_topology() {
   return t;
 }
 
+// hwloc 2.9's XML importer dereferences NULL (hwloc_bitmap_compare_first) for an object with a
+// cpuset but no complete_cpuset; hwloc's own exports always write both, and both nodesets. Found
+// by the topology_xml fuzz target from a one-byte change to a valid file
+// (fuzz/corpus/topology_xml/hwloc-segv-no-complete-cpuset.xml). Such a file is refused before
+// hwloc reads it.
+Status check_object_sets(std::string_view xml, const std::string& source) {
+  // attribute `name` in an element's text: preceded by whitespace, followed by '='
+  auto has = [](std::string_view tag, std::string_view name) {
+    for (size_t i = tag.find(name); i != std::string_view::npos; i = tag.find(name, i + 1)) {
+      const size_t after = i + name.size();
+      if (i > 0 && std::isspace(static_cast<unsigned char>(tag[i - 1])) && after < tag.size() &&
+          (tag[after] == '=' || std::isspace(static_cast<unsigned char>(tag[after]))))
+        return true;
+    }
+    return false;
+  };
+  for (size_t pos = xml.find("<object"); pos != std::string_view::npos;
+       pos = xml.find("<object", pos + 1)) {
+    const std::string_view tag = xml.substr(pos, xml.find('>', pos) - pos);
+    for (auto [set, complete] :
+         {std::pair{"cpuset", "complete_cpuset"}, std::pair{"nodeset", "complete_nodeset"}}) {
+      if (has(tag, set) != has(tag, complete)) {
+        return Status(Code::kInvalidArgument, "hwloc XML " + source + ": an object has " +
+                                                  (has(tag, set) ? set : complete) + " without " +
+                                                  (has(tag, set) ? complete : set) +
+                                                  " (corrupt file; hwloc's exports write both)");
+      }
+    }
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 Topology::Topology(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -388,6 +423,7 @@ Result<Topology> Topology::load_xml_buffer(std::string_view xml, std::string sou
   if (xml.empty()) return Status(Code::kInvalidArgument, "hwloc XML " + source + " is empty");
   if (xml.size() > static_cast<size_t>(INT_MAX))
     return Status(Code::kInvalidArgument, "hwloc XML " + source + " is too large");
+  SLUICE_RETURN_IF_ERROR(check_object_sets(xml, source));
   auto t = init_topology();
   if (!t.is_ok()) return t.status();
   auto impl = std::make_unique<Impl>();
@@ -404,6 +440,21 @@ Result<Topology> Topology::load_xml_buffer(std::string_view xml, std::string sou
   if (hwloc_topology_load(impl->topo) != 0)
     return errno_status(Code::kInvalidArgument, "hwloc_topology_load(" + impl->source + ")", errno);
   impl->discover();
+  // One PCI function is one GPU and a verbs name is one NIC: a file with two at one bus id or
+  // name (found by the topology_xml fuzz target) would make lookups by bus id or name ambiguous.
+  std::set<std::string> seen;
+  for (const Gpu& g : impl->gpus) {
+    if (!seen.insert(g.bus_id).second)
+      return Status(Code::kInvalidArgument, "hwloc XML " + impl->source + " has two GPUs at " +
+                                                g.bus_id + " (corrupt file)");
+  }
+  seen.clear();
+  for (const Nic& n : impl->nics) {
+    if (!seen.insert(n.name).second)
+      return Status(Code::kInvalidArgument, "hwloc XML " + impl->source +
+                                                " has two RDMA devices named " + n.name +
+                                                " (corrupt file)");
+  }
   return Topology(std::move(impl));
 }
 

@@ -29,6 +29,8 @@ class HcaFilter {
   bool exclude() const { return exclude_; }
   bool exact() const { return exact_; }
   const std::vector<Entry>& entries() const { return entries_; }
+  // Canonical spelling ("^=mlx5_0:1,mlx5_1"): parse(to_string()) gives an equal filter.
+  std::string to_string() const;
   // Entries that matched no device (for a WARN naming unknown HCA names).
   std::vector<std::string> unmatched(const std::vector<std::pair<std::string, int>>& ports) const;
 

@@ -4,8 +4,11 @@
 // little-endian host order (x86_64/aarch64), checked by the version and magic fields.
 #pragma once
 
+#include <sys/socket.h>
+
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <type_traits>
 
 #include "sluice/core/status.h"
@@ -44,6 +47,11 @@ static_assert(std::is_trivially_copyable_v<Handle>);
 uint32_t handle_checksum(const Handle& h);
 // Verifies magic, version, checksum, family and port. The error names what is wrong.
 Status validate_handle(const Handle& h);
+// The handle of a listener bound to `sa` (AF_INET or AF_INET6) on device `listen_dev`, checksum
+// set, connector fields zero.
+Handle encode_handle(const sockaddr_storage& sa, uint32_t listen_dev, uint64_t nonce);
+// The listener's address in a validated handle, and its length for connect().
+void handle_address(const Handle& h, sockaddr_storage* sa, socklen_t* len);
 
 struct QpInfo {
   uint32_t qpn;
@@ -79,8 +87,11 @@ static_assert(std::is_trivially_copyable_v<Meta>);
 
 static_assert(offsetof(Meta, split_data) == 60);
 
-// Verifies magic, version, role, nqps, split_data, fifo_slots and the echoed nonce.
+// Verifies magic, version, role, nqps, split_data, fifo_slots, the MTU code and the echoed nonce.
 Status validate_meta(const Meta& m, uint8_t expected_role, uint64_t nonce);
+// The peer's validated metadata against ours (`local_dev` names our device in the error): the same
+// link layer and the same number of QPs.
+Status check_peer_meta(const Meta& local, const Meta& remote, const std::string& local_dev);
 
 // A clear-to-send entry: the receiver describes one posted buffer. Written by the receiver into the
 // sender's FIFO (slot = seq % kFifoSlots, entry = index in the grouped receive) with one RDMA WRITE

@@ -1,0 +1,65 @@
+// Connection metadata as connect() and accept() read it from the out-of-band socket (224 bytes
+// the peer wrote). Drives the two checks the handshake applies, in its order: validate_meta()
+// (format, role, nonce, limits) and check_peer_meta() against this side's metadata.
+// Contract: each rejects with a non-empty message, or the values the QP bring-up then uses are in
+// range (1..kMaxQps QPs, matching ours, a terminated device name, the right FIFO depth).
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "fuzz_check.h"
+#include "sluice/core/net_addr.h"
+#include "sluice/core/verbs.h"
+#include "sluice/core/wire.h"
+
+using namespace sluice;
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  wire::Meta m{};
+  if (size > 0) std::memcpy(&m, data, std::min(size, sizeof m));
+  // Bytes past the metadata choose the side that reads it and whether the nonce is the one this
+  // listener handed out (the common case for a real peer) or a stray's.
+  const uint8_t ctl = size > sizeof m ? data[sizeof m] : 0;
+  const uint8_t role = ctl & 1;
+  const uint64_t nonce = (ctl & 2) ? m.nonce ^ 0x9e3779b97f4a7c15ull : m.nonce;
+
+  const Status st = wire::validate_meta(m, role, nonce);
+  if (!st.is_ok()) {
+    FUZZ_CHECK(!st.message().empty(), "rejection without a reason");
+    return 0;
+  }
+  FUZZ_CHECK(m.magic == wire::kMetaMagic && m.version == wire::kVersion, "foreign format");
+  FUZZ_CHECK(m.role == role && m.nonce == nonce, "role/nonce");
+  FUZZ_CHECK(m.nqps >= 1 && m.nqps <= wire::kMaxQps, "nqps %u", m.nqps);
+  FUZZ_CHECK(m.fifo_slots == static_cast<uint32_t>(wire::kFifoSlots), "fifo %u", m.fifo_slots);
+  FUZZ_CHECK(std::strlen(m.dev_name) < sizeof m.dev_name, "device name not terminated");
+  // connect_qps() converts it to enum ibv_mtu: a code outside the enum is undefined behaviour
+  FUZZ_CHECK(m.mtu >= IBV_MTU_256 && m.mtu <= IBV_MTU_4096, "MTU code %u accepted", m.mtu);
+
+  // This side: what fill_local_meta() writes for an Ethernet (RoCE) port with the peer's QP count
+  // or, when ctl says so, one QP fewer / the other link layer.
+  wire::Meta local{};
+  local.magic = wire::kMetaMagic;
+  local.version = wire::kVersion;
+  local.role = static_cast<uint8_t>(1 - role);
+  local.link_layer = (ctl & 4) ? IBV_LINK_LAYER_INFINIBAND : IBV_LINK_LAYER_ETHERNET;
+  local.nqps = (ctl & 8) ? static_cast<uint8_t>(m.nqps - 1) : m.nqps;
+  local.fifo_slots = wire::kFifoSlots;
+  local.nonce = nonce;
+  std::strcpy(local.dev_name, "local0");
+  const Status peer = wire::check_peer_meta(local, m, "local0");
+  if (!peer.is_ok()) {
+    FUZZ_CHECK(!peer.message().empty(), "rejection without a reason");
+    FUZZ_CHECK(m.link_layer != local.link_layer || m.nqps != local.nqps, "good peer rejected");
+    return 0;
+  }
+  FUZZ_CHECK(m.link_layer == local.link_layer && m.nqps == local.nqps, "mismatch accepted");
+  // What the bring-up prints and stores from the accepted metadata.
+  GidBytes gid;
+  std::memcpy(gid.data(), m.gid, sizeof m.gid);
+  FUZZ_CHECK(!gid_to_string(gid).empty(), "GID prints as nothing");
+  const std::string dev = m.dev_name;
+  FUZZ_CHECK(dev.size() < sizeof m.dev_name, "device name");
+  FUZZ_CHECK(verbs::link_layer_name(m.link_layer) != nullptr, "link layer name");
+  return 0;
+}
