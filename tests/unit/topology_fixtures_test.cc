@@ -218,6 +218,45 @@ TEST(TopologyLoad, FailedXmlLoadIsAnErrorNeverTheLiveMachine) {
   fs::remove(garbage);
 }
 
+std::string read_fixture(const std::string& name) {
+  std::ifstream f(std::string(SLUICE_FIXTURES_DIR) + "/" + name);
+  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+
+std::string replace_all(std::string s, const std::string& from, const std::string& to) {
+  for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size()))
+    s.replace(at, from.size(), to);
+  return s;
+}
+
+// Inputs the topology_xml fuzz target found (their full files are in fuzz/corpus/topology_xml/).
+TEST(TopologyLoad, GpuAtAnImpossiblePciAddressIsRejected) {
+  const std::string xml = read_fixture("dual-port-nic-pci-domains.xml");
+  ASSERT_NE(xml.find("pci_busid=\"0002:03:00.0\""), std::string::npos);
+  auto r = Topology::load_xml_buffer(
+      replace_all(xml, "pci_busid=\"0002:03:00.0\"", "pci_busid=\"0002:03:20.0\""), "<dev20>");
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().message().find("0002:03:20.0"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("not a PCI address"), std::string::npos);
+}
+
+TEST(TopologyLoad, BridgeTypeOutsideHwlocsEnumIsAPlainBridge) {
+  // hwloc keeps bridge_type="2-1" as an out-of-range enum value; it must read as "not a host
+  // bridge" (a sanitizer build fails here if the value is loaded as the enum).
+  const std::string xml = read_fixture("dual-port-nic-pci-domains.xml");
+  auto base = Topology::load_xml_buffer(xml, "<base>");
+  auto odd = Topology::load_xml_buffer(
+      replace_all(xml, "bridge_type=\"1-1\"", "bridge_type=\"2-1\""), "<bridge2>");
+  ASSERT_TRUE(base.is_ok()) << base.status().message();
+  ASSERT_TRUE(odd.is_ok()) << odd.status().message();
+  ASSERT_EQ(odd.value().gpus().size(), base.value().gpus().size());
+  EXPECT_NE(odd.value().to_dot().find("PCIBridge"), std::string::npos);
+  for (int g = 0; g < static_cast<int>(base.value().gpus().size()); ++g)
+    for (int n = 0; n < static_cast<int>(base.value().nics().size()); ++n)
+      EXPECT_EQ(odd.value().classify(g, n).cls, base.value().classify(g, n).cls)
+          << "GPU " << g << " NIC " << n;
+}
+
 TEST(TopologyLoad, XmlBufferAndPciBusIdNormalization) {
   std::ifstream f(std::string(SLUICE_FIXTURES_DIR) + "/dual-port-nic-pci-domains.xml");
   std::string xml((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());

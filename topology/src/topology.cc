@@ -8,6 +8,7 @@
 #include <cctype>
 #include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -15,6 +16,7 @@
 #include <set>
 #include <sstream>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 
 #include "sluice/core/log.h"
@@ -88,6 +90,27 @@ std::string info_or_empty(hwloc_obj_t o, const char* name) {
   return v ? v : "";
 }
 
+// hwloc's XML import stores the bridge and OS-device type enums from numbers without a range
+// check, so a corrupt or hostile XML file can hold values outside the enum. Read them as integers:
+// loading an out-of-range enum value is undefined behaviour (UBSan found it through the fuzzer).
+template <typename Enum>
+auto enum_bits(const Enum& e) {
+  std::underlying_type_t<Enum> v;
+  static_assert(sizeof v == sizeof e);
+  std::memcpy(&v, &e, sizeof v);
+  return v;
+}
+
+bool is_host_bridge(hwloc_obj_t o) {
+  return o->type == HWLOC_OBJ_BRIDGE &&
+         enum_bits(o->attr->bridge.upstream_type) == HWLOC_OBJ_BRIDGE_HOST;
+}
+
+bool is_openfabrics_osdev(hwloc_obj_t o) {
+  return o->type == HWLOC_OBJ_OS_DEVICE &&
+         enum_bits(o->attr->osdev.type) == HWLOC_OBJ_OSDEV_OPENFABRICS;
+}
+
 bool is_gpu_pci(hwloc_obj_t o) {
   if (o->type != HWLOC_OBJ_PCI_DEVICE) return false;
   const auto& p = o->attr->pcidev;
@@ -105,7 +128,7 @@ int obj_depth_from_root(hwloc_obj_t o) {
 std::string describe(hwloc_obj_t o) {
   char buf[128];
   if (o->type == HWLOC_OBJ_BRIDGE) {
-    if (o->attr->bridge.upstream_type == HWLOC_OBJ_BRIDGE_HOST) {
+    if (is_host_bridge(o)) {
       std::snprintf(buf, sizeof buf, "HostBridge %04x:[%02x-%02x]",
                     o->attr->bridge.downstream.pci.domain,
                     o->attr->bridge.downstream.pci.secondary_bus,
@@ -284,7 +307,7 @@ void Topology::Impl::discover() {
   std::vector<hwloc_obj_t> n;
   for (hwloc_obj_t o = hwloc_get_next_osdev(topo, nullptr); o != nullptr;
        o = hwloc_get_next_osdev(topo, o))
-    if (o->attr->osdev.type == HWLOC_OBJ_OSDEV_OPENFABRICS && o->name != nullptr) n.push_back(o);
+    if (is_openfabrics_osdev(o) && o->name != nullptr) n.push_back(o);
   auto pci_parent = [](hwloc_obj_t o) -> hwloc_obj_t {
     return (o->parent && o->parent->type == HWLOC_OBJ_PCI_DEVICE) ? o->parent : nullptr;
   };
@@ -444,6 +467,13 @@ Result<Topology> Topology::load_xml_buffer(std::string_view xml, std::string sou
   // name (found by the topology_xml fuzz target) would make lookups by bus id or name ambiguous.
   std::set<std::string> seen;
   for (const Gpu& g : impl->gpus) {
+    // hwloc stores the device and function numbers of pci_busid unchecked (the fuzzer found a GPU
+    // at device 0x20): a bus id that does not survive normalisation could never be looked up.
+    if (normalize_pci_bus_id(g.bus_id) != g.bus_id)
+      return Status(Code::kInvalidArgument, "hwloc XML " + impl->source + " has a GPU at " +
+                                                g.bus_id +
+                                                ", not a PCI address (device above 1f or "
+                                                "function above 7; corrupt file)");
     if (!seen.insert(g.bus_id).second)
       return Status(Code::kInvalidArgument, "hwloc XML " + impl->source + " has two GPUs at " +
                                                 g.bus_id + " (corrupt file)");
@@ -541,7 +571,7 @@ PairInfo Topology::classify(int gpu, int nic) const {
   if (lca->type == HWLOC_OBJ_PCI_DEVICE) {
     info.cls = PathClass::kPIX;  // same function (or one device below the other)
   } else if (lca->type == HWLOC_OBJ_BRIDGE) {
-    if (lca->attr->bridge.upstream_type == HWLOC_OBJ_BRIDGE_HOST)
+    if (is_host_bridge(lca))
       info.cls = PathClass::kPHB;
     else
       info.cls =
@@ -762,7 +792,7 @@ std::string Topology::to_dot() const {
       color = names.empty() ? "white" : "lightblue";
     } else if (o->type == HWLOC_OBJ_BRIDGE) {
       label = esc(describe(o));
-      bool hb = o->attr->bridge.upstream_type == HWLOC_OBJ_BRIDGE_HOST;
+      bool hb = is_host_bridge(o);
       shape = hb ? "box" : "box";
       style = hb ? "filled" : "rounded";
       color = hb ? "lightgrey" : "black";
