@@ -10,6 +10,7 @@
 #include <climits>
 #include <cstdint>
 #include <cstring>
+#include <mutex>
 #include <new>
 
 #include "datapath_internal.h"
@@ -101,7 +102,9 @@ Status iflush(RecvComm* r, int n, void* const* data, const int* sizes, MemHandle
   if (n < 1 || n > wire::kEntriesPerSlot)
     return Status(Code::kInvalidArgument, "iflush: n = " + std::to_string(n));
   // Host memory needs no flush (the CPU sees the NIC's writes once the completion arrived) unless
-  // NCCL_NET_FORCE_FLUSH; GPU memory gets a loopback READ (flush.cc).
+  // NCCL_NET_FORCE_FLUSH; GPU memory gets a loopback READ (flush.cc). Under the comm's mutex, like
+  // irecv and test: publish_all on another thread may record the comm's failure meanwhile.
+  std::lock_guard<std::mutex> lk(r->mu);
   return flush_post(*r, n, data, sizes, mhs, out);
 }
 
