@@ -39,10 +39,8 @@ inline constexpr uint32_t kCtsSignalEvery = 8;
 inline constexpr uint32_t kCtsBudget = 23;
 inline constexpr uint32_t kRecvSqDepth = kCtsBudget + kCtsSignalEvery;
 inline constexpr uint32_t kRecvRqDepth = wire::kFifoSlots;  // one receive WR per irecv per QP
-// Receives whose clear-to-send entries wait to be published together: reaching this many
-// publishes at once (one RDMA WRITE of up to kCtsCoalesceSlots slots, two at the FIFO's wrap).
-inline constexpr uint32_t kCtsCoalesceSlots = 8;
-static_assert(kCtsCoalesceSlots >= 1 && kCtsCoalesceSlots <= wire::kFifoSlots);
+// Receives staged before a clear-to-send publication is forced (wire.h says why it lives there).
+inline constexpr uint32_t kCtsCoalesceSlots = wire::kCtsCoalesceSlots;
 static_assert(kCtsBudget >= 2, "a publication may need two writes (FIFO wrap)");
 // Inline CTS: one entry (the common, ungrouped receive); grouped receives post from staging memory.
 inline constexpr uint32_t kCtsInlineBytes = sizeof(wire::CtsEntry);

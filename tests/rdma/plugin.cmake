@@ -25,7 +25,10 @@ add_executable(plugin_rdma_test ${CMAKE_CURRENT_LIST_DIR}/plugin_rdma_test.cc
                                 ${CMAKE_CURRENT_LIST_DIR}/plugin_rdma_stress_test.cc
                                 ${CMAKE_CURRENT_LIST_DIR}/plugin_rdma_cost_test.cc
                                 ${CMAKE_CURRENT_LIST_DIR}/plugin_rdma_mr_test.cc)
-target_include_directories(plugin_rdma_test PRIVATE ${CMAKE_CURRENT_LIST_DIR})
+# Core's public headers for protocol constants only (wire.h); the test still reaches the plugin
+# through dlopen, never links core.
+target_include_directories(plugin_rdma_test PRIVATE ${CMAKE_CURRENT_LIST_DIR}
+                           $<TARGET_PROPERTY:sluice_core,INTERFACE_INCLUDE_DIRECTORIES>)
 target_link_libraries(plugin_rdma_test PRIVATE sluice_nccl_abi GTest::gtest Threads::Threads
                                                PkgConfig::IBVERBS ${CMAKE_DL_LIBS})
 target_compile_definitions(plugin_rdma_test PRIVATE

@@ -17,13 +17,14 @@
 #include <vector>
 
 #include "plugin_bed.h"
+#include "sluice/core/wire.h"
 #include "sluice/sluice_ext.h"
 
 namespace nettest {
 namespace {
 
-// Mirrors core's kCtsCoalesceSlots (comm.h): receives staged before a publication is forced.
-constexpr int kCoalesce = 8;
+// Receives staged before a publication is forced: the receiver's own constant.
+constexpr int kCoalesce = sluice::wire::kCtsCoalesceSlots;
 
 const sluiceExt_v1_t* ext() {
   static const auto* e =
