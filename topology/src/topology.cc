@@ -20,6 +20,7 @@
 #include <utility>
 
 #include "sluice/core/log.h"
+#include "topology_internal.h"
 
 namespace sluice::topo {
 
@@ -41,7 +42,7 @@ const char* path_class_name(PathClass c) {
   return "unknown";
 }
 
-namespace {
+namespace detail {
 
 bool parse_hex(std::string_view s, unsigned long max, unsigned long* out) {
   if (s.empty() || s.size() > 8) return false;
@@ -125,31 +126,6 @@ int obj_depth_from_root(hwloc_obj_t o) {
   return d;
 }
 
-std::string describe(hwloc_obj_t o) {
-  char buf[128];
-  if (o->type == HWLOC_OBJ_BRIDGE) {
-    if (is_host_bridge(o)) {
-      std::snprintf(buf, sizeof buf, "HostBridge %04x:[%02x-%02x]",
-                    o->attr->bridge.downstream.pci.domain,
-                    o->attr->bridge.downstream.pci.secondary_bus,
-                    o->attr->bridge.downstream.pci.subordinate_bus);
-    } else {
-      const auto& p = o->attr->bridge.upstream.pci;
-      std::snprintf(buf, sizeof buf, "PCIBridge %s [%04x:%04x]",
-                    format_bus_id(p.domain, p.bus, p.dev, p.func).c_str(), p.vendor_id,
-                    p.device_id);
-    }
-    return buf;
-  }
-  if (o->type == HWLOC_OBJ_PCI_DEVICE) {
-    std::snprintf(buf, sizeof buf, "PCI %s [%04x:%04x]", pci_bus_id(o).c_str(),
-                  o->attr->pcidev.vendor_id, o->attr->pcidev.device_id);
-    return buf;
-  }
-  std::snprintf(buf, sizeof buf, "%s L#%u", hwloc_obj_type_string(o->type), o->logical_index);
-  return buf;
-}
-
 hwloc_obj_t package_of(hwloc_obj_t o) {
   for (hwloc_obj_t p = o; p != nullptr; p = p->parent)
     if (p->type == HWLOC_OBJ_PACKAGE) return p;
@@ -202,7 +178,9 @@ std::vector<int> parse_cpulist(const std::string& s) {
   return out;
 }
 
-}  // namespace
+}  // namespace detail
+
+using namespace detail;
 
 std::string normalize_pci_bus_id(std::string_view text) {
   // [domain:]bus:dev.func
@@ -231,25 +209,6 @@ bool Nic::maybe_active() const {
   if (port_states.empty()) return true;
   return std::any_of(port_states.begin(), port_states.end(), [](int s) { return s == 4; });
 }
-
-struct Topology::Impl {
-  hwloc_topology_t topo = nullptr;
-  bool live = false;
-  std::string source;
-  std::vector<Gpu> gpus;
-  std::vector<Nic> nics;
-  std::vector<NumaNode> numa;
-  int packages = 0;
-  int adapters = 0;
-  std::vector<hwloc_obj_t> gpu_obj;  // PCI objects
-  std::vector<hwloc_obj_t> nic_obj;  // OS devices
-  std::vector<hwloc_obj_t> nic_pci;  // PCI parent or nullptr
-
-  ~Impl() {
-    if (topo) hwloc_topology_destroy(topo);
-  }
-  void discover();
-};
 
 void Topology::Impl::discover() {
   packages = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_PACKAGE);
@@ -534,140 +493,6 @@ int Topology::find_nic(std::string_view name) const {
   return -1;
 }
 
-PairInfo Topology::classify(int gpu, int nic) const {
-  PairInfo info;
-  if (gpu < 0 || gpu >= static_cast<int>(impl_->gpus.size()) || nic < 0 ||
-      nic >= static_cast<int>(impl_->nics.size()))
-    return info;
-  hwloc_obj_t g = impl_->gpu_obj[gpu];
-  hwloc_obj_t n = impl_->nic_pci[nic];
-  if (n == nullptr) return info;  // virtual NIC: unknown locality
-
-  // Lowest common ancestor by walking parents (never hwloc_get_common_ancestor_obj, see header).
-  std::vector<hwloc_obj_t> gchain;
-  for (hwloc_obj_t p = g; p != nullptr; p = p->parent) gchain.push_back(p);
-  hwloc_obj_t lca = nullptr;
-  int nic_steps = 0;
-  for (hwloc_obj_t p = n; p != nullptr; p = p->parent, ++nic_steps) {
-    if (std::find(gchain.begin(), gchain.end(), p) != gchain.end()) {
-      lca = p;
-      break;
-    }
-  }
-  if (lca == nullptr) return info;
-  auto bridges_between = [](hwloc_obj_t dev, hwloc_obj_t anc) {
-    int k = 0;
-    for (hwloc_obj_t p = dev->parent; p != nullptr && p != anc; p = p->parent)
-      if (p->type == HWLOC_OBJ_BRIDGE) ++k;
-    return k;
-  };
-  info.gpu_bridges = bridges_between(g, lca);
-  info.nic_bridges = bridges_between(n, lca);
-  info.lca_depth = obj_depth_from_root(lca);
-  info.lca = describe(lca);
-  hwloc_obj_t gp = package_of(g), np = package_of(n);
-  info.same_package = gp != nullptr && gp == np;
-
-  if (lca->type == HWLOC_OBJ_PCI_DEVICE) {
-    info.cls = PathClass::kPIX;  // same function (or one device below the other)
-  } else if (lca->type == HWLOC_OBJ_BRIDGE) {
-    if (is_host_bridge(lca))
-      info.cls = PathClass::kPHB;
-    else
-      info.cls =
-          (info.gpu_bridges <= 1 && info.nic_bridges <= 1) ? PathClass::kPIX : PathClass::kPXB;
-  } else {
-    hwloc_obj_t gl = non_io_ancestor(g), nl = non_io_ancestor(n);
-    bool same_numa = gl && nl && gl->nodeset && nl->nodeset && !hwloc_bitmap_iszero(gl->nodeset) &&
-                     hwloc_bitmap_isequal(gl->nodeset, nl->nodeset);
-    info.cls = same_numa ? PathClass::kNODE : PathClass::kSYS;
-  }
-  return info;
-}
-
-std::vector<RankedNic> Topology::ranked_nics(int gpu, const RankOptions& opt) const {
-  std::vector<RankedNic> out;
-  if (gpu < 0 || gpu >= static_cast<int>(impl_->gpus.size())) return out;
-  for (const auto& n : impl_->nics) {
-    if (opt.active_only && !n.maybe_active()) continue;
-    out.push_back({n.index, classify(gpu, n.index)});
-  }
-  const auto& nics = impl_->nics;
-  std::stable_sort(out.begin(), out.end(), [&](const RankedNic& a, const RankedNic& b) {
-    if (a.info.cls != b.info.cls) return a.info.cls < b.info.cls;
-    if (a.info.lca_depth != b.info.lca_depth) return a.info.lca_depth > b.info.lca_depth;
-    const Nic& na = nics[a.nic];
-    const Nic& nb = nics[b.nic];
-    if (na.link_speed_gbps != nb.link_speed_gbps) return na.link_speed_gbps > nb.link_speed_gbps;
-    return a.nic < b.nic;  // nics() is in bus-id order
-  });
-  return out;
-}
-
-std::vector<RankedNic> Topology::nearest_nics(int gpu, const RankOptions& opt) const {
-  auto all = ranked_nics(gpu, opt);
-  if (all.empty() || all.front().info.cls == PathClass::kUnknown) return {};
-  PathClass best = all.front().info.cls;
-  std::vector<RankedNic> out;
-  for (auto& r : all)
-    if (r.info.cls == best) out.push_back(r);
-  return out;
-}
-
-std::vector<GpuAssignment> Topology::assign(const RankOptions& opt) const {
-  const int ng = static_cast<int>(impl_->gpus.size());
-  std::vector<std::vector<RankedNic>> cand(ng);
-  std::vector<std::vector<int>> cand_adapters(ng);
-  for (int g = 0; g < ng; ++g) {
-    cand[g] = nearest_nics(g, opt);
-    for (const auto& r : cand[g]) {
-      int a = impl_->nics[r.nic].adapter;
-      if (std::find(cand_adapters[g].begin(), cand_adapters[g].end(), a) == cand_adapters[g].end())
-        cand_adapters[g].push_back(a);
-    }
-  }
-  std::vector<int> load(impl_->adapters, 0);
-  std::vector<std::vector<int>> got(ng);  // adapters per GPU, in assignment order
-  // Round 1: most constrained GPUs first, each takes its least-loaded nearest adapter.
-  std::vector<int> order(ng);
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int a, int b) { return cand_adapters[a].size() < cand_adapters[b].size(); });
-  for (int g : order) {
-    int best = -1;
-    for (int a : cand_adapters[g])
-      if (best < 0 || load[a] < load[best]) best = a;
-    if (best < 0) continue;
-    ++load[best];
-    got[g].push_back(best);
-  }
-  // Round 2: nearest adapters nobody took go to the GPU (among those having them nearest) that
-  // holds the fewest adapters so far; ties by GPU index.
-  for (int a = 0; a < impl_->adapters; ++a) {
-    if (load[a] != 0) continue;
-    int best = -1;
-    for (int g = 0; g < ng; ++g) {
-      if (std::find(cand_adapters[g].begin(), cand_adapters[g].end(), a) == cand_adapters[g].end())
-        continue;
-      if (best < 0 || got[g].size() < got[best].size()) best = g;
-    }
-    if (best < 0) continue;
-    ++load[a];
-    got[best].push_back(a);
-  }
-  std::vector<GpuAssignment> out;
-  for (int g = 0; g < ng; ++g) {
-    GpuAssignment ga;
-    ga.gpu = g;
-    if (!cand[g].empty()) ga.cls = cand[g].front().info.cls;
-    for (int a : got[g])
-      for (const auto& r : cand[g])
-        if (impl_->nics[r.nic].adapter == a) ga.nics.push_back(r.nic);
-    out.push_back(std::move(ga));
-  }
-  return out;
-}
-
 DeviceLocality Topology::locality_of_nic(int nic) const {
   DeviceLocality loc;
   if (nic < 0 || nic >= static_cast<int>(impl_->nics.size())) return loc;
@@ -741,101 +566,6 @@ std::vector<int> Topology::current_cpu_binding() const {
     out = bitmap_to_vector(set);
   hwloc_bitmap_free(set);
   return out;
-}
-
-std::string Topology::to_dot() const {
-  // Keep CPU-side objects down to NUMA nodes, and the I/O objects on the path to a GPU or a NIC.
-  std::map<hwloc_obj_t, bool> keep;
-  auto mark_up = [&](hwloc_obj_t o) {
-    for (hwloc_obj_t p = o; p != nullptr; p = p->parent) keep[p] = true;
-  };
-  for (hwloc_obj_t o : impl_->gpu_obj) mark_up(o);
-  for (size_t i = 0; i < impl_->nic_obj.size(); ++i)
-    mark_up(impl_->nic_pci[i] ? impl_->nic_pci[i] : impl_->nic_obj[i]->parent);
-  for (hwloc_obj_t n = hwloc_get_next_obj_by_type(impl_->topo, HWLOC_OBJ_NUMANODE, nullptr);
-       n != nullptr; n = hwloc_get_next_obj_by_type(impl_->topo, HWLOC_OBJ_NUMANODE, n))
-    mark_up(n);
-  std::map<hwloc_obj_t, int> gpu_of, nic_of;
-  for (size_t i = 0; i < impl_->gpu_obj.size(); ++i)
-    gpu_of[impl_->gpu_obj[i]] = static_cast<int>(i);
-  std::ostringstream os;
-  os << "graph sluice_topology {\n  rankdir=TB;\n  node [fontname=\"Helvetica\", fontsize=10];\n";
-  auto id = [](hwloc_obj_t o) { return "o" + std::to_string(o->gp_index); };
-  auto esc = [](const std::string& s) {
-    std::string r;
-    for (char c : s) {
-      if (c == '"' || c == '\\') r.push_back('\\');
-      r.push_back(c);
-    }
-    return r;
-  };
-  std::function<void(hwloc_obj_t)> walk = [&](hwloc_obj_t o) {
-    std::string label, shape = "box", style = "rounded", color = "black";
-    auto git = gpu_of.find(o);
-    if (git != gpu_of.end()) {
-      const Gpu& g = impl_->gpus[git->second];
-      label = "GPU" + std::to_string(g.index) + "\\n" + g.bus_id +
-              (g.name.empty() ? "" : "\\n" + esc(g.name));
-      style = "filled";
-      color = "palegreen";
-    } else if (o->type == HWLOC_OBJ_NUMANODE) {
-      label = "NUMA P#" + std::to_string(o->os_index);
-      shape = "ellipse";
-      style = "filled";
-      color = "lightyellow";
-    } else if (o->type == HWLOC_OBJ_PCI_DEVICE) {
-      std::string names;
-      for (size_t i = 0; i < impl_->nic_pci.size(); ++i)
-        if (impl_->nic_pci[i] == o) names += (names.empty() ? "" : ", ") + impl_->nics[i].name;
-      label = (names.empty() ? std::string("PCI") : "NIC " + esc(names)) + "\\n" + pci_bus_id(o);
-      style = "filled";
-      color = names.empty() ? "white" : "lightblue";
-    } else if (o->type == HWLOC_OBJ_BRIDGE) {
-      label = esc(describe(o));
-      bool hb = is_host_bridge(o);
-      shape = hb ? "box" : "box";
-      style = hb ? "filled" : "rounded";
-      color = hb ? "lightgrey" : "black";
-    } else {
-      label = esc(describe(o));
-      if (o->type == HWLOC_OBJ_PACKAGE) {
-        style = "filled";
-        color = "wheat";
-      }
-    }
-    if (style == "filled")
-      os << "  " << id(o) << " [label=\"" << label << "\", shape=" << shape
-         << ", style=filled, fillcolor=\"" << color << "\"];\n";
-    else
-      os << "  " << id(o) << " [label=\"" << label << "\", shape=" << shape << ", style=" << style
-         << "];\n";
-    auto visit = [&](hwloc_obj_t c) {
-      for (; c != nullptr; c = c->next_sibling) {
-        if (!keep.count(c)) continue;
-        os << "  " << id(o) << " -- " << id(c) << ";\n";
-        walk(c);
-      }
-    };
-    visit(o->memory_first_child);
-    visit(o->first_child);
-    visit(o->io_first_child);
-  };
-  walk(hwloc_get_root_obj(impl_->topo));
-  // Virtual NICs (no PCI parent) and the assignment.
-  for (size_t i = 0; i < impl_->nics.size(); ++i)
-    if (impl_->nic_pci[i] == nullptr)
-      os << "  v" << i << " [label=\"NIC " << esc(impl_->nics[i].name)
-         << "\\n(no PCI: unknown locality)\", shape=box, style=dashed];\n";
-  for (const auto& ga : assign()) {
-    for (int n : ga.nics) {
-      hwloc_obj_t target = impl_->nic_pci[n];
-      os << "  " << id(impl_->gpu_obj[ga.gpu]) << " -- "
-         << (target ? id(target) : "v" + std::to_string(n)) << " [style=dashed, color=red, label=\""
-         << path_class_name(ga.cls) << "\", constraint=false];\n";
-    }
-  }
-  os << "}\n";
-  return os.str();
 }
 
 }  // namespace sluice::topo
