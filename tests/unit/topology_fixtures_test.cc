@@ -258,9 +258,7 @@ TEST(TopologyLoad, BridgeTypeOutsideHwlocsEnumIsAPlainBridge) {
 }
 
 TEST(TopologyLoad, XmlBufferAndPciBusIdNormalization) {
-  std::ifstream f(std::string(SLUICE_FIXTURES_DIR) + "/dual-port-nic-pci-domains.xml");
-  std::string xml((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  auto r = Topology::load_xml_buffer(xml);
+  auto r = Topology::load_xml_buffer(read_fixture("dual-port-nic-pci-domains.xml"));
   ASSERT_TRUE(r.is_ok()) << r.status().message();
   EXPECT_FALSE(r.value().is_live());
   EXPECT_EQ(r.value().gpus().size(), 2u);

@@ -42,54 +42,7 @@ const char* path_class_name(PathClass c) {
   return "unknown";
 }
 
-namespace detail {
-
-bool parse_hex(std::string_view s, unsigned long max, unsigned long* out) {
-  if (s.empty() || s.size() > 8) return false;
-  unsigned long v = 0;
-  for (char ch : s) {
-    int d;
-    if (ch >= '0' && ch <= '9')
-      d = ch - '0';
-    else if (ch >= 'a' && ch <= 'f')
-      d = ch - 'a' + 10;
-    else if (ch >= 'A' && ch <= 'F')
-      d = ch - 'A' + 10;
-    else
-      return false;
-    v = v * 16 + static_cast<unsigned long>(d);
-  }
-  if (v > max) return false;
-  *out = v;
-  return true;
-}
-
-std::string format_bus_id(unsigned domain, unsigned bus, unsigned dev, unsigned func) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%04x:%02x:%02x.%x", domain, bus, dev, func);
-  return buf;
-}
-
-std::string pci_bus_id(hwloc_obj_t o) {
-  const auto& p = o->attr->pcidev;
-  return format_bus_id(p.domain, p.bus, p.dev, p.func);
-}
-
-std::vector<int> bitmap_to_vector(hwloc_const_bitmap_t b) {
-  std::vector<int> out;
-  if (b == nullptr || hwloc_bitmap_iszero(b) || hwloc_bitmap_weight(b) < 0) return out;
-  int i;
-  hwloc_bitmap_foreach_begin(i, b) {
-    out.push_back(i);
-  }
-  hwloc_bitmap_foreach_end();
-  return out;
-}
-
-std::string info_or_empty(hwloc_obj_t o, const char* name) {
-  const char* v = hwloc_obj_get_info_by_name(o, name);
-  return v ? v : "";
-}
+namespace {
 
 // hwloc's XML import stores the bridge and OS-device type enums from numbers without a range
 // check, so a corrupt or hostile XML file can hold values outside the enum. Read them as integers:
@@ -102,21 +55,25 @@ auto enum_bits(const Enum& e) {
   return v;
 }
 
+}  // namespace
+
+// Shared with topology_rank.cc and topology_dot.cc (topology_internal.h).
+namespace detail {
+
+std::string format_bus_id(unsigned domain, unsigned bus, unsigned dev, unsigned func) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%04x:%02x:%02x.%x", domain, bus, dev, func);
+  return buf;
+}
+
+std::string pci_bus_id(hwloc_obj_t o) {
+  const auto& p = o->attr->pcidev;
+  return format_bus_id(p.domain, p.bus, p.dev, p.func);
+}
+
 bool is_host_bridge(hwloc_obj_t o) {
   return o->type == HWLOC_OBJ_BRIDGE &&
          enum_bits(o->attr->bridge.upstream_type) == HWLOC_OBJ_BRIDGE_HOST;
-}
-
-bool is_openfabrics_osdev(hwloc_obj_t o) {
-  return o->type == HWLOC_OBJ_OS_DEVICE &&
-         enum_bits(o->attr->osdev.type) == HWLOC_OBJ_OSDEV_OPENFABRICS;
-}
-
-bool is_gpu_pci(hwloc_obj_t o) {
-  if (o->type != HWLOC_OBJ_PCI_DEVICE) return false;
-  const auto& p = o->attr->pcidev;
-  // 0x0302 3D controller, 0x0300 VGA. NVSwitches are 10de too, with class 0x0680 (or 0x0000).
-  return p.vendor_id == 0x10de && (p.class_id == 0x0302 || p.class_id == 0x0300);
 }
 
 // Number of objects between o and the root.
@@ -138,6 +95,60 @@ hwloc_obj_t non_io_ancestor(hwloc_obj_t o) {
                           p->type == HWLOC_OBJ_OS_DEVICE || p->type == HWLOC_OBJ_MISC))
     p = p->parent;
   return p;
+}
+
+}  // namespace detail
+
+using namespace detail;
+
+namespace {
+
+bool parse_hex(std::string_view s, unsigned long max, unsigned long* out) {
+  if (s.empty() || s.size() > 8) return false;
+  unsigned long v = 0;
+  for (char ch : s) {
+    int d;
+    if (ch >= '0' && ch <= '9')
+      d = ch - '0';
+    else if (ch >= 'a' && ch <= 'f')
+      d = ch - 'a' + 10;
+    else if (ch >= 'A' && ch <= 'F')
+      d = ch - 'A' + 10;
+    else
+      return false;
+    v = v * 16 + static_cast<unsigned long>(d);
+  }
+  if (v > max) return false;
+  *out = v;
+  return true;
+}
+
+std::vector<int> bitmap_to_vector(hwloc_const_bitmap_t b) {
+  std::vector<int> out;
+  if (b == nullptr || hwloc_bitmap_iszero(b) || hwloc_bitmap_weight(b) < 0) return out;
+  int i;
+  hwloc_bitmap_foreach_begin(i, b) {
+    out.push_back(i);
+  }
+  hwloc_bitmap_foreach_end();
+  return out;
+}
+
+std::string info_or_empty(hwloc_obj_t o, const char* name) {
+  const char* v = hwloc_obj_get_info_by_name(o, name);
+  return v ? v : "";
+}
+
+bool is_openfabrics_osdev(hwloc_obj_t o) {
+  return o->type == HWLOC_OBJ_OS_DEVICE &&
+         enum_bits(o->attr->osdev.type) == HWLOC_OBJ_OSDEV_OPENFABRICS;
+}
+
+bool is_gpu_pci(hwloc_obj_t o) {
+  if (o->type != HWLOC_OBJ_PCI_DEVICE) return false;
+  const auto& p = o->attr->pcidev;
+  // 0x0302 3D controller, 0x0300 VGA. NVSwitches are 10de too, with class 0x0680 (or 0x0000).
+  return p.vendor_id == 0x10de && (p.class_id == 0x0302 || p.class_id == 0x0300);
 }
 
 int single_numa(hwloc_topology_t topo, hwloc_obj_t locality) {
@@ -178,9 +189,7 @@ std::vector<int> parse_cpulist(const std::string& s) {
   return out;
 }
 
-}  // namespace detail
-
-using namespace detail;
+}  // namespace
 
 std::string normalize_pci_bus_id(std::string_view text) {
   // [domain:]bus:dev.func

@@ -16,9 +16,7 @@ namespace detail {
 
 std::string format_bus_id(unsigned domain, unsigned bus, unsigned dev, unsigned func);
 std::string pci_bus_id(hwloc_obj_t o);
-std::string info_or_empty(hwloc_obj_t o, const char* name);
 bool is_host_bridge(hwloc_obj_t o);  // robust to out-of-range enum values from XML
-bool is_gpu_pci(hwloc_obj_t o);
 int obj_depth_from_root(hwloc_obj_t o);
 hwloc_obj_t package_of(hwloc_obj_t o);
 hwloc_obj_t non_io_ancestor(hwloc_obj_t o);
