@@ -124,6 +124,10 @@ const std::vector<Param>& table() {
     {.name = "SLUICE_CLOSE_TIMEOUT_MS", .type = Type::kInt, .field = &Config::close_timeout_ms,
      .min = 0, .max = 60000,
      .doc = "Bound on draining outstanding work at close in milliseconds"},
+    {.name = "SLUICE_HANDSHAKE_TIMEOUT_MS", .type = Type::kInt,
+     .field = &Config::handshake_timeout_ms, .min = 100, .max = 3600000,
+     .doc = "Bound on each accepted connection's handshake in milliseconds: a connection that "
+            "has not completed it by then is dropped (the listener keeps serving others)"},
     // GPU
     {.name = "NCCL_GDR_FLUSH_DISABLE", .type = Type::kBool, .field = &Config::gdr_flush_disable,
      .doc = "Never flush receives (iflush completes at once, even with NCCL_NET_FORCE_FLUSH)"},

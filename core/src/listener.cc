@@ -1,7 +1,14 @@
-// The accept side of connection setup: listen, and accept as a non-blocking state machine over the
-// out-of-band TCP socket that receives the connector's wire::Meta, brings the receive comm's QPs to
-// RTS and answers with its own. NCCL polls accept until it returns a comm; nothing here blocks, and
-// every phase is bounded by SLUICE_CONNECT_TIMEOUT_MS.
+// The accept side of connection setup: listen, and accept as a set of non-blocking state machines,
+// one per accepted out-of-band TCP socket, that receive the connector's wire::Meta, bring the
+// receive comm's QPs to RTS and answer with our own. NCCL polls accept until it returns a comm;
+// nothing here blocks.
+//
+// Up to ListenComm::kMaxPending handshakes are in progress at once, each bounded by its own
+// SLUICE_HANDSHAKE_TIMEOUT_MS, so a stray connection (port scanner, health probe, half-open socket,
+// a peer of another program) never delays a real peer: it is dropped at its deadline or at its
+// first byte that is not Sluice's, with an INFO. A connection that fails after its metadata was
+// accepted is dropped with a WARN and its resources released; only a broken listening socket fails
+// accept.
 #include <arpa/inet.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -11,6 +18,7 @@
 #include <cstring>
 #include <random>
 #include <type_traits>
+#include <vector>
 
 #include "comm.h"
 #include "comm_setup.h"
@@ -28,7 +36,14 @@ class ListenComm : public CommBase {
   uint64_t nonce = 0;
   std::string addr_text;
   struct Pending;
-  std::unique_ptr<Pending> pending;
+  // Handshakes in progress, oldest first. At kMaxPending, a new connection takes the place of the
+  // oldest one that has not yet shown a valid Sluice header; when every one has, new connections
+  // wait in the kernel's backlog.
+  static constexpr size_t kMaxPending = 64;
+  std::vector<std::unique_ptr<Pending>> pending;
+  bool resource_warned =
+      false;       // accept4 ran out of descriptors/memory; WARNed once until it works
+  Status failure;  // sticky: the listening socket itself failed
 };
 
 namespace {
@@ -44,6 +59,8 @@ uint64_t random_u64() {
 
 struct ListenComm::Pending {
   enum Phase { kRecvMeta, kSendMeta, kRecvReady } phase = kRecvMeta;
+  bool identified =
+      false;  // its metadata passed wire::validate_meta: a Sluice peer of this listener
   int fd = -1;
   std::string peer;
   Clock::time_point deadline;
@@ -57,7 +74,7 @@ struct ListenComm::Pending {
 };
 
 ListenComm::~ListenComm() {
-  pending.reset();
+  pending.clear();
   if (fd >= 0) close(fd);
 }
 
@@ -144,52 +161,56 @@ Status listen(int dev, void* handle, ListenComm** out) {
   return Status::ok();
 }
 
-Status accept(ListenComm* l, RecvComm** out) {
-  *out = nullptr;
-  Engine* e = engine();
-  if (e == nullptr) return Status(Code::kInvalidUsage, "accept called before init");
-  if (l == nullptr || l->kind != CommKind::kListen)
-    return Status(Code::kInvalidArgument, "accept: not a listen comm");
+namespace {
+
+// Drops a handshake: INFO while the connection has not shown itself a Sluice peer of this listener
+// (a stray is not an error), WARN once it has (a real peer's connection failed).
+void drop(const ListenComm& l, const ListenComm::Pending& p, const Status& why) {
+  if (!p.identified) {
+    SLUICE_INFO(kSubNet, "%s: dropping connection from %s (no Sluice handshake): %s",
+                l.addr_text.c_str(), p.peer.c_str(), why.message().c_str());
+    return;
+  }
+  const std::string qp = p.comm ? p.comm->c.describe_qp(0) : std::string("no QP created");
+  SLUICE_WARN(
+      "accept on %s (%s): dropping the connection from %s (peer device %s, %s) after the "
+      "metadata exchange: %s; the listener keeps serving other peers",
+      l.dev->name.c_str(), l.addr_text.c_str(), p.peer.c_str(), p.remote.dev_name, qp.c_str(),
+      why.message().c_str());
+}
+
+enum class Step { kWait, kDone, kDrop };
+
+// Advances one handshake as far as its socket allows. kDone: *out is the new comm. kDrop: *why says
+// why the connection must go.
+Step step(ListenComm& l, ListenComm::Pending& p, Clock::time_point now, RecvComm** out,
+          Status* why) {
+  const Config& cfg = engine()->config();
   for (;;) {
-    if (!l->pending) {
-      sockaddr_storage sa{};
-      socklen_t len = sizeof sa;
-      int fd = accept4(l->fd, reinterpret_cast<sockaddr*>(&sa), &len, SOCK_CLOEXEC);
-      if (fd < 0) {
-        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return Status::ok();
-        return errno_status(Code::kSystemError, "accept on " + l->addr_text, errno);
-      }
-      l->pending = std::make_unique<ListenComm::Pending>();
-      l->pending->fd = fd;
-      l->pending->peer = sockaddr_text(sa);
-      l->pending->deadline =
-          Clock::now() + std::chrono::milliseconds(e->config().connect_timeout_ms);
-      SLUICE_RETURN_IF_ERROR(set_nonblocking(fd));
-    }
-    ListenComm::Pending& p = *l->pending;
-    if (Clock::now() > p.deadline) {
-      std::string peer = p.peer;
-      l->pending.reset();
-      return Status(Code::kRemoteError, "peer " + peer + " did not complete the handshake on " +
-                                            l->addr_text + " within SLUICE_CONNECT_TIMEOUT_MS");
-    }
     switch (p.phase) {
       case ListenComm::Pending::kRecvMeta: {
         Status st = recv_some(p.fd, &p.remote, sizeof p.remote, &p.io, p.peer);
-        if (st.is_again()) return Status::ok();
-        Status valid = st.is_ok() ? wire::validate_meta(p.remote, 0, l->nonce) : st;
-        if (!valid.is_ok()) {
-          // A stray or foreign connection must not wedge the listener: drop it, keep listening.
-          SLUICE_INFO(kSubNet, "%s: dropping connection from %s: %s", l->addr_text.c_str(),
-                      p.peer.c_str(), valid.message().c_str());
-          l->pending.reset();
-          continue;
+        // Magic and version are checked on every byte that arrived, before anything else.
+        Status header = wire::check_meta_prefix(&p.remote, p.io);
+        if (!header.is_ok()) {
+          *why = header;
+          return Step::kDrop;
         }
-        Status b = build_recv_comm(*l, p);
+        if (st.is_again()) break;
+        if (!st.is_ok()) {
+          *why = st;
+          return Step::kDrop;
+        }
+        Status valid = wire::validate_meta(p.remote, 0, l.nonce);
+        if (!valid.is_ok()) {
+          *why = valid;
+          return Step::kDrop;
+        }
+        p.identified = true;
+        Status b = build_recv_comm(l, p);
         if (!b.is_ok()) {
-          std::string peer = p.peer;
-          l->pending.reset();
-          return b.with_context("accept from " + peer + " on " + l->dev->name);
+          *why = b;
+          return Step::kDrop;
         }
         p.phase = ListenComm::Pending::kSendMeta;
         p.io = 0;
@@ -197,10 +218,10 @@ Status accept(ListenComm* l, RecvComm** out) {
       }
       case ListenComm::Pending::kSendMeta: {
         Status st = send_some(p.fd, &p.local, sizeof p.local, &p.io, p.peer);
-        if (st.is_again()) return Status::ok();
+        if (st.is_again()) break;
         if (!st.is_ok()) {
-          l->pending.reset();
-          return st;
+          *why = st;
+          return Step::kDrop;
         }
         p.phase = ListenComm::Pending::kRecvReady;
         p.io = 0;
@@ -208,25 +229,144 @@ Status accept(ListenComm* l, RecvComm** out) {
       }
       case ListenComm::Pending::kRecvReady: {
         Status st = recv_some(p.fd, &p.ready, 1, &p.io, p.peer);
-        if (st.is_again()) return Status::ok();
+        if (st.is_again()) break;
         if (st.is_ok() && p.ready != kReadyByte)
           st = Status(Code::kRemoteError, "peer " + p.peer + " sent a bad ready byte");
         if (!st.is_ok()) {
-          l->pending.reset();
-          return st.with_context("accept on " + l->dev->name);
+          *why = st;
+          return Step::kDrop;
         }
         RecvComm* c = p.comm.release();
         c->c.fd = p.fd;
         p.fd = -1;
-        l->pending.reset();
+        *out = c;
+        return Step::kDone;
+      }
+    }
+    break;  // the socket has nothing more now
+  }
+  if (now > p.deadline) {
+    std::string got = p.phase == ListenComm::Pending::kRecvMeta
+                          ? "received " + std::to_string(p.io) + " of " +
+                                std::to_string(sizeof p.remote) + " metadata bytes"
+                      : p.phase == ListenComm::Pending::kSendMeta
+                          ? "our metadata is not sent yet (peer not reading)"
+                          : "the peer's ready byte did not arrive";
+    *why = Status(Code::kRemoteError, "no complete handshake within SLUICE_HANDSHAKE_TIMEOUT_MS=" +
+                                          std::to_string(cfg.handshake_timeout_ms) + " ms (" + got +
+                                          ")");
+    return Step::kDrop;
+  }
+  return Step::kWait;
+}
+
+// Frees a place for a new connection when kMaxPending handshakes are in progress: the oldest one
+// not yet identified as a Sluice peer goes. False when every one is identified.
+bool make_room(ListenComm& l) {
+  for (auto it = l.pending.begin(); it != l.pending.end(); ++it) {
+    if ((*it)->identified) continue;
+    drop(l, **it,
+         Status(Code::kRemoteError, std::to_string(ListenComm::kMaxPending) +
+                                        " handshakes in progress at once: the oldest connection "
+                                        "without a Sluice header makes room for a new one"));
+    l.pending.erase(it);
+    return true;
+  }
+  return false;
+}
+
+bool connection_level_error(int err) {
+  // accept(2): Linux passes errors of the new connection to accept; the listener is fine.
+  return err == ECONNABORTED || err == EPROTO || err == EPERM || err == ENETDOWN ||
+         err == ENOPROTOOPT || err == EHOSTDOWN || err == ENONET || err == EHOSTUNREACH ||
+         err == EOPNOTSUPP || err == ENETUNREACH || err == ETIMEDOUT || err == ECONNRESET;
+}
+
+// Takes the connections waiting in the kernel's backlog into the pending set. Fails only when the
+// listening socket itself is broken.
+Status accept_new(ListenComm& l, Clock::time_point now) {
+  const Config& cfg = engine()->config();
+  for (size_t taken = 0; taken < ListenComm::kMaxPending; ++taken) {
+    if (l.pending.size() >= ListenComm::kMaxPending && !make_room(l)) return Status::ok();
+    sockaddr_storage sa{};
+    socklen_t len = sizeof sa;
+    int fd = accept4(l.fd, reinterpret_cast<sockaddr*>(&sa), &len, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) {
+      const int err = errno;
+      if (err == EAGAIN || err == EWOULDBLOCK || err == EINTR) return Status::ok();
+      if (connection_level_error(err)) {
+        SLUICE_INFO(kSubNet, "%s: a connection failed before it was accepted: %s",
+                    l.addr_text.c_str(), std::strerror(err));
+        continue;
+      }
+      if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) {
+        // The connection stays in the backlog; later calls take it once resources are back.
+        if (!l.resource_warned) {
+          SLUICE_WARN(
+              "accept on %s (%s): cannot take a new connection now: %s (the process is "
+              "out of file descriptors or memory; raise `ulimit -n`?); retrying",
+              l.dev->name.c_str(), l.addr_text.c_str(), std::strerror(err));
+          l.resource_warned = true;
+        }
+        return Status::ok();
+      }
+      return errno_status(
+          Code::kSystemError,
+          "accept on " + l.addr_text + " for " + l.dev->name + " (the listening socket is broken)",
+          err);
+    }
+    l.resource_warned = false;
+    auto p = std::make_unique<ListenComm::Pending>();
+    p->fd = fd;
+    p->peer = sockaddr_text(sa);
+    p->deadline = now + std::chrono::milliseconds(cfg.handshake_timeout_ms);
+    Status st = set_nonblocking(fd);
+    if (!st.is_ok()) {
+      drop(l, *p, st);
+      continue;
+    }
+    l.pending.push_back(std::move(p));
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Status accept(ListenComm* l, RecvComm** out) {
+  *out = nullptr;
+  Engine* e = engine();
+  if (e == nullptr) return Status(Code::kInvalidUsage, "accept called before init");
+  if (l == nullptr || l->kind != CommKind::kListen)
+    return Status(Code::kInvalidArgument, "accept: not a listen comm");
+  if (!l->failure.is_ok()) return l->failure;
+  const Clock::time_point now = Clock::now();
+  Status st = accept_new(*l, now);
+  if (!st.is_ok()) {
+    l->failure = st;
+    return st;
+  }
+  for (size_t i = 0; i < l->pending.size();) {
+    ListenComm::Pending& p = *l->pending[i];
+    RecvComm* c = nullptr;
+    Status why;
+    switch (step(*l, p, now, &c, &why)) {
+      case Step::kWait:
+        ++i;
+        continue;
+      case Step::kDrop:
+        drop(*l, p, why);
+        l->pending.erase(l->pending.begin() + static_cast<std::ptrdiff_t>(i));
+        continue;
+      case Step::kDone:
+        l->pending.erase(l->pending.begin() + static_cast<std::ptrdiff_t>(i));
         SLUICE_INFO(kSubNet, "accepted %s <- %s (%s), %d QP(s)", c->c.local_desc.c_str(),
                     c->c.remote_dev.c_str(), c->c.peer.c_str(), c->c.nqps);
         e->open_comms.fetch_add(1);
         *out = c;
         return Status::ok();
-      }
     }
   }
+  return Status::ok();
 }
 
 Status close_listen(ListenComm* l) {
