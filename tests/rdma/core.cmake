@@ -24,4 +24,4 @@ sluice_add_rdma_test(NAME wire_capture COMMAND $<TARGET_FILE:wire_capture_test> 
 add_executable(core_listener_test ${CMAKE_CURRENT_LIST_DIR}/core_listener_test.cc)
 target_link_libraries(core_listener_test PRIVATE sluice_core GTest::gtest_main Threads::Threads)
 sluice_add_rdma_test(NAME core_listener COMMAND $<TARGET_FILE:core_listener_test> TIMEOUT 300)
-set_property(TEST core_listener APPEND PROPERTY ENVIRONMENT SLUICE_HANDSHAKE_TIMEOUT_MS=2000)
+set_property(TEST core_listener APPEND PROPERTY ENVIRONMENT SLUICE_HANDSHAKE_TIMEOUT_MS=1000)
