@@ -171,7 +171,7 @@ void drop(const ListenComm& l, const ListenComm::Pending& p, const Status& why) 
                 l.addr_text.c_str(), p.peer.c_str(), why.message().c_str());
     return;
   }
-  const std::string qp = p.comm ? p.comm->c.describe_qp(0) : std::string("no QP created");
+  const std::string qp = p.comm ? p.comm->c.describe_qp(0) : std::string("comm not built");
   SLUICE_WARN(
       "accept on %s (%s): dropping the connection from %s (peer device %s, %s) after the "
       "metadata exchange: %s; the listener keeps serving other peers",

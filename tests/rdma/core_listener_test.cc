@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdarg>
 #include <cstdio>
@@ -123,6 +124,7 @@ class CoreListener : public ::testing::Test {
     }
     ASSERT_GE(dev_a_, 0);
     ASSERT_GE(dev_b_, 0);
+    pair_ = pair;
     const char* t = std::getenv("SLUICE_HANDSHAKE_TIMEOUT_MS");
     handshake_ms_ = t != nullptr ? std::atoi(t) : Config{}.handshake_timeout_ms;
     std::printf("ports: %s, SLUICE_HANDSHAKE_TIMEOUT_MS=%d\n", pair.describe().c_str(),
@@ -153,6 +155,7 @@ class CoreListener : public ::testing::Test {
   }
 
   bool acquired_ = false;
+  rdmatest::TestPair pair_;
   int dev_a_ = 0, dev_b_ = 0;
   int handshake_ms_ = 0;
 };
@@ -492,6 +495,112 @@ TEST_F(CoreListener, ForeignAndCorruptHandlesFailConnectCleanly) {
     EXPECT_EQ(count_own("cq"), cq0) << "CQs leaked";
     EXPECT_EQ(count_own("mr"), mr0) << "MRs leaked";
   }
+  EXPECT_TRUE(close_listen(l).is_ok());
+}
+
+// A connector that passes the metadata check and then fails (a bad ready byte, or QPs that cannot
+// be brought up against its made-up metadata): only that connection is dropped, with a WARN naming
+// the peer, the device and the QP; its comm's verbs objects are released, and accept goes on.
+TEST_F(CoreListener, FailureAfterTheMetadataDropsOnlyThatConnection) {
+  char handle[kHandleSize];
+  ListenComm* l = nullptr;
+  ASSERT_TRUE(listen(dev_b_, handle, &l).is_ok());
+  DeviceProperties props;
+  ASSERT_TRUE(device_properties(dev_b_, &props).is_ok());
+  const long qp0 = count_own("qp"), cq0 = count_own("cq"), mr0 = count_own("mr");
+  wire::Handle h;
+  std::memcpy(&h, handle, sizeof h);
+  wire::Meta m{};
+  m.magic = wire::kMetaMagic;
+  m.version = wire::kVersion;
+  m.role = 0;
+  m.link_layer = pair_.a().attr.link_layer;
+  m.port = 1;
+  m.mtu = 3;  // IBV_MTU_1024
+  m.nqps = 1;
+  m.fifo_slots = wire::kFifoSlots;
+  m.nonce = h.nonce;
+  m.qps[0] = {0x4242, 7};
+  std::snprintf(m.dev_name, sizeof m.dev_name, "made-up0");
+  std::string addr;
+  int fd = stray(handle, &addr);
+  ASSERT_GE(fd, 0);
+  // A reachable GID: this socket's own address (IPv4 as an IPv4-mapped GID).
+  sockaddr_storage me{};
+  socklen_t ml = sizeof me;
+  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&me), &ml), 0);
+  if (me.ss_family == AF_INET6) {
+    std::memcpy(m.gid, &reinterpret_cast<sockaddr_in6*>(&me)->sin6_addr, 16);
+  } else {
+    m.gid[10] = m.gid[11] = 0xff;
+    std::memcpy(m.gid + 12, &reinterpret_cast<sockaddr_in*>(&me)->sin_addr, 4);
+  }
+  ASSERT_EQ(::send(fd, &m, sizeof m, MSG_NOSIGNAL), static_cast<ssize_t>(sizeof m));
+  rdmatest::ExpectWarns expected;
+  // Accept until the listener answers with its metadata (or drops us); then a bad ready byte.
+  wire::Meta reply{};
+  size_t got = 0;
+  bool closed = false;
+  const auto t0 = Clock::now();
+  while (got < sizeof reply && !closed) {
+    ASSERT_LT(Clock::now(), t0 + std::chrono::seconds(30)) << "no answer from the listener";
+    RecvComm* r = nullptr;
+    Status st = accept(l, &r);
+    ASSERT_TRUE(st.is_ok()) << "accept failed: " << st.message();
+    ASSERT_EQ(r, nullptr);
+    ssize_t n = ::recv(fd, reinterpret_cast<char*>(&reply) + got, sizeof reply - got, MSG_DONTWAIT);
+    if (n > 0) got += static_cast<size_t>(n);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) closed = true;
+  }
+  if (!closed) {
+    EXPECT_TRUE(wire::validate_meta(reply, 1, h.nonce).is_ok()) << "the listener's answer";
+    const uint8_t bad = 0x00;
+    ASSERT_EQ(::send(fd, &bad, 1, MSG_NOSIGNAL), 1);
+  }
+  LogLine w;
+  while (!find_log({"dropping the connection from " + addr}, &w)) {
+    ASSERT_LT(Clock::now(), t0 + std::chrono::seconds(30))
+        << "the failed connection was not dropped";
+    RecvComm* r = nullptr;
+    Status st = accept(l, &r);
+    ASSERT_TRUE(st.is_ok()) << "accept failed: " << st.message();
+    ASSERT_EQ(r, nullptr);
+    std::this_thread::sleep_for(milliseconds(5));
+  }
+  std::printf("%s: %s\n", closed ? "QP bring-up failed" : "bad ready byte", w.text.c_str());
+  EXPECT_EQ(w.level, kLogWarn);
+  EXPECT_NE(w.text.find("after the metadata exchange"), std::string::npos) << w.text;
+  EXPECT_NE(w.text.find(props.name), std::string::npos) << "names the device: " << w.text;
+  EXPECT_NE(w.text.find("made-up0"), std::string::npos) << "names the peer device: " << w.text;
+  if (!closed) {
+    EXPECT_NE(w.text.find("bad ready byte"), std::string::npos) << w.text;
+    EXPECT_NE(w.text.find("qpn " + std::to_string(reply.qps[0].qpn)), std::string::npos)
+        << "names our QP: " << w.text;
+    EXPECT_NE(w.text.find("qpn " + std::to_string(0x4242)), std::string::npos)
+        << "names the peer's QP: " << w.text;
+  }
+  close(fd);
+  if (qp0 >= 0) {
+    EXPECT_EQ(count_own("qp"), qp0) << "the dropped comm's QPs were not released";
+    EXPECT_EQ(count_own("cq"), cq0);
+    EXPECT_EQ(count_own("mr"), mr0);
+  }
+  // The listener still serves a real peer.
+  SendComm* s = nullptr;
+  RecvComm* r = nullptr;
+  const auto t1 = Clock::now();
+  while (s == nullptr || r == nullptr) {
+    ASSERT_LT(Clock::now(), t1 + std::chrono::seconds(60));
+    if (s == nullptr) {
+      ASSERT_TRUE(connect(dev_a_, handle, CommConfig{}, &s).is_ok());
+    }
+    if (r == nullptr) {
+      ASSERT_TRUE(accept(l, &r).is_ok());
+    }
+  }
+  ASSERT_NO_FATAL_FAILURE(check_data(s, r, 7));
+  EXPECT_TRUE(close_send(s).is_ok());
+  EXPECT_TRUE(close_recv(r).is_ok());
   EXPECT_TRUE(close_listen(l).is_ok());
 }
 
