@@ -604,4 +604,72 @@ TEST_F(CoreListener, FailureAfterTheMetadataDropsOnlyThatConnection) {
   EXPECT_TRUE(close_listen(l).is_ok());
 }
 
+// More idle strays than the listener runs handshakes at once: the oldest unidentified one makes
+// room, so a real peer still gets in well before the strays' deadline.
+TEST_F(CoreListener, MoreStraysThanHandshakeSlotsDoNotLockOutARealPeer) {
+  constexpr int kStrays = 70;  // > ListenComm::kMaxPending (64)
+  char handle[kHandleSize];
+  ListenComm* l = nullptr;
+  ASSERT_TRUE(listen(dev_b_, handle, &l).is_ok());
+  // Warm-up connection (the process's first QP bring-up is slow in the emulated bed).
+  {
+    SendComm* ws = nullptr;
+    RecvComm* wr = nullptr;
+    const auto w0 = Clock::now();
+    while (ws == nullptr || wr == nullptr) {
+      ASSERT_LT(Clock::now(), w0 + std::chrono::seconds(60)) << "warm-up peer not connected";
+      if (ws == nullptr) {
+        ASSERT_TRUE(connect(dev_a_, handle, CommConfig{}, &ws).is_ok());
+      }
+      if (wr == nullptr) {
+        ASSERT_TRUE(accept(l, &wr).is_ok());
+      }
+    }
+    EXPECT_TRUE(close_send(ws).is_ok());
+    EXPECT_TRUE(close_recv(wr).is_ok());
+  }
+  std::vector<int> fds;
+  std::vector<std::string> addrs(kStrays);
+  for (int i = 0; i < kStrays; ++i) {
+    int fd = stray(handle, &addrs[i]);
+    ASSERT_GE(fd, 0) << "stray " << i;
+    fds.push_back(fd);
+  }
+  const auto strays_at = Clock::now();
+  RecvComm* none = nullptr;
+  while (Clock::now() < strays_at + milliseconds(100)) {
+    ASSERT_TRUE(accept(l, &none).is_ok());
+    ASSERT_EQ(none, nullptr);
+  }
+  SendComm* s = nullptr;
+  RecvComm* r = nullptr;
+  const auto t0 = Clock::now();
+  while (s == nullptr || r == nullptr) {
+    ASSERT_LT(Clock::now(), t0 + std::chrono::seconds(60)) << "real peer not connected";
+    if (s == nullptr) {
+      ASSERT_TRUE(connect(dev_a_, handle, CommConfig{}, &s).is_ok());
+    }
+    if (r == nullptr) {
+      Status st = accept(l, &r);
+      ASSERT_TRUE(st.is_ok()) << st.message();
+    }
+  }
+  const double real_ms = ms_between(t0, Clock::now());
+  const double deadline_ms = ms_between(t0, strays_at + milliseconds(handshake_ms_));
+  std::printf("real peer behind %d idle strays accepted in %.0f ms (strays' deadline %.0f ms)\n",
+              kStrays, real_ms, deadline_ms);
+  EXPECT_LT(real_ms, deadline_ms) << "the real peer waited for the strays' deadline";
+  LogLine first;
+  ASSERT_TRUE(
+      find_log({"dropping connection from " + addrs[0], "handshakes in progress at once"}, &first))
+      << "the oldest stray did not make room";
+  EXPECT_EQ(first.level, kLogInfo);
+  EXPECT_EQ(warn_count(), 0);
+  ASSERT_NO_FATAL_FAILURE(check_data(s, r, 11));
+  EXPECT_TRUE(close_send(s).is_ok());
+  EXPECT_TRUE(close_recv(r).is_ok());
+  EXPECT_TRUE(close_listen(l).is_ok());  // with strays still pending: their sockets are closed
+  for (int fd : fds) close(fd);
+}
+
 }  // namespace
