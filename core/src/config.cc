@@ -120,7 +120,8 @@ const std::vector<Param>& table() {
     // Connections
     {.name = "SLUICE_CONNECT_TIMEOUT_MS", .type = Type::kInt, .field = &Config::connect_timeout_ms,
      .min = 100, .max = 3600000,
-     .doc = "Bound on connection setup (connect/accept) in milliseconds"},
+     .doc = "Bound on connection setup on the connect side in milliseconds (accept: "
+            "SLUICE_HANDSHAKE_TIMEOUT_MS)"},
     {.name = "SLUICE_CLOSE_TIMEOUT_MS", .type = Type::kInt, .field = &Config::close_timeout_ms,
      .min = 0, .max = 60000,
      .doc = "Bound on draining outstanding work at close in milliseconds"},
