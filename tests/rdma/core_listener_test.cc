@@ -248,6 +248,14 @@ TEST_F(CoreListener, StraysNeverDelayARealPeer) {
       std::this_thread::sleep_for(milliseconds(200));
     }
   });
+  struct Joiner {  // joins the dripping thread on every exit, a failed assertion's too
+    std::atomic<bool>& stop;
+    std::thread& t;
+    ~Joiner() {
+      stop.store(true);
+      if (t.joinable()) t.join();
+    }
+  } joiner{stop, drip};
   const char http[] = "GET / HTTP/1.1\r\nHost: sluice\r\n\r\n";
   ASSERT_EQ(::send(c, http, sizeof http - 1, MSG_NOSIGNAL), static_cast<ssize_t>(sizeof http - 1));
   wire::Meta v{};
@@ -309,7 +317,7 @@ TEST_F(CoreListener, StraysNeverDelayARealPeer) {
     std::this_thread::sleep_for(milliseconds(10));
   }
   stop.store(true);
-  drip.join();
+  if (drip.joinable()) drip.join();
 
   LogLine la, lb, lc, ld, le;
   ASSERT_TRUE(find_log(
