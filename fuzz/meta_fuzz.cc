@@ -1,6 +1,7 @@
 // Connection metadata as connect() and accept() read it from the out-of-band socket (224 bytes
 // the peer wrote). Drives the two checks the handshake applies, in its order: validate_meta()
-// (format, role, nonce, limits) and check_peer_meta() against this side's metadata.
+// (format, role, nonce, limits) and check_peer_meta() against this side's metadata; before them,
+// the listener's check_meta_prefix() on every prefix as the bytes arrive.
 // Contract: each rejects with a non-empty message, or the values the QP bring-up then uses are in
 // range (1..kMaxQps QPs, matching ours, a terminated device name, the right FIFO depth).
 #include <algorithm>
@@ -23,11 +24,25 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const uint8_t role = ctl & 1;
   const uint64_t nonce = (ctl & 2) ? m.nonce ^ 0x9e3779b97f4a7c15ull : m.nonce;
 
+  // The listener's early check on every prefix as it arrives: once a prefix is refused every
+  // longer one is too, and metadata that validate_meta() accepts passes it at every length.
+  bool refused = false;
+  for (size_t n = 0; n <= std::min(size, sizeof m); ++n) {
+    const Status p = wire::check_meta_prefix(data, n);
+    FUZZ_CHECK(!refused || !p.is_ok(), "prefix of %zu bytes accepted after a shorter one refused",
+               n);
+    if (!p.is_ok()) {
+      FUZZ_CHECK(!p.message().empty(), "prefix rejection without a reason");
+      refused = true;
+    }
+  }
+
   const Status st = wire::validate_meta(m, role, nonce);
   if (!st.is_ok()) {
     FUZZ_CHECK(!st.message().empty(), "rejection without a reason");
     return 0;
   }
+  FUZZ_CHECK(!refused, "validate_meta accepts what the listener's prefix check refused");
   FUZZ_CHECK(m.magic == wire::kMetaMagic && m.version == wire::kVersion, "foreign format");
   FUZZ_CHECK(m.role == role && m.nonce == nonce, "role/nonce");
   FUZZ_CHECK(m.nqps >= 1 && m.nqps <= wire::kMaxQps, "nqps %u", m.nqps);

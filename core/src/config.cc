@@ -120,10 +120,15 @@ const std::vector<Param>& table() {
     // Connections
     {.name = "SLUICE_CONNECT_TIMEOUT_MS", .type = Type::kInt, .field = &Config::connect_timeout_ms,
      .min = 100, .max = 3600000,
-     .doc = "Bound on connection setup (connect/accept) in milliseconds"},
+     .doc = "Bound on connection setup on the connect side in milliseconds (accept: "
+            "SLUICE_HANDSHAKE_TIMEOUT_MS)"},
     {.name = "SLUICE_CLOSE_TIMEOUT_MS", .type = Type::kInt, .field = &Config::close_timeout_ms,
      .min = 0, .max = 60000,
      .doc = "Bound on draining outstanding work at close in milliseconds"},
+    {.name = "SLUICE_HANDSHAKE_TIMEOUT_MS", .type = Type::kInt,
+     .field = &Config::handshake_timeout_ms, .min = 100, .max = 3600000,
+     .doc = "Bound on each accepted connection's handshake in milliseconds: a connection that "
+            "has not completed it by then is dropped (the listener keeps serving others)"},
     // GPU
     {.name = "NCCL_GDR_FLUSH_DISABLE", .type = Type::kBool, .field = &Config::gdr_flush_disable,
      .doc = "Never flush receives (iflush completes at once, even with NCCL_NET_FORCE_FLUSH)"},

@@ -1,9 +1,7 @@
-// listen / connect / accept: non-blocking state machines over an out-of-band TCP socket that
-// exchange wire::Meta and bring the QPs of both sides to RTS. NCCL polls connect and accept until
-// they return a comm; nothing here blocks, and every phase is bounded by SLUICE_CONNECT_TIMEOUT_MS.
-#include <arpa/inet.h>
-#include <fcntl.h>
-#include <netinet/tcp.h>
+// The connect side of connection setup: a non-blocking state machine over an out-of-band TCP socket
+// that exchanges wire::Meta with the listener (listener.cc) and brings the send comm's QPs to RTS.
+// NCCL polls connect until it returns a comm; nothing here blocks, and every phase is bounded by
+// SLUICE_CONNECT_TIMEOUT_MS.
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -12,190 +10,20 @@
 #include <chrono>
 #include <cstring>
 #include <mutex>
-#include <new>
-#include <random>
 #include <type_traits>
 #include <unordered_map>
 
 #include "comm.h"
+#include "comm_setup.h"
+#include "oob_socket.h"
 #include "sluice/core/log.h"
 #include "sluice/core/qp.h"
 
 namespace sluice {
 
-class ListenComm : public CommBase {
- public:
-  ListenComm() : CommBase(CommKind::kListen) {}
-  ~ListenComm();
-  Device* dev = nullptr;
-  int fd = -1;
-  uint64_t nonce = 0;
-  std::string addr_text;
-  struct Pending;
-  std::unique_ptr<Pending> pending;
-};
-
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr uint8_t kReadyByte = 0x5a;
-
-// Queue depths. The sender's send queue holds, per QP, at most one group per FIFO slot of up to
-// kEntriesPerSlot data WRITEs plus the closing WRITE_WITH_IMM.
-
-uint64_t random_u64() {
-  static thread_local std::mt19937_64 rng{std::random_device{}()};
-  return rng();
-}
-
-std::string sockaddr_text(const sockaddr_storage& sa) {
-  return sockaddr_to_string(sa);
-}
-
-Status set_nonblocking(int fd) {
-  int fl = fcntl(fd, F_GETFL, 0);
-  if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
-    return errno_status(Code::kSystemError, "fcntl(O_NONBLOCK)", errno);
-  int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  return Status::ok();
-}
-
-// Sends/receives what the socket takes now. ok() = all bytes done; kAgain = call again.
-Status send_some(int fd, const void* buf, size_t n, size_t* done, const std::string& peer) {
-  while (*done < n) {
-    ssize_t r = ::send(fd, static_cast<const char*>(buf) + *done, n - *done, MSG_NOSIGNAL);
-    if (r > 0) {
-      *done += static_cast<size_t>(r);
-      continue;
-    }
-    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return Status::again();
-    if (r < 0 && errno == EINTR) continue;
-    return errno_status(Code::kRemoteError, "send to " + peer + " during connection setup", errno);
-  }
-  return Status::ok();
-}
-
-Status recv_some(int fd, void* buf, size_t n, size_t* done, const std::string& peer) {
-  while (*done < n) {
-    ssize_t r = ::recv(fd, static_cast<char*>(buf) + *done, n - *done, 0);
-    if (r > 0) {
-      *done += static_cast<size_t>(r);
-      continue;
-    }
-    if (r == 0) {
-      return Status(Code::kRemoteError, "peer " + peer +
-                                            " closed the connection during setup (peer process "
-                                            "exited or failed its side of the handshake)");
-    }
-    if (errno == EAGAIN || errno == EWOULDBLOCK) return Status::again();
-    if (errno == EINTR) continue;
-    return errno_status(Code::kRemoteError, "recv from " + peer + " during connection setup",
-                        errno);
-  }
-  return Status::ok();
-}
-
-void fill_local_meta(const Device& d, uint8_t role, uint64_t nonce, wire::Meta* m) {
-  std::memset(m, 0, sizeof *m);
-  m->magic = wire::kMetaMagic;
-  m->version = wire::kVersion;
-  m->role = role;
-  m->link_layer = d.attr.link_layer;
-  m->port = d.port;
-  m->mtu = static_cast<uint8_t>(d.attr.active_mtu);
-  m->gid_index = static_cast<uint8_t>(d.gid.index);
-  m->lid = d.attr.lid;
-  m->fifo_slots = wire::kFifoSlots;
-  m->nonce = nonce;
-  std::memcpy(m->gid, d.gid.gid.data(), 16);
-  std::snprintf(m->dev_name, sizeof m->dev_name, "%s", d.name.c_str());
-}
-
-// Creates the CQ and `nqps` RC QPs at INIT and records their QPN/PSN in `m`.
-Status create_qps(Conn& c, int nqps, const QpCaps& caps, int cqe, wire::Meta* m) {
-  Device& d = *c.dev;
-  const Config& cfg = engine()->config();
-  c.cq.reset(ibv_create_cq(d.adapter->ctx.get(), cqe, nullptr, nullptr, 0));
-  if (!c.cq) {
-    return errno_status(Code::kSystemError,
-                        "ibv_create_cq(" + std::to_string(cqe) + " entries) on " + d.name, errno);
-  }
-  c.nqps = nqps;
-  m->nqps = static_cast<uint8_t>(nqps);
-  for (int q = 0; q < nqps; ++q) {
-    QpCaps k = caps;
-    auto qp = create_rc_qp(d.adapter->pd.get(), c.cq.get(), k);
-    if (!qp.is_ok() && k.max_inline_data > 0) {
-      k.max_inline_data = 0;  // the device takes no inline data of that size: post from memory
-      qp = create_rc_qp(d.adapter->pd.get(), c.cq.get(), k);
-    }
-    if (!qp.is_ok()) return qp.status().with_context(d.name);
-    c.qps[q] = std::move(qp).value();
-    c.max_inline = k.max_inline_data;
-    InitParams ip;
-    ip.port = d.port;
-    ip.pkey_index = static_cast<uint16_t>(cfg.pkey_index);
-    ip.access = IBV_ACCESS_REMOTE_WRITE;
-    SLUICE_RETURN_IF_ERROR(qp_to_init(c.qps[q].get(), ip).with_context(d.name));
-    m->qps[q].qpn = c.qps[q]->qp_num;
-    m->qps[q].psn = random_psn();
-  }
-  return Status::ok();
-}
-
-// RTR and RTS for every QP against the peer's metadata.
-Status connect_qps(Conn& c, const wire::Meta& local, const wire::Meta& remote, uint8_t tc,
-                   uint8_t sl) {
-  Device& d = *c.dev;
-  const Config& cfg = engine()->config();
-  SLUICE_RETURN_IF_ERROR(wire::check_peer_meta(local, remote, d.name));
-  GidBytes rg;
-  std::memcpy(rg.data(), remote.gid, 16);
-  c.remote_gid = gid_to_string(rg);
-  c.remote_dev = remote.dev_name;
-  for (int q = 0; q < c.nqps; ++q) {
-    RtrParams r;
-    r.path_mtu = static_cast<ibv_mtu>(std::min(local.mtu, remote.mtu));
-    r.dest_qpn = remote.qps[q].qpn;
-    r.rq_psn = remote.qps[q].psn;
-    r.max_dest_rd_atomic = 1;
-    r.min_rnr_timer = static_cast<uint8_t>(cfg.min_rnr_timer);
-    r.port = d.port;
-    r.is_global = d.roce;
-    std::memcpy(r.dgid.raw, remote.gid, 16);
-    r.sgid_index = local.gid_index;
-    r.hop_limit = 255;
-    r.traffic_class = tc;
-    r.dlid = remote.lid;
-    r.sl = sl;
-    c.remote_qpn[q] = remote.qps[q].qpn;
-    Status st = qp_to_rtr(c.qps[q].get(), r);
-    if (!st.is_ok()) return st.with_context(c.describe_qp(q));
-    RtsParams s;
-    s.sq_psn = local.qps[q].psn;
-    s.timeout = static_cast<uint8_t>(cfg.ib_timeout);
-    s.retry_cnt = static_cast<uint8_t>(cfg.retry_cnt);
-    s.rnr_retry = static_cast<uint8_t>(cfg.rnr_retry);
-    s.max_rd_atomic = 1;
-    st = qp_to_rts(c.qps[q].get(), s);
-    if (!st.is_ok()) return st.with_context(c.describe_qp(q));
-  }
-  return Status::ok();
-}
-
-int numa_of(const Device& d) {
-  return d.adapter->locality.numa_node;
-}
-
-// Registers the first `bytes` of the comm's own memory (FIFO / records / staging) with the device.
-Status register_comm_memory(Device& d, NumaBuffer& mem, size_t bytes, verbs::Mr* out) {
-  out->reset(ibv_reg_mr(d.adapter->pd.get(), mem.data(), bytes,
-                        IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE));
-  if (!*out)
-    return errno_status(Code::kSystemError, "ibv_reg_mr of comm memory on " + d.name, errno);
-  return Status::ok();
-}
 
 // ---- connect side -------------------------------------------------------------------------------
 
@@ -382,111 +210,7 @@ Status connect_step(ConnectState& s, SendComm** out) {
   }
 }
 
-// ---- accept side --------------------------------------------------------------------------------
-
 }  // namespace
-
-struct ListenComm::Pending {
-  enum Phase { kRecvMeta, kSendMeta, kRecvReady } phase = kRecvMeta;
-  int fd = -1;
-  std::string peer;
-  Clock::time_point deadline;
-  std::unique_ptr<RecvComm> comm;
-  wire::Meta local{}, remote{};
-  size_t io = 0;
-  uint8_t ready = 0;
-  ~Pending() {
-    if (fd >= 0) close(fd);
-  }
-};
-
-ListenComm::~ListenComm() {
-  pending.reset();
-  if (fd >= 0) close(fd);
-}
-
-namespace {
-
-Status build_recv_comm(ListenComm& l, ListenComm::Pending& p) {
-  Engine* e = engine();
-  Device* d = l.dev;
-  const Config& cfg = e->config();
-  auto comm = std::make_unique<RecvComm>();
-  comm->c.dev = d;
-  comm->c.peer = p.peer;
-  comm->c.local_desc = d->name + ":" + std::to_string(d->port);
-  size_t stage_bytes = sizeof(wire::CtsEntry) * wire::kFifoSlots * wire::kEntriesPerSlot;
-  size_t rec_bytes = sizeof(wire::DoneRecord) * wire::kFifoSlots;
-  size_t pool_bytes = sizeof(RecvReq) * wire::kFifoSlots;
-  auto mem = NumaBuffer::allocate(stage_bytes + rec_bytes + pool_bytes, numa_of(*d));
-  if (!mem.is_ok()) return mem.status();
-  comm->mem = std::move(mem).value();
-  char* base = static_cast<char*>(comm->mem.data());
-  comm->stage = reinterpret_cast<wire::CtsEntry*>(base);
-  comm->records = reinterpret_cast<wire::DoneRecord*>(base + stage_bytes);
-  comm->pool = reinterpret_cast<RecvReq*>(base + stage_bytes + rec_bytes);
-  static_assert(std::is_trivially_destructible_v<RecvReq>, "lives in raw comm memory");
-  SLUICE_RETURN_IF_ERROR(
-      register_comm_memory(*d, comm->mem, stage_bytes + rec_bytes, &comm->mem_mr));
-  // Requests are constructed on first use (datapath.cc).
-  fill_local_meta(*d, 1, l.nonce, &p.local);
-  int nqps = p.remote.nqps;  // the connector decides; both sides must agree
-  uint32_t inline_bytes = cfg.cts_inline ? kCtsInlineBytes : 0;
-  QpCaps caps{kRecvSqDepth, kRecvRqDepth, 1, 1, inline_bytes};
-  // Receive completions, signaled CTS writes, and every WR when flushed in error.
-  int cqe = nqps * static_cast<int>(kRecvSqDepth + kRecvRqDepth + 1) - 1;
-  SLUICE_RETURN_IF_ERROR(create_qps(comm->c, nqps, caps, cqe, &p.local));
-  uint8_t tc = cfg.fifo_traffic_class >= 0 ? static_cast<uint8_t>(cfg.fifo_traffic_class)
-                                           : p.remote.traffic_class;
-  p.local.traffic_class = p.remote.traffic_class;
-  p.local.service_level = p.remote.service_level;
-  p.local.buf_addr = reinterpret_cast<uintptr_t>(comm->records);
-  p.local.buf_rkey = comm->mem_mr->rkey;
-  p.local.split_data = p.remote.split_data;  // the connector decides, as for nqps
-  comm->c.split = p.remote.split_data != 0;
-  SLUICE_RETURN_IF_ERROR(connect_qps(comm->c, p.local, p.remote, tc, p.remote.service_level));
-  comm->remote_fifo = p.remote.buf_addr;
-  comm->remote_fifo_rkey = p.remote.buf_rkey;
-  p.comm = std::move(comm);
-  return Status::ok();
-}
-
-}  // namespace
-
-Status listen(int dev, void* handle, ListenComm** out) {
-  Engine* e = engine();
-  if (e == nullptr) return Status(Code::kInvalidUsage, "listen called before init");
-  Device* d = e->device(dev);
-  if (d == nullptr)
-    return Status(Code::kInvalidArgument, "listen: no device " + std::to_string(dev));
-  auto l = std::make_unique<ListenComm>();
-  l->dev = d;
-  l->nonce = random_u64() | 1;
-  sockaddr_storage sa = e->oob_interface().addr;
-  l->fd = socket(sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (l->fd < 0) return errno_status(Code::kSystemError, "listen: socket()", errno);
-  int one = 1;
-  setsockopt(l->fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  socklen_t len = sa.ss_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
-  if (sa.ss_family == AF_INET)
-    reinterpret_cast<sockaddr_in*>(&sa)->sin_port = 0;
-  else
-    reinterpret_cast<sockaddr_in6*>(&sa)->sin6_port = 0;
-  if (bind(l->fd, reinterpret_cast<sockaddr*>(&sa), len) != 0)
-    return errno_status(Code::kSystemError, "listen: bind to " + sockaddr_text(sa), errno);
-  if (::listen(l->fd, 128) != 0) return errno_status(Code::kSystemError, "listen()", errno);
-  SLUICE_RETURN_IF_ERROR(set_nonblocking(l->fd));
-  len = sizeof sa;
-  getsockname(l->fd, reinterpret_cast<sockaddr*>(&sa), &len);
-  l->addr_text = sockaddr_text(sa);
-
-  const wire::Handle h = wire::encode_handle(sa, static_cast<uint32_t>(dev), l->nonce);
-  std::memset(handle, 0, kHandleSize);
-  std::memcpy(handle, &h, sizeof h);
-  SLUICE_INFO(kSubNet, "listening on %s for %s", l->addr_text.c_str(), d->name.c_str());
-  *out = l.release();
-  return Status::ok();
-}
 
 Status connect(int dev, void* handle, const CommConfig& cfg, SendComm** out) {
   *out = nullptr;
@@ -542,99 +266,6 @@ Status connect(int dev, void* handle, const CommConfig& cfg, SendComm** out) {
     return st.with_context("connect to " + s->peer + " from " + e->device(dev)->name);
   }
   return st;
-}
-
-Status accept(ListenComm* l, RecvComm** out) {
-  *out = nullptr;
-  Engine* e = engine();
-  if (e == nullptr) return Status(Code::kInvalidUsage, "accept called before init");
-  if (l == nullptr || l->kind != CommKind::kListen)
-    return Status(Code::kInvalidArgument, "accept: not a listen comm");
-  for (;;) {
-    if (!l->pending) {
-      sockaddr_storage sa{};
-      socklen_t len = sizeof sa;
-      int fd = accept4(l->fd, reinterpret_cast<sockaddr*>(&sa), &len, SOCK_CLOEXEC);
-      if (fd < 0) {
-        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return Status::ok();
-        return errno_status(Code::kSystemError, "accept on " + l->addr_text, errno);
-      }
-      l->pending = std::make_unique<ListenComm::Pending>();
-      l->pending->fd = fd;
-      l->pending->peer = sockaddr_text(sa);
-      l->pending->deadline =
-          Clock::now() + std::chrono::milliseconds(e->config().connect_timeout_ms);
-      SLUICE_RETURN_IF_ERROR(set_nonblocking(fd));
-    }
-    ListenComm::Pending& p = *l->pending;
-    if (Clock::now() > p.deadline) {
-      std::string peer = p.peer;
-      l->pending.reset();
-      return Status(Code::kRemoteError, "peer " + peer + " did not complete the handshake on " +
-                                            l->addr_text + " within SLUICE_CONNECT_TIMEOUT_MS");
-    }
-    switch (p.phase) {
-      case ListenComm::Pending::kRecvMeta: {
-        Status st = recv_some(p.fd, &p.remote, sizeof p.remote, &p.io, p.peer);
-        if (st.is_again()) return Status::ok();
-        Status valid = st.is_ok() ? wire::validate_meta(p.remote, 0, l->nonce) : st;
-        if (!valid.is_ok()) {
-          // A stray or foreign connection must not wedge the listener: drop it, keep listening.
-          SLUICE_INFO(kSubNet, "%s: dropping connection from %s: %s", l->addr_text.c_str(),
-                      p.peer.c_str(), valid.message().c_str());
-          l->pending.reset();
-          continue;
-        }
-        Status b = build_recv_comm(*l, p);
-        if (!b.is_ok()) {
-          std::string peer = p.peer;
-          l->pending.reset();
-          return b.with_context("accept from " + peer + " on " + l->dev->name);
-        }
-        p.phase = ListenComm::Pending::kSendMeta;
-        p.io = 0;
-        continue;
-      }
-      case ListenComm::Pending::kSendMeta: {
-        Status st = send_some(p.fd, &p.local, sizeof p.local, &p.io, p.peer);
-        if (st.is_again()) return Status::ok();
-        if (!st.is_ok()) {
-          l->pending.reset();
-          return st;
-        }
-        p.phase = ListenComm::Pending::kRecvReady;
-        p.io = 0;
-        continue;
-      }
-      case ListenComm::Pending::kRecvReady: {
-        Status st = recv_some(p.fd, &p.ready, 1, &p.io, p.peer);
-        if (st.is_again()) return Status::ok();
-        if (st.is_ok() && p.ready != kReadyByte)
-          st = Status(Code::kRemoteError, "peer " + p.peer + " sent a bad ready byte");
-        if (!st.is_ok()) {
-          l->pending.reset();
-          return st.with_context("accept on " + l->dev->name);
-        }
-        RecvComm* c = p.comm.release();
-        c->c.fd = p.fd;
-        p.fd = -1;
-        l->pending.reset();
-        SLUICE_INFO(kSubNet, "accepted %s <- %s (%s), %d QP(s)", c->c.local_desc.c_str(),
-                    c->c.remote_dev.c_str(), c->c.peer.c_str(), c->c.nqps);
-        e->open_comms.fetch_add(1);
-        *out = c;
-        return Status::ok();
-      }
-    }
-  }
-}
-
-Status close_listen(ListenComm* l) {
-  if (l == nullptr || l->kind != CommKind::kListen)
-    return Status(Code::kInvalidArgument, "closeListen: not a listen comm");
-  l->kind = CommKind::kDead;
-  delete l;
-  return Status::ok();
 }
 
 }  // namespace sluice

@@ -3,6 +3,8 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <string>
 
@@ -77,6 +79,29 @@ void handle_address(const Handle& h, sockaddr_storage* sa, socklen_t* len) {
     a->sin6_scope_id = h.scope_id;
     *len = sizeof(sockaddr_in6);
   }
+}
+
+Status check_meta_prefix(const void* bytes, size_t n) {
+  const auto* p = static_cast<const uint8_t*>(bytes);
+  uint8_t magic[sizeof kMetaMagic];
+  std::memcpy(magic, &kMetaMagic, sizeof magic);
+  for (size_t i = 0; i < std::min(n, sizeof magic); ++i) {
+    if (p[i] != magic[i]) {
+      char what[96];
+      std::snprintf(what, sizeof what, "byte %zu is 0x%02x, expected 0x%02x", i, p[i], magic[i]);
+      return Status(
+          Code::kRemoteError,
+          std::string("not a Sluice peer: bad magic in its connection metadata (") + what + ")");
+    }
+  }
+  if (n < kMetaHeaderBytes) return Status::ok();
+  uint16_t version;
+  std::memcpy(&version, p + offsetof(Meta, version), sizeof version);
+  if (version != kVersion) {
+    return Status(Code::kRemoteError, "peer speaks Sluice wire version " + std::to_string(version) +
+                                          ", we speak " + std::to_string(kVersion));
+  }
+  return Status::ok();
 }
 
 Status validate_meta(const Meta& m, uint8_t expected_role, uint64_t nonce) {

@@ -18,3 +18,10 @@ endforeach()
 add_executable(wire_capture_test ${CMAKE_CURRENT_LIST_DIR}/wire_capture_test.cc)
 target_link_libraries(wire_capture_test PRIVATE sluice_core GTest::gtest_main Threads::Threads)
 sluice_add_rdma_test(NAME wire_capture COMMAND $<TARGET_FILE:wire_capture_test> TIMEOUT 300)
+
+# The listener under stray connections (idle, drip-feeding, garbage, wrong version, reset), 16
+# peers at once, foreign and corrupt handles. Handshake bound set short: strays go within seconds.
+add_executable(core_listener_test ${CMAKE_CURRENT_LIST_DIR}/core_listener_test.cc)
+target_link_libraries(core_listener_test PRIVATE sluice_core GTest::gtest_main Threads::Threads)
+sluice_add_rdma_test(NAME core_listener COMMAND $<TARGET_FILE:core_listener_test> TIMEOUT 300)
+set_property(TEST core_listener APPEND PROPERTY ENVIRONMENT SLUICE_HANDSHAKE_TIMEOUT_MS=1000)

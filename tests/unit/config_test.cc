@@ -94,6 +94,7 @@ TEST(Config, EveryParameterReachesItsField) {
       {"NCCL_IB_USE_INLINE", "0"},
       {"SLUICE_CONNECT_TIMEOUT_MS", "5000"},
       {"SLUICE_CLOSE_TIMEOUT_MS", "0"},
+      {"SLUICE_HANDSHAKE_TIMEOUT_MS", "1500"},
       {"NCCL_GDR_FLUSH_DISABLE", "1"},
       {"NCCL_DMABUF_ENABLE", "0"},
       {"SLUICE_GDR", "force"},
@@ -126,6 +127,7 @@ TEST(Config, EveryParameterReachesItsField) {
   EXPECT_FALSE(c.cts_inline);
   EXPECT_EQ(c.connect_timeout_ms, 5000);
   EXPECT_EQ(c.close_timeout_ms, 0);
+  EXPECT_EQ(c.handshake_timeout_ms, 1500);
   EXPECT_TRUE(c.gdr_flush_disable);
   EXPECT_FALSE(c.dmabuf_enable);
   EXPECT_EQ(c.gdr_mode, 2);
@@ -384,7 +386,7 @@ TEST(Config, LogLevelForTheLoggerUsesTheTableRow) {
 
 TEST(ParamDocs, OneRowPerParameterWithEverythingFilledIn) {
   const auto& docs = param_docs();
-  EXPECT_EQ(docs.size(), 29u);
+  EXPECT_EQ(docs.size(), 30u);
   std::set<std::string> names;
   for (const ParamDoc& d : docs) {
     SCOPED_TRACE(d.name);

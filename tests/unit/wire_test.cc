@@ -101,6 +101,37 @@ TEST(Meta, RejectsWrongRoleNonceQpsDepthAndName) {
   EXPECT_EQ(validate_meta(m, 0, 77).code(), Code::kRemoteError);
 }
 
+// The listener refuses a stray at its first byte that is not Sluice's, before the rest arrives.
+TEST(Meta, HeaderPrefixIsCheckedByteByByte) {
+  const Meta m = good_meta(0);
+  const auto* bytes = reinterpret_cast<const uint8_t*>(&m);
+  for (size_t n = 0; n <= sizeof m; ++n)
+    EXPECT_TRUE(check_meta_prefix(bytes, n).is_ok()) << n << " good bytes";
+  // A wrong byte anywhere in the magic is refused as soon as it arrived, whatever follows.
+  for (size_t i = 0; i < sizeof m.magic; ++i) {
+    Meta bad = m;
+    reinterpret_cast<uint8_t*>(&bad)[i] ^= 0x01;
+    const auto* b = reinterpret_cast<const uint8_t*>(&bad);
+    EXPECT_TRUE(check_meta_prefix(b, i).is_ok()) << "bytes before the bad one are fine";
+    Status st = check_meta_prefix(b, i + 1);
+    EXPECT_EQ(st.code(), Code::kRemoteError);
+    EXPECT_NE(st.message().find("bad magic"), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("byte " + std::to_string(i)), std::string::npos) << st.message();
+  }
+  // "GET / HTTP/1.1": a health probe fails at byte 0.
+  const char http[] = "GET / HTTP/1.1\r\n";
+  EXPECT_FALSE(check_meta_prefix(http, 1).is_ok());
+  // The version is judged once both of its bytes arrived.
+  Meta v = m;
+  v.version = kVersion + 1;
+  const auto* vb = reinterpret_cast<const uint8_t*>(&v);
+  EXPECT_TRUE(check_meta_prefix(vb, kMetaHeaderBytes - 1).is_ok());
+  Status st = check_meta_prefix(vb, kMetaHeaderBytes);
+  EXPECT_NE(st.message().find("wire version " + std::to_string(kVersion + 1)), std::string::npos)
+      << st.message();
+  EXPECT_FALSE(check_meta_prefix(vb, sizeof v).is_ok());
+}
+
 TEST(Handle, EncodeThenDecodeGivesTheListenersAddress) {
   sockaddr_storage sa{};
   auto* s6 = reinterpret_cast<sockaddr_in6*>(&sa);

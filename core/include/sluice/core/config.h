@@ -34,8 +34,9 @@ struct Config {
   int split_data_on_qps = 0;    // NCCL_IB_SPLIT_DATA_ON_QPS: 0 = whole messages round-robin
   bool cts_inline = true;       // NCCL_IB_USE_INLINE / SLUICE_CTS_INLINE: inline clear-to-send
   // Connections
-  int connect_timeout_ms = 120000;  // SLUICE_CONNECT_TIMEOUT_MS: bound on connection setup
-  int close_timeout_ms = 2000;      // SLUICE_CLOSE_TIMEOUT_MS: bound on draining at close
+  int connect_timeout_ms = 120000;   // SLUICE_CONNECT_TIMEOUT_MS: bound on connection setup
+  int close_timeout_ms = 2000;       // SLUICE_CLOSE_TIMEOUT_MS: bound on draining at close
+  int handshake_timeout_ms = 10000;  // SLUICE_HANDSHAKE_TIMEOUT_MS: bound on one accepted socket
   // GPU
   bool gdr_flush_disable = false;             // NCCL_GDR_FLUSH_DISABLE
   bool dmabuf_enable = true;                  // NCCL_DMABUF_ENABLE

@@ -92,6 +92,13 @@ static_assert(std::is_trivially_copyable_v<Meta>);
 
 static_assert(offsetof(Meta, split_data) == 60);
 
+// The leading bytes of Meta that tell a Sluice peer: the magic, then the version.
+inline constexpr size_t kMetaHeaderBytes = offsetof(Meta, version) + sizeof(uint16_t);
+static_assert(offsetof(Meta, magic) == 0 && kMetaHeaderBytes == 10);
+// Checks the first `n` bytes that arrived of a Meta (any n, also fewer than kMetaHeaderBytes): each
+// arrived byte of the magic, and the version once it is complete. ok() = nothing wrong so far, so
+// a stray or foreign connection is refused at its first wrong byte.
+Status check_meta_prefix(const void* bytes, size_t n);
 // Verifies magic, version, role, nqps, split_data, fifo_slots, the MTU code and the echoed nonce.
 Status validate_meta(const Meta& m, uint8_t expected_role, uint64_t nonce);
 // The peer's validated metadata against ours (`local_dev` names our device in the error): the same
