@@ -124,6 +124,12 @@ const std::vector<Param>& table() {
     {.name = "SLUICE_CLOSE_TIMEOUT_MS", .type = Type::kInt, .field = &Config::close_timeout_ms,
      .min = 0, .max = 60000,
      .doc = "Bound on draining outstanding work at close in milliseconds"},
+    {.name = "SLUICE_LIVENESS_POLL_MS", .type = Type::kInt, .field = &Config::liveness_poll_ms,
+     .min = 1, .max = 60000,
+     .doc = "How often a comm in use checks its peer's connection socket (EOF, reset, keepalive timeout), in milliseconds"},
+    {.name = "SLUICE_HEARTBEAT_MS", .type = Type::kInt, .field = &Config::heartbeat_ms,
+     .min = 0, .max = 3600000,
+     .doc = "TCP keepalive on the connection socket: probe after this much silence (whole seconds, rounded up), give up after 4x; 0 = off"},
     // GPU
     {.name = "NCCL_GDR_FLUSH_DISABLE", .type = Type::kBool, .field = &Config::gdr_flush_disable,
      .doc = "Never flush receives (iflush completes at once, even with NCCL_NET_FORCE_FLUSH)"},

@@ -94,6 +94,8 @@ TEST(Config, EveryParameterReachesItsField) {
       {"NCCL_IB_USE_INLINE", "0"},
       {"SLUICE_CONNECT_TIMEOUT_MS", "5000"},
       {"SLUICE_CLOSE_TIMEOUT_MS", "0"},
+      {"SLUICE_LIVENESS_POLL_MS", "250"},
+      {"SLUICE_HEARTBEAT_MS", "0"},
       {"NCCL_GDR_FLUSH_DISABLE", "1"},
       {"NCCL_DMABUF_ENABLE", "0"},
       {"SLUICE_GDR", "force"},
@@ -126,6 +128,8 @@ TEST(Config, EveryParameterReachesItsField) {
   EXPECT_FALSE(c.cts_inline);
   EXPECT_EQ(c.connect_timeout_ms, 5000);
   EXPECT_EQ(c.close_timeout_ms, 0);
+  EXPECT_EQ(c.liveness_poll_ms, 250);
+  EXPECT_EQ(c.heartbeat_ms, 0);
   EXPECT_TRUE(c.gdr_flush_disable);
   EXPECT_FALSE(c.dmabuf_enable);
   EXPECT_EQ(c.gdr_mode, 2);
@@ -384,7 +388,7 @@ TEST(Config, LogLevelForTheLoggerUsesTheTableRow) {
 
 TEST(ParamDocs, OneRowPerParameterWithEverythingFilledIn) {
   const auto& docs = param_docs();
-  EXPECT_EQ(docs.size(), 29u);
+  EXPECT_EQ(docs.size(), 31u);
   std::set<std::string> names;
   for (const ParamDoc& d : docs) {
     SCOPED_TRACE(d.name);
