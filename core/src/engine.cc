@@ -256,7 +256,9 @@ void Engine::async_loop(Adapter* a) {
     switch (ev.event_type) {
       case IBV_EVENT_DEVICE_FATAL: {
         std::lock_guard<std::mutex> lk(a->fatal_mu);
-        a->fatal_reason = a->name + ": async fatal event " + what + " (device reset or removed)";
+        const AsyncEventInfo info = async_event_info(ev.event_type);
+        a->fatal_reason = a->name + ": async event " + what + ": " + info.meaning +
+                          "; likely cause: " + info.cause + "; every comm on it fails";
         a->fatal.store(true, std::memory_order_release);
         SLUICE_WARN("%s", a->fatal_reason.c_str());
         break;

@@ -205,6 +205,13 @@ void liveness_stop(Conn& c) {
     // Best effort, never blocks: a full socket buffer or a dead peer just loses the goodbye.
     (void)::send(c.fd, &kGoodbyeByte, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
   }
+  if (c.watch.started && c.fd >= 0) {
+    // Read what the peer sent (its goodbye, when both close at once): closing a socket with unread
+    // bytes resets the connection, which the peer would read as a crash.
+    uint8_t buf[16];
+    while (::recv(c.fd, buf, sizeof buf, MSG_DONTWAIT) > 0) {
+    }
+  }
 }
 
 Status liveness_check(Conn& c, bool new_work) {

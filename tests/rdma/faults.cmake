@@ -1,0 +1,15 @@
+# Peer faults (labels rdma and faults): the peer process SIGKILLed with and without work in flight,
+# both directions, and the normal close of both sides. Bounds are set short here, so a regression
+# shows as a failed assertion in seconds, not a hang.
+add_executable(plugin_faults_test ${CMAKE_CURRENT_LIST_DIR}/plugin_faults_test.cc)
+target_include_directories(plugin_faults_test PRIVATE ${CMAKE_CURRENT_LIST_DIR})
+target_link_libraries(plugin_faults_test PRIVATE sluice_nccl_abi GTest::gtest Threads::Threads
+                                                 PkgConfig::IBVERBS ${CMAKE_DL_LIBS})
+target_compile_definitions(plugin_faults_test PRIVATE
+                           SLUICE_PLUGIN_PATH="$<TARGET_FILE:nccl-net-sluice>")
+add_dependencies(plugin_faults_test nccl-net-sluice)
+sluice_add_rdma_test(NAME plugin_faults COMMAND $<TARGET_FILE:plugin_faults_test> TIMEOUT 400)
+set_property(TEST plugin_faults APPEND PROPERTY LABELS faults)
+set_property(TEST plugin_faults APPEND PROPERTY ENVIRONMENT SLUICE_LIVENESS_POLL_MS=100
+                                                           SLUICE_HEARTBEAT_MS=2000
+                                                           SLUICE_TEST_DEADLINE_S=30)
