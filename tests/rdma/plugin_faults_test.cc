@@ -15,6 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -539,6 +540,87 @@ TEST(CleanClose, ReceiverClosesFirst) {
   }
   EXPECT_EQ(net().close_send(sc), ncclSuccess);
   EXPECT_EQ(g_warns.load(), warns0) << last_warn();
+  expect_released(before);
+}
+
+// ---- Port down, then up again
+// ---------------------------------------------------------------------------
+
+std::string read_line(const std::string& path) {
+  FILE* f = std::fopen(path.c_str(), "r");
+  if (f == nullptr) return {};
+  char buf[256] = {};
+  if (std::fgets(buf, sizeof buf, f) == nullptr) buf[0] = '\0';
+  std::fclose(f);
+  std::string s = buf;
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+bool port_active(const sluice::rdmatest::TestPort& p) {
+  for (const auto& a : sluice::rdmatest::active_rdma_ports())
+    if (a.dev == p.dev && a.port == p.port) return true;
+  return false;
+}
+
+// Only where the port's netdev is the bed's own veth (label bed: left out on real NICs).
+// `ip link set <netdev> down` raises IBV_EVENT_PORT_ERR: every comm on the port fails at its next
+// call, naming the event; after `up`, a new comm on the port works.
+TEST(PortDown, CommsOnThePortFailNewCommsWorkAfterUp) {
+  REQUIRE_BED();
+  const auto pair = sluice::rdmatest::test_pair();
+  const auto& pa = pair.a();
+  const std::string nd = read_line("/sys/class/infiniband/" + pa.dev + "/ports/" +
+                                   std::to_string(pa.port) + "/gid_attrs/ndevs/0");
+  if (nd.rfind("veth", 0) != 0 || geteuid() != 0) {
+    FAIL() << "needs the bed's Soft-RoCE on a veth and root (netdev of " << pa.label() << " is '"
+           << nd << "'); run through scripts/rdma-bed";
+  }
+  const Counts before = Counts::now();
+  Conn c;
+  ASSERT_TRUE(open_conn(net(), bed().dev_a, bed().dev_b, &c));
+  {
+    RegBuf s, r;
+    ASSERT_TRUE(s.allocate(&net(), c.send, 4096));
+    ASSERT_TRUE(r.allocate(&net(), c.recv, 4096));
+    int got = -1;
+    fill_pattern(s.data(), 4096, 5);
+    ASSERT_TRUE(send_recv(net(), c, s, 4096, r, 4096, 1, &got));
+    sluice::rdmatest::ExpectWarns expect;
+    const auto down = Clock::now();
+    ASSERT_EQ(std::system(("ip link set " + nd + " down").c_str()), 0);
+    ncclResult_t res = ncclSuccess;
+    while (res == ncclSuccess && Clock::now() - down < 2 * kBound) {
+      void* q = nullptr;
+      res = net().isend(c.send, s.data(), 4096, 1, s.mh(), &q);
+      if (res == ncclSuccess && q != nullptr) {
+        int done = 0;
+        res = call_test_until_error(q, down, &done);
+      }
+      usleep(1000);
+    }
+    const auto took = duration_cast<milliseconds>(Clock::now() - down);
+    const int up_rc = std::system(("ip link set " + nd + " up").c_str());
+    EXPECT_EQ(up_rc, 0);
+    EXPECT_NE(res, ncclSuccess);
+    EXPECT_LT(took.count(), kBound.count());
+    const std::string w = last_warn();
+    EXPECT_TRUE(contains(w, "port went down")) << w;
+    EXPECT_TRUE(contains(w, "likely cause")) << w;
+    EXPECT_TRUE(contains(w, "qpn ")) << w;
+    std::fprintf(stderr, "port down detected in %lld ms: %s\n",
+                 static_cast<long long>(took.count()), w.c_str());
+  }
+  EXPECT_TRUE(close_conn(net(), &c));
+  // Up again: wait for the port, then a new comm works.
+  const auto up = Clock::now();
+  while (!port_active(pa) && Clock::now() - up < wait_limit()) usleep(50 * 1000);
+  ASSERT_TRUE(port_active(pa)) << pa.label() << " not ACTIVE again";
+  usleep(500 * 1000);  // the GID table is refilled when the link comes back
+  Conn fresh;
+  ASSERT_TRUE(open_conn(net(), bed().dev_a, bed().dev_b, &fresh));
+  expect_other_comm_works(fresh);
+  EXPECT_TRUE(close_conn(net(), &fresh));
   expect_released(before);
 }
 
