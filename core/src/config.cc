@@ -129,7 +129,7 @@ const std::vector<Param>& table() {
      .doc = "How often a comm in use checks its peer's connection socket (EOF, reset, keepalive timeout), in milliseconds"},
     {.name = "SLUICE_HEARTBEAT_MS", .type = Type::kInt, .field = &Config::heartbeat_ms,
      .min = 0, .max = 3600000,
-     .doc = "TCP keepalive on the connection socket: probe after this much silence (whole seconds, rounded up), give up after 4x; 0 = off"},
+     .doc = "TCP keepalive on the connection socket: probe after this much silence (whole seconds, rounded up), give up 4x after the last answer (TCP_USER_TIMEOUT): a silent peer host is noticed within 5x; 0 = off"},
     // GPU
     {.name = "NCCL_GDR_FLUSH_DISABLE", .type = Type::kBool, .field = &Config::gdr_flush_disable,
      .doc = "Never flush receives (iflush completes at once, even with NCCL_NET_FORCE_FLUSH)"},

@@ -29,7 +29,9 @@ KeepaliveParams keepalive_params(int heartbeat_ms) {
   k.intvl_s = k.idle_s;
   k.count = kKeepaliveProbes;
   k.user_timeout_ms = static_cast<unsigned>(k.idle_s) * 1000u * (kKeepaliveProbes + 1);
-  k.bound_ms = static_cast<long long>(k.user_timeout_ms);
+  // The kernel gives up at the first probe tick at least user_timeout after the last answer, and
+  // the last answer may be up to one interval before the peer went silent.
+  k.bound_ms = static_cast<long long>(k.user_timeout_ms) + k.intvl_s * 1000ll;
   return k;
 }
 

@@ -50,7 +50,8 @@ inline constexpr int kKeepaliveProbes = 3;
 
 // TCP keepalive settings for SLUICE_HEARTBEAT_MS (0 = off). Keepalive counts whole seconds, so the
 // heartbeat rounds up to seconds; TCP_USER_TIMEOUT (which also decides when keepalive gives up)
-// is (probes + 1) heartbeats. A silent peer is noticed within bound_ms (plus one liveness poll).
+// is (probes + 1) heartbeats. A silent peer is noticed within bound_ms = (probes + 2) heartbeats
+// (plus one liveness poll).
 struct KeepaliveParams {
   bool enabled = false;
   int idle_s = 0;                // TCP_KEEPIDLE

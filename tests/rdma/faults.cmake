@@ -20,3 +20,12 @@ foreach(t plugin_faults plugin_faults_port)
                                                      SLUICE_TEST_DEADLINE_S=30)
 endforeach()
 set_property(TEST plugin_faults_port APPEND PROPERTY LABELS bed)
+# Two VMs: host1 takes its link down with nothing in flight; host0's pending receive must fail by
+# TCP keepalive (5 x SLUICE_HEARTBEAT_MS) with the reason. Label bed: VMs only.
+add_test(NAME plugin_faults_two_host
+  COMMAND ${PROJECT_SOURCE_DIR}/scripts/rdma-bed --two-host --timeout 280 --
+    "$<TARGET_FILE:plugin_faults_test> --two-host-peer 0"
+    "$<TARGET_FILE:plugin_faults_test> --two-host-peer 1")
+set_tests_properties(plugin_faults_two_host PROPERTIES LABELS "rdma;faults;bed" TIMEOUT 300
+                     SKIP_RETURN_CODE 77   # 77: nested inside a VM bed, cannot boot VMs there
+                     ENVIRONMENT "SLUICE_LIVENESS_POLL_MS=100;SLUICE_HEARTBEAT_MS=1000;SLUICE_TEST_DEADLINE_S=60")

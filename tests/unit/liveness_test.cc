@@ -17,20 +17,20 @@ TEST(Keepalive, OffAtZero) {
   EXPECT_EQ(k.bound_ms, 0);
 }
 
-TEST(Keepalive, RoundsUpToWholeSecondsAndBoundsAtFourHeartbeats) {
+TEST(Keepalive, RoundsUpToWholeSecondsAndBoundsAtFiveHeartbeats) {
   KeepaliveParams k = keepalive_params(10000);
   EXPECT_TRUE(k.enabled);
   EXPECT_EQ(k.idle_s, 10);
   EXPECT_EQ(k.intvl_s, 10);
   EXPECT_EQ(k.count, 3);
   EXPECT_EQ(k.user_timeout_ms, 40000u);
-  EXPECT_EQ(k.bound_ms, 40000);
+  EXPECT_EQ(k.bound_ms, 50000);
   k = keepalive_params(1);  // below a second: the kernel counts seconds
   EXPECT_EQ(k.idle_s, 1);
   EXPECT_EQ(k.user_timeout_ms, 4000u);
   k = keepalive_params(1500);
   EXPECT_EQ(k.idle_s, 2);
-  EXPECT_EQ(k.bound_ms, 8000);
+  EXPECT_EQ(k.bound_ms, 10000);
   k = keepalive_params(3600000);  // the table's maximum still fits TCP_USER_TIMEOUT (unsigned)
   EXPECT_EQ(k.user_timeout_ms, 3600u * 1000u * 4u);
 }
