@@ -64,6 +64,7 @@ std::string Conn::describe_qp(int q) const {
 Conn::~Conn() {
   // Teardown order: QPs to ERROR so outstanding work flushes, drain the CQ (bounded), then the
   // owners release QPs before the CQ (member order), MRs and memory are released by the comm.
+  liveness_stop(*this);  // out of the async-event registry; goodbye to the peer
   bool any = false;
   for (int q = 0; q < nqps; ++q) {
     if (qps[q]) {

@@ -21,6 +21,7 @@
 
 #include "cts_match.h"
 #include "engine.h"
+#include "liveness.h"
 #include "sluice/core/api.h"
 #include "sluice/core/verbs.h"
 #include "sluice/core/wire.h"
@@ -143,7 +144,8 @@ struct Conn {
   uint32_t max_inline = 0;
   bool split = false;  // NCCL_IB_SPLIT_DATA_ON_QPS of the connector (both ends follow it)
   CommCounters stats;
-  Status failure;  // sticky: once set every call fails with it
+  Status failure;   // sticky: once set every call fails with it
+  PeerWatch watch;  // the peer's liveness and async-event failures (liveness.h)
   bool failed() const { return !failure.is_ok(); }
   std::string describe_qp(int q) const;  // "qpn 17 (rxe0:1) -> qpn 18 (rxe1) at 127.0.0.1:4711"
   ~Conn();

@@ -129,6 +129,15 @@ const std::vector<Param>& table() {
      .field = &Config::handshake_timeout_ms, .min = 100, .max = 3600000,
      .doc = "Bound on each accepted connection's handshake in milliseconds: a connection that "
             "has not completed it by then is dropped (the listener keeps serving others)"},
+    {.name = "SLUICE_LIVENESS_POLL_MS", .type = Type::kInt, .field = &Config::liveness_poll_ms,
+     .min = 1, .max = 60000,
+     .doc = "How often a comm in use checks its peer's connection socket (EOF, reset, "
+            "keepalive timeout), in milliseconds"},
+    {.name = "SLUICE_HEARTBEAT_MS", .type = Type::kInt, .field = &Config::heartbeat_ms,
+     .min = 0, .max = 3600000,
+     .doc = "TCP keepalive on the connection socket: probe after this much silence (whole "
+            "seconds, rounded up), give up 4x after the last answer (TCP_USER_TIMEOUT): a "
+            "silent peer host is noticed within 5x; 0 = off"},
     // GPU
     {.name = "NCCL_GDR_FLUSH_DISABLE", .type = Type::kBool, .field = &Config::gdr_flush_disable,
      .doc = "Never flush receives (iflush completes at once, even with NCCL_NET_FORCE_FLUSH)"},

@@ -202,6 +202,7 @@ Status connect_step(ConnectState& s, SendComm** out) {
         SLUICE_INFO(kSubNet, "connected %s -> %s (%s), %d QP(s), %s", s.comm->c.local_desc.c_str(),
                     s.comm->c.remote_dev.c_str(), s.peer.c_str(), s.comm->c.nqps,
                     s.comm->c.describe_qp(0).c_str());
+        liveness_start(s.comm->c);
         e->open_comms.fetch_add(1);
         *out = s.comm.release();
         return Status::ok();

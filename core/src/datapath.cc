@@ -25,9 +25,9 @@ Status fail(Conn& c, Status st) {
   return c.failure;
 }
 
-Status check_device(Conn& c) {
+Status check_device(Conn& c, bool new_work) {
   Adapter* a = c.dev->adapter;
-  if (!a->fatal.load(std::memory_order_relaxed)) return c.failure;
+  if (!a->fatal.load(std::memory_order_relaxed)) return liveness_check(c, new_work);
   std::lock_guard<std::mutex> lk(a->fatal_mu);
   return fail(c, Status(Code::kSystemError, a->fatal_reason + "; comm " + c.describe_qp(0)));
 }
@@ -118,9 +118,9 @@ Status test(Request* req, int* done, size_t* sizes) {
     auto* r = static_cast<SendReq*>(req);
     auto& s = *static_cast<SendComm*>(r->comm);
     if (!r->done) {
-      SLUICE_RETURN_IF_ERROR(check_device(s.c));
+      SLUICE_RETURN_IF_ERROR(check_device(s.c, false));
       if (r->posted) SLUICE_RETURN_IF_ERROR(poll_send(s));
-      if (!r->done) return Status::ok();
+      if (!r->done) return liveness_verdict(s.c);  // fails once the peer is gone
     }
     if (sizes != nullptr) sizes[0] = r->size;
     r->in_use = false;
@@ -132,10 +132,10 @@ Status test(Request* req, int* done, size_t* sizes) {
   auto& rc = *static_cast<RecvComm*>(r->comm);
   std::lock_guard<std::mutex> lk(rc.mu);
   if (!r->done) {
-    SLUICE_RETURN_IF_ERROR(check_device(rc.c));
+    SLUICE_RETURN_IF_ERROR(check_device(rc.c, false));
     SLUICE_RETURN_IF_ERROR(dp::publish(rc));  // staged but skipped above (registry busy)
     SLUICE_RETURN_IF_ERROR(poll_recv(rc));
-    if (!r->done) return Status::ok();
+    if (!r->done) return liveness_verdict(rc.c);  // fails once the peer is gone
   }
   if (sizes != nullptr)
     for (int i = 0; i < r->n; ++i) sizes[i] = r->received[i];

@@ -18,7 +18,9 @@ static_assert(kMaxMessage < wire::kImmRecord, "a single-receive size must fit th
 inline constexpr int kPollBatch = 16;
 
 Status fail(Conn& c, Status st);
-Status check_device(Conn& c);
+// A fatal device, an async-event failure, or (rate limited, liveness.h) a peer that is gone.
+// new_work: isend/irecv (fail once the peer is gone); false: test of a pending request.
+Status check_device(Conn& c, bool new_work = true);
 int qp_index(const Conn& c, uint32_t qpn);
 Status completion_error(Conn& c, const ibv_wc& wc, const char* side);
 bool valid_mh(const Conn& c, const MemHandle* mh);

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "liveness.h"
 #include "sluice/core/device_info.h"
 #include "sluice/core/hca_filter.h"
 #include "sluice/core/log.h"
@@ -255,30 +256,18 @@ void Engine::async_loop(Adapter* a) {
     switch (ev.event_type) {
       case IBV_EVENT_DEVICE_FATAL: {
         std::lock_guard<std::mutex> lk(a->fatal_mu);
-        a->fatal_reason = a->name + ": async fatal event " + what + " (device reset or removed)";
+        const AsyncEventInfo info = async_event_info(ev.event_type);
+        a->fatal_reason = a->name + ": async event " + what + ": " + info.meaning +
+                          "; likely cause: " + info.cause + "; every comm on it fails";
         a->fatal.store(true, std::memory_order_release);
         SLUICE_WARN("%s", a->fatal_reason.c_str());
         break;
       }
-      case IBV_EVENT_QP_FATAL:
-      case IBV_EVENT_QP_REQ_ERR:
-      case IBV_EVENT_QP_ACCESS_ERR:
-        SLUICE_WARN(
-            "%s: async event %s on qpn %u (the comm using it fails at its next "
-            "completion)",
-            a->name.c_str(), what, ev.element.qp ? ev.element.qp->qp_num : 0);
-        break;
-      case IBV_EVENT_CQ_ERR:
-        SLUICE_WARN("%s: async event %s (completion queue overrun)", a->name.c_str(), what);
-        break;
-      case IBV_EVENT_PORT_ERR:
-        SLUICE_WARN("%s: port %d went down (%s)", a->name.c_str(), ev.element.port_num, what);
-        break;
       case IBV_EVENT_COMM_EST:
       case IBV_EVENT_QP_LAST_WQE_REACHED:
         break;
-      default:
-        SLUICE_INFO(kSubNet, "%s: async event %s", a->name.c_str(), what);
+      default:  // QP, CQ and port events fail the comms they concern
+        liveness_async_event(*a, ev);
         break;
     }
     ibv_ack_async_event(&ev);

@@ -20,6 +20,7 @@
 namespace sluice {
 
 struct Adapter;
+struct Conn;
 
 struct MrEntry;
 
@@ -68,6 +69,9 @@ struct Adapter {
   std::atomic<bool> fatal{false};
   std::mutex fatal_mu;
   std::string fatal_reason;
+  // Live send/receive comms on this adapter, for mapping async events to them (liveness.cc).
+  std::mutex comms_mu;
+  std::vector<Conn*> comms;
   ~Adapter();
 };
 

@@ -239,6 +239,7 @@ Step step(ListenComm& l, ListenComm::Pending& p, Clock::time_point now, RecvComm
         RecvComm* c = p.comm.release();
         c->c.fd = p.fd;
         p.fd = -1;
+        liveness_start(c->c);
         *out = c;
         return Step::kDone;
       }

@@ -95,6 +95,8 @@ TEST(Config, EveryParameterReachesItsField) {
       {"SLUICE_CONNECT_TIMEOUT_MS", "5000"},
       {"SLUICE_CLOSE_TIMEOUT_MS", "0"},
       {"SLUICE_HANDSHAKE_TIMEOUT_MS", "1500"},
+      {"SLUICE_LIVENESS_POLL_MS", "250"},
+      {"SLUICE_HEARTBEAT_MS", "0"},
       {"NCCL_GDR_FLUSH_DISABLE", "1"},
       {"NCCL_DMABUF_ENABLE", "0"},
       {"SLUICE_GDR", "force"},
@@ -128,6 +130,8 @@ TEST(Config, EveryParameterReachesItsField) {
   EXPECT_EQ(c.connect_timeout_ms, 5000);
   EXPECT_EQ(c.close_timeout_ms, 0);
   EXPECT_EQ(c.handshake_timeout_ms, 1500);
+  EXPECT_EQ(c.liveness_poll_ms, 250);
+  EXPECT_EQ(c.heartbeat_ms, 0);
   EXPECT_TRUE(c.gdr_flush_disable);
   EXPECT_FALSE(c.dmabuf_enable);
   EXPECT_EQ(c.gdr_mode, 2);
@@ -386,7 +390,7 @@ TEST(Config, LogLevelForTheLoggerUsesTheTableRow) {
 
 TEST(ParamDocs, OneRowPerParameterWithEverythingFilledIn) {
   const auto& docs = param_docs();
-  EXPECT_EQ(docs.size(), 30u);
+  EXPECT_EQ(docs.size(), 32u);
   std::set<std::string> names;
   for (const ParamDoc& d : docs) {
     SCOPED_TRACE(d.name);

@@ -37,6 +37,8 @@ struct Config {
   int connect_timeout_ms = 120000;   // SLUICE_CONNECT_TIMEOUT_MS: bound on connection setup
   int close_timeout_ms = 2000;       // SLUICE_CLOSE_TIMEOUT_MS: bound on draining at close
   int handshake_timeout_ms = 10000;  // SLUICE_HANDSHAKE_TIMEOUT_MS: bound on one accepted socket
+  int liveness_poll_ms = 1000;       // SLUICE_LIVENESS_POLL_MS: period of the peer socket check
+  int heartbeat_ms = 10000;          // SLUICE_HEARTBEAT_MS: TCP keepalive period (0 = off)
   // GPU
   bool gdr_flush_disable = false;             // NCCL_GDR_FLUSH_DISABLE
   bool dmabuf_enable = true;                  // NCCL_DMABUF_ENABLE
