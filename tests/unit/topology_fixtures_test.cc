@@ -257,6 +257,35 @@ TEST(TopologyLoad, BridgeTypeOutsideHwlocsEnumIsAPlainBridge) {
           << "GPU " << g << " NIC " << n;
 }
 
+TEST(TopologyLoad, MalformedBitmapIsRefusedBeforeHwlocReadsIt) {
+  // hwloc 2.9 abort()s (an assert in hwloc_bitmap_sscanf) on a bitmap that starts with a comma;
+  // the fuzzer found complete_cpuset=",x00000008". Every *cpuset / *nodeset attribute is checked.
+  const std::string xml = read_fixture("dual-port-nic-pci-domains.xml");
+  const std::string from = "complete_cpuset=\"0x00000008\"";
+  ASSERT_NE(xml.find(from), std::string::npos);
+  for (const char* bad :
+       {"complete_cpuset=\",x00000008\"", "complete_cpuset=\",0x00000008\"", "complete_cpuset=\"\"",
+        "complete_cpuset=\"8\"", "complete_cpuset=\"0xzz\"", "complete_cpuset=\"0x\"",
+        "complete_cpuset=\"0x00000008,x1\"", "complete_cpuset=',0x8'",
+        "complete_cpuset = \",0x8\""}) {
+    SCOPED_TRACE(bad);
+    auto r = Topology::load_xml_buffer(replace_all(xml, from, bad), "<bitmap>");
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_NE(r.status().message().find("complete_cpuset="), std::string::npos)
+        << r.status().message();
+    EXPECT_NE(r.status().message().find("is not a bitmap"), std::string::npos);
+  }
+  // What hwloc itself writes loads: empty zero groups after the first, the full set, and an
+  // infinite prefix.
+  for (const char* good :
+       {"complete_cpuset=\"0x00000008,,0x0\"", "complete_cpuset=\"0x00000000,0x00000008\"",
+        "complete_cpuset=\"0xf...f\"", "complete_cpuset=\"0xf...f,0x00000008\""}) {
+    SCOPED_TRACE(good);
+    auto r = Topology::load_xml_buffer(replace_all(xml, from, good), "<bitmap>");
+    EXPECT_TRUE(r.is_ok()) << r.status().message();
+  }
+}
+
 TEST(TopologyLoad, XmlBufferAndPciBusIdNormalization) {
   auto r = Topology::load_xml_buffer(read_fixture("dual-port-nic-pci-domains.xml"));
   ASSERT_TRUE(r.is_ok()) << r.status().message();

@@ -388,6 +388,63 @@ Status check_object_sets(std::string_view xml, const std::string& source) {
   return Status::ok();
 }
 
+// One hwloc bitmap as hwloc writes it: "0xf...f" (full), or an optional "0xf...f," (infinite
+// above) then comma-separated hex groups, each "0x" and 1 to 16 hex digits, where a zero group
+// after the first may be left empty ("0x00000001,,0x00010000").
+bool is_hwloc_bitmap(std::string_view v) {
+  constexpr std::string_view kFull = "0xf...f";
+  if (v == kFull) return true;
+  if (v.substr(0, kFull.size() + 1) == "0xf...f,") v.remove_prefix(kFull.size() + 1);
+  for (bool first = true;; first = false) {
+    const size_t comma = v.find(',');
+    const std::string_view group = v.substr(0, comma);
+    if (!(group.empty() && !first)) {
+      if (group.size() < 3 || group.size() > 18 || group[0] != '0' ||
+          (group[1] != 'x' && group[1] != 'X'))
+        return false;
+      for (char c : group.substr(2))
+        if (!std::isxdigit(static_cast<unsigned char>(c))) return false;
+    }
+    if (comma == std::string_view::npos) return true;
+    v.remove_prefix(comma + 1);
+  }
+}
+
+// hwloc 2.9 asserts (abort()) in hwloc_bitmap_sscanf on a bitmap that starts with a comma (found by
+// the topology_xml fuzz target: complete_cpuset=",x00000008",
+// fuzz/corpus/topology_xml/hwloc-assert-bitmap-leading-comma.xml). Every attribute whose name ends
+// in "cpuset" or "nodeset" (objects, cpukinds, memattr initiators) must hold a well-formed bitmap
+// before hwloc reads the file.
+Status check_bitmap_attributes(std::string_view xml, const std::string& source) {
+  for (std::string_view suffix : {std::string_view("cpuset"), std::string_view("nodeset")}) {
+    for (size_t i = xml.find(suffix); i != std::string_view::npos; i = xml.find(suffix, i + 1)) {
+      size_t start = i;  // the attribute name: [A-Za-z_]* before the suffix, after whitespace
+      while (start > 0 &&
+             (std::isalpha(static_cast<unsigned char>(xml[start - 1])) || xml[start - 1] == '_'))
+        --start;
+      if (start == 0 || !std::isspace(static_cast<unsigned char>(xml[start - 1]))) continue;
+      size_t p = i + suffix.size();
+      while (p < xml.size() && std::isspace(static_cast<unsigned char>(xml[p]))) ++p;
+      if (p >= xml.size() || xml[p] != '=') continue;
+      ++p;
+      while (p < xml.size() && std::isspace(static_cast<unsigned char>(xml[p]))) ++p;
+      if (p >= xml.size() || (xml[p] != '"' && xml[p] != '\'')) continue;
+      const size_t end = xml.find(xml[p], p + 1);
+      if (end == std::string_view::npos) continue;  // unterminated: hwloc's parser refuses it
+      const std::string_view value = xml.substr(p + 1, end - p - 1);
+      if (!is_hwloc_bitmap(value)) {
+        const std::string name(xml.substr(start, i + suffix.size() - start));
+        return Status(Code::kInvalidArgument,
+                      "hwloc XML " + source + ": attribute " + name + "=\"" +
+                          std::string(value.substr(0, 64)) +
+                          "\" is not a bitmap as hwloc writes one (0x-prefixed hex groups "
+                          "separated by commas; corrupt file)");
+      }
+    }
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 Topology::Topology(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -415,6 +472,7 @@ Result<Topology> Topology::load_xml_buffer(std::string_view xml, std::string sou
   if (xml.size() > static_cast<size_t>(INT_MAX))
     return Status(Code::kInvalidArgument, "hwloc XML " + source + " is too large");
   SLUICE_RETURN_IF_ERROR(check_object_sets(xml, source));
+  SLUICE_RETURN_IF_ERROR(check_bitmap_attributes(xml, source));
   auto t = init_topology();
   if (!t.is_ok()) return t.status();
   auto impl = std::make_unique<Impl>();
