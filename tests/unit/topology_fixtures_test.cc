@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "sluice/topology/topology.h"
@@ -284,6 +285,32 @@ TEST(TopologyLoad, MalformedBitmapIsRefusedBeforeHwlocReadsIt) {
     auto r = Topology::load_xml_buffer(replace_all(xml, from, good), "<bitmap>");
     EXPECT_TRUE(r.is_ok()) << r.status().message();
   }
+}
+
+TEST(TopologyLoad, PuOrNumaNodeWithoutASaneOsIndexIsRefused) {
+  // Without an os_index (or with a huge one) hwloc 2.9 allocates and clears 512 MiB for one bit;
+  // the fuzzer timed out on a PU whose os_index attribute name was garbled.
+  const std::string xml = read_fixture("dual-port-nic-pci-domains.xml");
+  const std::string pu = "<object type=\"PU\" os_index=\"1\"";
+  const std::string numa = "<object type=\"NUMANode\" os_index=\"0\"";
+  ASSERT_NE(xml.find(pu), std::string::npos);
+  ASSERT_NE(xml.find(numa), std::string::npos);
+  for (auto [from, to, says] :
+       {std::tuple{pu, "<object type=\"PU\" os:_index=\"1\"", "no os_index"},
+        std::tuple{pu, "<object type=\"pu\" os:_index=\"1\"", "no os_index"},
+        std::tuple{pu, "<object type=\"PU\" os_index=\"4294967295\"", "os_index=\"4294967295\""},
+        std::tuple{pu, "<object type=\"PU\" os_index=\"1048576\"", "os_index=\"1048576\""},
+        std::tuple{pu, "<object type=\"PU\" os_index=\"-1\"", "os_index=\"-1\""},
+        std::tuple{pu, "<object type=\"&#80;U\" os_index=\"1\"", "XML entity"},
+        std::tuple{numa, "<object type=\"NUMANode\" os_index=\"\"", "os_index=\"\""}}) {
+    SCOPED_TRACE(to);
+    auto r = Topology::load_xml_buffer(replace_all(xml, from, to), "<os_index>");
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_NE(r.status().message().find(says), std::string::npos) << r.status().message();
+  }
+  auto big = Topology::load_xml_buffer(
+      replace_all(xml, pu, "<object type=\"PU\" os_index=\"1048575\""), "<os_index>");
+  EXPECT_TRUE(big.is_ok()) << big.status().message();
 }
 
 TEST(TopologyLoad, XmlBufferAndPciBusIdNormalization) {
