@@ -154,22 +154,15 @@ int run(int host, const std::string& expect) {
         return fail(host, 4, "listen");
     if (!write_all(side, handles.data(), handles.size())) return fail(host, 2, "side write");
     int left = nconn;
-    char go = 0;
-    bool peer_done = false;
-    while (!peer_done) {  // accept all, and serve the fault listeners' handshakes meanwhile
-      for (int i = 0; i < nhandles; ++i) {
-        void* c = nullptr;
-        if (lcs[i] == nullptr || (i < nconn && comms[i] != nullptr)) continue;
-        sluice::rdmatest::ExpectWarns expect_drops;  // the fault handshakes are dropped
-        if (n.accept(lcs[i], &c) != ncclSuccess) return fail(host, 4, "accept");
-        if (c != nullptr && i >= nconn) return fail(host, 4, "a fault connection was accepted");
-        if (c != nullptr) comms[i] = c, --left;
+    while (left > 0) {
+      for (int i = 0; i < nconn; ++i) {
+        if (comms[i] != nullptr) continue;
+        if (n.accept(lcs[i], &comms[i]) != ncclSuccess) return fail(host, 4, "accept");
+        if (comms[i] != nullptr) --left;
       }
-      pollfd q{side, POLLIN, 0};
-      if (left == 0 && poll(&q, 1, 1) == 1) peer_done = read_all(side, &go, 1) && go == kGo;
-      if (Clock::now() - t0 > 2 * wait_limit()) return fail(host, 4, "accept timed out");
+      if (Clock::now() - t0 > wait_limit()) return fail(host, 4, "accept timed out");
     }
-    for (void*& l : lcs) n.close_listen(l);
+    for (int i = 0; i < nconn; ++i) n.close_listen(lcs[i]);
   } else {
     if (!read_all(side, handles.data(), handles.size())) return fail(host, 2, "side read");
     int left = nconn;
@@ -257,6 +250,21 @@ int run(int host, const std::string& expect) {
       return fail(host, 8, "unreachable connect");
   }
   if (host == 1 && !write_all(side, &kGo, 1)) return fail(host, 2, "side write");
+  if (host == 0) {  // serve the fault listeners' handshakes (they are dropped) until host1 is done
+    sluice::rdmatest::ExpectWarns expect_drops;
+    char go = 0;
+    for (bool done = false; !done;) {
+      for (int i = nconn; i < nhandles; ++i) {
+        void* c = nullptr;
+        if (n.accept(lcs[i], &c) != ncclSuccess) return fail(host, 4, "accept");
+        if (c != nullptr) return fail(host, 4, "a fault connection was accepted");
+      }
+      pollfd q{side, POLLIN, 0};
+      if (poll(&q, 1, 1) == 1) done = read_all(side, &go, 1) && go == kGo;
+      if (Clock::now() - t0 > 3 * wait_limit()) return fail(host, 4, "no word from host1");
+    }
+    for (int i = nconn; i < nhandles; ++i) n.close_listen(lcs[i]);
+  }
   buf.reset();
   for (auto& b : other) b.reset();
   for (int i = 0; i < nconn; ++i) {
