@@ -201,6 +201,46 @@ CmLink::~CmLink() {
 
 // ---- connect side ------------------------------------------------------------------------------
 
+Result<bool> CmConnector::begin(const Device& d, bool peer_offers, const std::string& peer) {
+  facts.knob = static_cast<CmMode>(engine()->config().cm_mode);
+  facts.iwarp = d.adapter->ctx->device->transport_type == IBV_TRANSPORT_IWARP;
+  facts.peer_offers = peer_offers;
+  facts.device = d.name;
+  facts.peer = peer;
+  const CmDecision dec = choose_cm(facts);
+  if (dec.verdict == CmDecision::kError) return Status(Code::kInvalidUsage, dec.reason);
+  if (dec.verdict == CmDecision::kResolveFirst) return true;
+  SLUICE_INFO(kSubNet, "connection manager for %s -> %s: oob (%s)", d.name.c_str(), peer.c_str(),
+              dec.reason.c_str());
+  return false;
+}
+
+Status CmConnector::decide(const Device& d, const sockaddr_storage& listener, int timeout_ms) {
+  if (!link) {
+    auto l = CmLink::create();
+    Status st = l.is_ok() ? Status::ok() : l.status();
+    if (st.is_ok()) {
+      link = std::move(l).value();
+      st = cm_resolve_start(*link, listener, engine()->config().qps_per_connection, timeout_ms);
+    }
+    if (!st.is_ok()) {
+      facts.route = CmFacts::Route::kFailed;
+      facts.route_detail = st.message();
+    }
+  }
+  if (facts.route == CmFacts::Route::kNotTried) {
+    SLUICE_RETURN_IF_ERROR(
+        cm_resolve_poll(*link, d, timeout_ms, &facts.route, &facts.route_detail));
+  }
+  const CmDecision dec = choose_cm(facts);
+  if (dec.verdict == CmDecision::kError) return Status(Code::kInvalidUsage, dec.reason);
+  rdmacm = dec.verdict == CmDecision::kRdmacm;
+  if (!rdmacm) link.reset();
+  SLUICE_INFO(kSubNet, "connection manager for %s -> %s: %s (%s)", d.name.c_str(),
+              facts.peer.c_str(), rdmacm ? "rdmacm" : "oob", dec.reason.c_str());
+  return Status::ok();
+}
+
 Status cm_resolve_start(CmLink& l, const sockaddr_storage& dst, int nqps, int timeout_ms) {
   l.nqps = nqps;
   l.done = 0;

@@ -49,6 +49,19 @@ class CmLink {
 };
 
 // ---- connect side ----
+// The connect side's choice of connection manager and, in rdmacm mode, its rdma_cm ids.
+struct CmConnector {
+  CmFacts facts;
+  bool rdmacm = false;
+  std::unique_ptr<CmLink> link;
+  // At the first connect call. true = resolve the listener's address first (decide), false = oob
+  // (logged); an error when SLUICE_CM cannot be honoured.
+  Result<bool> begin(const Device& d, bool peer_offers, const std::string& peer);
+  // Resolves `listener` (its rdma_cm address) with every QP's id and chooses; ok() once chosen
+  // (logged with the reason), again while resolving.
+  Status decide(const Device& d, const sockaddr_storage& listener, int timeout_ms);
+};
+
 // Creates `nqps` ids and starts rdma_resolve_addr of `dst` for each.
 Status cm_resolve_start(CmLink& l, const sockaddr_storage& dst, int nqps, int timeout_ms);
 // Drives address and route resolution. ok() once decided: *route is kThisDevice (every id resolved

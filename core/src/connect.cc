@@ -52,45 +52,12 @@ struct ConnectState {
   size_t io = 0;
   int attempts = 0;
   uint8_t tc = 0, sl = 0;
-  CmFacts cm_facts;            // SLUICE_CM inputs (cm_choice.h)
-  bool rdmacm = false;         // decided: QPs through rdma_cm
-  std::unique_ptr<CmLink> cm;  // rdmacm: resolving, then connecting
+  CmConnector cm;  // SLUICE_CM's choice, and the rdma_cm ids in rdmacm mode (cm_rdmacm.h)
 };
 
 int remaining_ms(const ConnectState& s) {
   auto left = std::chrono::duration_cast<std::chrono::milliseconds>(s.deadline - Clock::now());
   return static_cast<int>(std::max<long long>(1, left.count()));
-}
-
-// kCmResolve: resolves the listener's rdma_cm address; ok() once the connection manager is chosen.
-Status cm_decide(ConnectState& s) {
-  Device* d = engine()->device(s.dev);
-  if (!s.cm) {
-    auto link = CmLink::create();
-    Status st = link.is_ok() ? Status::ok() : link.status();
-    if (st.is_ok()) {
-      s.cm = std::move(link).value();
-      sockaddr_storage cm_addr = s.addr;
-      reinterpret_cast<sockaddr_in*>(&cm_addr)->sin_port = s.handle.cm_port;  // same offset in v6
-      st = cm_resolve_start(*s.cm, cm_addr, engine()->config().qps_per_connection, remaining_ms(s));
-    }
-    if (!st.is_ok()) {
-      s.cm_facts.route = CmFacts::Route::kFailed;
-      s.cm_facts.route_detail = st.message();
-    }
-  }
-  if (s.cm_facts.route == CmFacts::Route::kNotTried) {
-    Status st =
-        cm_resolve_poll(*s.cm, *d, remaining_ms(s), &s.cm_facts.route, &s.cm_facts.route_detail);
-    if (!st.is_ok()) return st;
-  }
-  const CmDecision dec = choose_cm(s.cm_facts);
-  if (dec.verdict == CmDecision::kError) return Status(Code::kInvalidUsage, dec.reason);
-  s.rdmacm = dec.verdict == CmDecision::kRdmacm;
-  if (!s.rdmacm) s.cm.reset();
-  SLUICE_INFO(kSubNet, "connection manager for %s -> %s: %s (%s)", d->name.c_str(), s.peer.c_str(),
-              s.rdmacm ? "rdmacm" : "oob", dec.reason.c_str());
-  return Status::ok();
 }
 
 std::mutex g_connect_mu;
@@ -178,22 +145,37 @@ Status build_send_comm(ConnectState& s) {
   return Status::ok();
 }
 
+std::string timeout_cause(const ConnectState& s) {
+  if (s.phase == ConnectState::kCmResolve) {
+    return "rdma_cm got no answer for the listener's address (no ARP/neighbour reply: host down "
+           "or not on this subnet); check `ip neigh` and that both sides can `rping` each other, "
+           "or set SLUICE_CM=oob";
+  }
+  if (s.phase == ConnectState::kCmConnect) {
+    return "the listener did not answer the rdma_cm connect requests (its process stalled, or "
+           "rdma_cm traffic is filtered); check that both sides can `rping` each other";
+  }
+  return "the peer is not reachable on that address or did not accept; check NCCL_SOCKET_IFNAME "
+         "and firewalls";
+}
+
 // One step of the connector. ok() with *out set = connected; again = call later.
 Status connect_step(ConnectState& s, SendComm** out) {
   Engine* e = engine();
   if (Clock::now() > s.deadline) {
-    return Status(Code::kRemoteError, "connection to " + s.peer +
-                                          " not established within SLUICE_CONNECT_TIMEOUT_MS=" +
-                                          std::to_string(e->config().connect_timeout_ms) + " ms (" +
-                                          std::to_string(s.attempts) + " TCP attempts" +
-                                          (s.cm ? "; rdma_cm: " + s.cm->progress : std::string()) +
-                                          "): the peer is not reachable on that address or did not "
-                                          "accept; check NCCL_SOCKET_IFNAME and firewalls");
+    return Status(Code::kRemoteError,
+                  "connection to " + s.peer + " not established within SLUICE_CONNECT_TIMEOUT_MS=" +
+                      std::to_string(e->config().connect_timeout_ms) + " ms (" +
+                      std::to_string(s.attempts) + " TCP attempts" +
+                      (s.cm.link ? "; rdma_cm: " + s.cm.link->progress : std::string()) +
+                      "): " + timeout_cause(s));
   }
   for (;;) {
     switch (s.phase) {
       case ConnectState::kCmResolve: {
-        SLUICE_RETURN_IF_ERROR(cm_decide(s));
+        sockaddr_storage cm_addr = s.addr;  // the port is at the same offset in v4 and v6
+        reinterpret_cast<sockaddr_in*>(&cm_addr)->sin_port = s.handle.cm_port;
+        SLUICE_RETURN_IF_ERROR(s.cm.decide(*e->device(s.dev), cm_addr, remaining_ms(s)));
         s.phase = ConnectState::kStart;
         continue;
       }
@@ -201,10 +183,10 @@ Status connect_step(ConnectState& s, SendComm** out) {
         if (Clock::now() < s.next_retry) return Status::again();
         if (!s.comm->c.dev) {
           SLUICE_RETURN_IF_ERROR(build_send_comm(s));
-          if (s.rdmacm) {
+          if (s.cm.rdmacm) {
             s.local.cm = wire::kMetaCmRdmacm;
-            s.cm->tc = s.tc;
-            s.cm->sl = s.sl;
+            s.cm.link->tc = s.tc;
+            s.cm.link->sl = s.sl;
           }
         }
         Status st = start_tcp(s);
@@ -254,11 +236,11 @@ Status connect_step(ConnectState& s, SendComm** out) {
         c.remote_records = s.remote.buf_addr;
         c.remote_records_rkey = s.remote.buf_rkey;
         s.io = 0;
-        if (s.rdmacm) {
+        if (s.cm.rdmacm) {
           if (s.remote.cm != wire::kMetaCmRdmacm)
             return Status(Code::kRemoteError, "the listener at " + s.peer + " answered for oob");
           SLUICE_RETURN_IF_ERROR(accept_peer_meta(c.c, s.local, s.remote));
-          SLUICE_RETURN_IF_ERROR(cm_connect_start(*s.cm, c.c, s.local, s.handle.nonce));
+          SLUICE_RETURN_IF_ERROR(cm_connect_start(*s.cm.link, c.c, s.local, s.handle.nonce));
           s.phase = ConnectState::kCmConnect;
           continue;
         }
@@ -267,7 +249,7 @@ Status connect_step(ConnectState& s, SendComm** out) {
         continue;
       }
       case ConnectState::kCmConnect: {
-        Status st = cm_connect_poll(*s.cm, s.comm->c);
+        Status st = cm_connect_poll(*s.cm.link, s.comm->c);
         if (!st.is_ok()) return st;
         s.phase = ConnectState::kSendReady;
         continue;
@@ -278,7 +260,7 @@ Status connect_step(ConnectState& s, SendComm** out) {
         SLUICE_INFO(kSubNet, "connected %s -> %s (%s), %d QP(s), %s", s.comm->c.local_desc.c_str(),
                     s.comm->c.remote_dev.c_str(), s.peer.c_str(), s.comm->c.nqps,
                     s.comm->c.describe_qp(0).c_str());
-        s.comm->c.cm.reset(s.cm.release());
+        s.comm->c.cm.reset(s.cm.link.release());
         liveness_start(s.comm->c);
         e->open_comms.fetch_add(1);
         *out = s.comm.release();
@@ -320,21 +302,9 @@ Status connect(int dev, void* handle, const CommConfig& cfg, SendComm** out) {
     st->peer = sockaddr_text(st->addr);
     st->deadline = Clock::now() + std::chrono::milliseconds(e->config().connect_timeout_ms);
     st->comm = std::make_unique<SendComm>();
-    Device* d = e->device(dev);
-    st->cm_facts.knob = static_cast<CmMode>(e->config().cm_mode);
-    st->cm_facts.iwarp = d->adapter->ctx->device->transport_type == IBV_TRANSPORT_IWARP;
-    st->cm_facts.peer_offers = h.cm_port != 0;
-    st->cm_facts.device = d->name;
-    st->cm_facts.peer = st->peer;
-    const CmDecision dec = choose_cm(st->cm_facts);
-    if (dec.verdict == CmDecision::kError)
-      return Status(Code::kInvalidUsage, dec.reason).with_context("connect to " + st->peer);
-    if (dec.verdict == CmDecision::kResolveFirst) {
-      st->phase = ConnectState::kCmResolve;
-    } else {
-      SLUICE_INFO(kSubNet, "connection manager for %s -> %s: oob (%s)", d->name.c_str(),
-                  st->peer.c_str(), dec.reason.c_str());
-    }
+    auto resolve = st->cm.begin(*e->device(dev), h.cm_port != 0, st->peer);
+    if (!resolve.is_ok()) return resolve.status().with_context("connect to " + st->peer);
+    if (resolve.value()) st->phase = ConnectState::kCmResolve;
     uint64_t id = g_next_connect_id++;
     h.connect_state = id;
     h.connect_check = id ^ h.nonce ^ wire::kHandleMagic;
