@@ -67,4 +67,22 @@ CmDecision choose_cm(const CmFacts& f) {
   return {CmDecision::kError, "unreachable"};
 }
 
+CmDecision cm_for_port(CmMode knob, bool iwarp, bool has_ip) {
+  if (knob == CmMode::kOob)
+    return iwarp ? CmDecision{CmDecision::kError, "SLUICE_CM=oob, but iWARP needs rdma_cm"}
+                 : CmDecision{CmDecision::kOob, "SLUICE_CM=oob"};
+  if (iwarp) return {CmDecision::kRdmacm, "iWARP: connections must go through rdma_cm"};
+  if (has_ip) {
+    return {CmDecision::kRdmacm,
+            std::string(knob == CmMode::kAuto ? "SLUICE_CM=auto" : "SLUICE_CM=rdmacm") +
+                ": toward peers whose address routes through this port's IP "
+                "address" +
+                (knob == CmMode::kAuto ? "; oob toward others" : "")};
+  }
+  if (knob == CmMode::kRdmacm)
+    return {CmDecision::kError, "SLUICE_CM=rdmacm, but the port has no IP address: listen fails"};
+  return {CmDecision::kOob,
+          "SLUICE_CM=auto: no IP address on this port (InfiniBand without IPoIB?)"};
+}
+
 }  // namespace sluice

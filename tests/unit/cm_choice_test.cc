@@ -85,5 +85,16 @@ TEST(CmChoice, IwarpAlwaysNeedsRdmaCm) {
   }
 }
 
+TEST(CmChoice, PerPortViewForSluiceInfo) {
+  EXPECT_EQ(cm_for_port(CmMode::kAuto, false, true).verdict, CmDecision::kRdmacm);
+  CmDecision d = cm_for_port(CmMode::kAuto, false, false);
+  EXPECT_EQ(d.verdict, CmDecision::kOob);
+  EXPECT_NE(d.reason.find("no IP address"), std::string::npos) << d.reason;
+  EXPECT_EQ(cm_for_port(CmMode::kAuto, true, false).verdict, CmDecision::kRdmacm);
+  EXPECT_EQ(cm_for_port(CmMode::kOob, false, true).verdict, CmDecision::kOob);
+  EXPECT_EQ(cm_for_port(CmMode::kOob, true, true).verdict, CmDecision::kError);
+  EXPECT_EQ(cm_for_port(CmMode::kRdmacm, false, false).verdict, CmDecision::kError);
+}
+
 }  // namespace
 }  // namespace sluice

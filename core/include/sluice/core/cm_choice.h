@@ -40,4 +40,8 @@ struct CmDecision {
 // set; the final verdict is kOob, kRdmacm or kError, never kResolveFirst once route is known.
 CmDecision choose_cm(const CmFacts& f);
 
+// What auto would pick for connections through a port, without a peer (sluice-info): rdmacm when
+// the port has an IP address (toward peers whose address routes through it) or is iWARP, else oob.
+CmDecision cm_for_port(CmMode knob, bool iwarp, bool has_ip);
+
 }  // namespace sluice
