@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <infiniband/verbs.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -38,6 +39,9 @@ std::string status_text(rdma_cm_event_type ev, int status) {
 const char* cause_of(rdma_cm_event_type ev, int status) {
   switch (ev) {
     case RDMA_CM_EVENT_ADDR_ERROR:
+      if (status == -ETIMEDOUT)
+        return "no neighbour (ARP/ND) answer from the listener's address: host down, or not on "
+               "this link";
       return "the listener's address does not resolve to an RDMA device here (no route through "
              "an interface with an RDMA device); check `ip route get <peer>` and `rdma link`";
     case RDMA_CM_EVENT_ROUTE_ERROR:
@@ -216,6 +220,7 @@ Result<bool> CmConnector::begin(const Device& d, bool peer_offers, const std::st
 }
 
 Status CmConnector::decide(const Device& d, const sockaddr_storage& listener, int timeout_ms) {
+  timeout_ms = std::min(timeout_ms, kCmResolveTimeoutMs);
   if (!link) {
     auto l = CmLink::create();
     Status st = l.is_ok() ? Status::ok() : l.status();

@@ -49,6 +49,11 @@ class CmLink {
 };
 
 // ---- connect side ----
+// Address and route resolution each end by this (or the connect deadline, if sooner): a listener
+// address with no neighbour answer then fails as RDMA_CM_EVENT_ADDR_ERROR (ETIMEDOUT), named,
+// instead of running into SLUICE_CONNECT_TIMEOUT_MS. rping uses 2 s.
+inline constexpr int kCmResolveTimeoutMs = 5000;
+
 // The connect side's choice of connection manager and, in rdmacm mode, its rdma_cm ids.
 struct CmConnector {
   CmFacts facts;
