@@ -32,4 +32,9 @@ printf '%s
 printf '%s
 ' "$json" | grep -q '"dmabuf_probe": "ibv_reg_dmabuf_mr(fd -1) on ' ||
   { echo "FAIL: sluice-info --json lacks gpudirect.devices[].dmabuf_probe"; exit 1; }
+# Connection manager: every port says what SLUICE_CM=auto picks and why, in text and JSON.
+n_cm=$(printf '%s\n' "$text" | grep -Ec "connection manager: (rdmacm|oob) \(SLUICE_CM=")
+[ "$n_cm" -ge "$ndev" ] || { echo "FAIL: $n_cm of $ndev ports say which connection manager"; exit 1; }
+printf '%s\n' "$json" | grep -Eq '"cm": "(rdmacm|oob)", "cm_reason": "SLUICE_CM=' ||
+  { echo "FAIL: sluice-info --json lacks ports[].cm / cm_reason"; exit 1; }
 echo "PASS: sluice-info lists $devs (test ports $ports) and explains GPUDirect for each"

@@ -2,11 +2,16 @@
 // RDMA devices (verbs), GPUs, NUMA nodes, the GPU -> NIC table, the GPUDirect decision per NIC,
 // the locked-memory limit, and warnings with a one-line fix. --json for scripts, --dot for a
 // picture, --topology FILE.xml to read an hwloc XML instead of the live machine.
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <ifaddrs.h>
 #include <infiniband/verbs.h>
+#include <netinet/in.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -16,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "sluice/core/cm_choice.h"
 #include "sluice/core/config.h"
 #include "sluice/core/device_info.h"
 #include "sluice/core/net_addr.h"
@@ -48,7 +54,37 @@ struct Port {
   std::vector<Gid> gids;
   std::string chosen;  // "index 3: reason" or "error: ..."
   int chosen_index = -1;
+  std::vector<std::pair<std::string, int>> ips;  // IP address, GID index (-1: IPoIB netdev)
+  std::string cm, cm_reason;                     // what SLUICE_CM=auto|... picks, and why
 };
+
+// IP addresses of the IPoIB netdevs of an InfiniBand device (sysfs device/net/*).
+std::vector<std::string> ipoib_addresses(const std::string& dev) {
+  std::vector<std::string> out;
+  std::vector<std::string> nets;
+  const std::string dir = "/sys/class/infiniband/" + dev + "/device/net";
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d))
+      if (e->d_name[0] != '.') nets.push_back(e->d_name);
+    closedir(d);
+  }
+  ifaddrs* ifa = nullptr;
+  if (nets.empty() || getifaddrs(&ifa) != 0) return out;
+  for (ifaddrs* a = ifa; a != nullptr; a = a->ifa_next) {
+    if (a->ifa_addr == nullptr ||
+        (a->ifa_addr->sa_family != AF_INET && a->ifa_addr->sa_family != AF_INET6))
+      continue;
+    if (std::find(nets.begin(), nets.end(), a->ifa_name) == nets.end()) continue;
+    char buf[INET6_ADDRSTRLEN] = {};
+    const void* src =
+        a->ifa_addr->sa_family == AF_INET
+            ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr)
+            : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(a->ifa_addr)->sin6_addr);
+    if (inet_ntop(a->ifa_addr->sa_family, src, buf, sizeof buf)) out.push_back(buf);
+  }
+  freeifaddrs(ifa);
+  return out;
+}
 
 struct Device {
   std::string name;
@@ -141,9 +177,23 @@ std::vector<Device> list_verbs_devices(const Topology* topo, const Config& cfg,
           } else {
             p.chosen = "none: " + c.status().message();
           }
+          for (const GidEntry& e : entries) {  // a RoCE GID is an IP address of the netdev
+            const std::string ip = gid_to_string(e.gid);
+            const bool seen = std::any_of(p.ips.begin(), p.ips.end(),
+                                          [&](const auto& x) { return x.first == ip; });
+            if (!gid_is_link_local(e.gid) && !seen) p.ips.push_back({ip, e.index});
+          }
         } else {
           p.chosen = "InfiniBand: LID routing (GID used only across subnets)";
+          for (const std::string& ip : ipoib_addresses(d.name)) p.ips.push_back({ip, -1});
         }
+        const CmDecision cm =
+            cm_for_port(static_cast<CmMode>(cfg.cm_mode),
+                        list[i]->transport_type == IBV_TRANSPORT_IWARP, !p.ips.empty());
+        p.cm = cm.verdict == CmDecision::kRdmacm ? "rdmacm"
+               : cm.verdict == CmDecision::kOob  ? "oob"
+                                                 : "error";
+        p.cm_reason = cm.reason;
         d.ports.push_back(std::move(p));
       }
     }
@@ -459,7 +509,12 @@ int main(int argc, char** argv) {
           << ", \"link_layer\": " << json_str(p.link_layer) << ", \"speed_gbps\": " << p.speed_gbps
           << ", \"active_mtu\": " << p.active_mtu << ", \"max_mtu\": " << p.max_mtu
           << ", \"chosen_gid_index\": " << p.chosen_index
-          << ", \"chosen_gid\": " << json_str(p.chosen) << ", \"gids\": [";
+          << ", \"chosen_gid\": " << json_str(p.chosen) << ", \"cm\": " << json_str(p.cm)
+          << ", \"cm_reason\": " << json_str(p.cm_reason) << ", \"ips\": [";
+        for (size_t q = 0; q < p.ips.size(); ++q)
+          o << (q ? ", " : "") << "{\"ip\": " << json_str(p.ips[q].first)
+            << ", \"gid_index\": " << p.ips[q].second << "}";
+        o << "], \"gids\": [";
         for (size_t q = 0; q < p.gids.size(); ++q)
           o << (q ? ", " : "") << "{\"index\": " << p.gids[q].index
             << ", \"gid\": " << json_str(p.gids[q].text)
@@ -568,6 +623,10 @@ int main(int argc, char** argv) {
         o << "      gid[" << gd.index << "] " << gd.text << "  "
           << (gd.type.empty() ? "?" : gd.type) << "\n";
       if (!p.chosen.empty()) o << "      Sluice would use: " << p.chosen << "\n";
+      for (const auto& [ip, gid] : p.ips)
+        o << "      ip " << ip
+          << (gid >= 0 ? "  = gid[" + std::to_string(gid) + "]" : std::string("  (IPoIB)")) << "\n";
+      if (!p.cm.empty()) o << "      connection manager: " << p.cm << " (" << p.cm_reason << ")\n";
     }
   }
 

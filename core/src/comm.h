@@ -128,6 +128,12 @@ struct RecvReq : Request {
   int tags[wire::kEntriesPerSlot] = {};
 };
 
+// SLUICE_CM=rdmacm: the rdma_cm ids of a connection's QPs (cm_rdmacm.h).
+class CmLink;
+struct CmLinkDeleter {
+  void operator()(CmLink* l) const;
+};
+
 // State shared by both comm directions.
 struct Conn {
   Device* dev = nullptr;
@@ -146,6 +152,7 @@ struct Conn {
   CommCounters stats;
   Status failure;   // sticky: once set every call fails with it
   PeerWatch watch;  // the peer's liveness and async-event failures (liveness.h)
+  std::unique_ptr<CmLink, CmLinkDeleter> cm;  // rdmacm mode only; null in oob mode
   bool failed() const { return !failure.is_ok(); }
   std::string describe_qp(int q) const;  // "qpn 17 (rxe0:1) -> qpn 18 (rxe1) at 127.0.0.1:4711"
   ~Conn();

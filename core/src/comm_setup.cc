@@ -59,15 +59,20 @@ Status create_qps(Conn& c, int nqps, const QpCaps& caps, int cqe, wire::Meta* m)
   return Status::ok();
 }
 
-Status connect_qps(Conn& c, const wire::Meta& local, const wire::Meta& remote, uint8_t tc,
-                   uint8_t sl) {
-  Device& d = *c.dev;
-  const Config& cfg = engine()->config();
-  SLUICE_RETURN_IF_ERROR(wire::check_peer_meta(local, remote, d.name));
+Status accept_peer_meta(Conn& c, const wire::Meta& local, const wire::Meta& remote) {
+  SLUICE_RETURN_IF_ERROR(wire::check_peer_meta(local, remote, c.dev->name));
   GidBytes rg;
   std::memcpy(rg.data(), remote.gid, 16);
   c.remote_gid = gid_to_string(rg);
   c.remote_dev = remote.dev_name;
+  return Status::ok();
+}
+
+Status connect_qps(Conn& c, const wire::Meta& local, const wire::Meta& remote, uint8_t tc,
+                   uint8_t sl) {
+  Device& d = *c.dev;
+  const Config& cfg = engine()->config();
+  SLUICE_RETURN_IF_ERROR(accept_peer_meta(c, local, remote));
   for (int q = 0; q < c.nqps; ++q) {
     RtrParams r;
     r.path_mtu = static_cast<ibv_mtu>(std::min(local.mtu, remote.mtu));

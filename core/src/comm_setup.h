@@ -16,7 +16,9 @@ inline constexpr uint8_t kReadyByte = 0x5a;
 void fill_local_meta(const Device& d, uint8_t role, uint64_t nonce, wire::Meta* m);
 // Creates the CQ and `nqps` RC QPs at INIT and records their QPN/PSN in `m`.
 Status create_qps(Conn& c, int nqps, const QpCaps& caps, int cqe, wire::Meta* m);
-// RTR and RTS for every QP against the peer's metadata.
+// Checks the peer's metadata against ours (wire::check_peer_meta) and records its device and GID.
+Status accept_peer_meta(Conn& c, const wire::Meta& local, const wire::Meta& remote);
+// RTR and RTS for every QP against the peer's metadata (accept_peer_meta first).
 Status connect_qps(Conn& c, const wire::Meta& local, const wire::Meta& remote, uint8_t tc,
                    uint8_t sl);
 int numa_of(const Device& d);

@@ -138,6 +138,11 @@ const std::vector<Param>& table() {
      .doc = "TCP keepalive on the connection socket: probe after this much silence (whole "
             "seconds, rounded up), give up 4x after the last answer (TCP_USER_TIMEOUT): a "
             "silent peer host is noticed within 5x; 0 = off"},
+    {.name = "SLUICE_CM", .type = Type::kEnum, .field = &Config::cm_mode,
+     .choices = {{"auto", 0}, {"oob", 1}, {"rdmacm", 2}}, .default_text = "auto",
+     .doc = "Connection manager: oob = TCP handshake and manual QP bring-up; rdmacm = QPs "
+            "established through librdmacm (route-resolved GID); auto = rdmacm where the listener's "
+            "address routes through the device, else oob"},
     // GPU
     {.name = "NCCL_GDR_FLUSH_DISABLE", .type = Type::kBool, .field = &Config::gdr_flush_disable,
      .doc = "Never flush receives (iflush completes at once, even with NCCL_NET_FORCE_FLUSH)"},

@@ -13,6 +13,7 @@
 #include <type_traits>
 #include <unordered_map>
 
+#include "cm_rdmacm.h"
 #include "comm.h"
 #include "comm_setup.h"
 #include "oob_socket.h"
@@ -28,7 +29,16 @@ using Clock = std::chrono::steady_clock;
 // ---- connect side -------------------------------------------------------------------------------
 
 struct ConnectState {
-  enum Phase { kStart, kTcpWait, kSendMeta, kRecvMeta, kSendReady } phase = kStart;
+  // rdmacm mode (cm_rdmacm.h) adds kCmResolve before kStart and kCmConnect after kRecvMeta.
+  enum Phase {
+    kCmResolve,
+    kStart,
+    kTcpWait,
+    kSendMeta,
+    kRecvMeta,
+    kCmConnect,
+    kSendReady
+  } phase = kStart;
   int dev = 0;
   CommConfig cfg;
   wire::Handle handle{};
@@ -42,7 +52,13 @@ struct ConnectState {
   size_t io = 0;
   int attempts = 0;
   uint8_t tc = 0, sl = 0;
+  CmConnector cm;  // SLUICE_CM's choice, and the rdma_cm ids in rdmacm mode (cm_rdmacm.h)
 };
+
+int remaining_ms(const ConnectState& s) {
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(s.deadline - Clock::now());
+  return static_cast<int>(std::max<long long>(1, left.count()));
+}
 
 std::mutex g_connect_mu;
 std::unordered_map<uint64_t, std::unique_ptr<ConnectState>> g_connects;
@@ -129,6 +145,20 @@ Status build_send_comm(ConnectState& s) {
   return Status::ok();
 }
 
+std::string timeout_cause(const ConnectState& s) {
+  if (s.phase == ConnectState::kCmResolve) {
+    return "rdma_cm got no answer for the listener's address (no ARP/neighbour reply: host down "
+           "or not on this subnet); check `ip neigh` and that both sides can `rping` each other, "
+           "or set SLUICE_CM=oob";
+  }
+  if (s.phase == ConnectState::kCmConnect) {
+    return "the listener did not answer the rdma_cm connect requests (its process stalled, or "
+           "rdma_cm traffic is filtered); check that both sides can `rping` each other";
+  }
+  return "the peer is not reachable on that address or did not accept; check NCCL_SOCKET_IFNAME "
+         "and firewalls";
+}
+
 // One step of the connector. ok() with *out set = connected; again = call later.
 Status connect_step(ConnectState& s, SendComm** out) {
   Engine* e = engine();
@@ -136,15 +166,29 @@ Status connect_step(ConnectState& s, SendComm** out) {
     return Status(Code::kRemoteError,
                   "connection to " + s.peer + " not established within SLUICE_CONNECT_TIMEOUT_MS=" +
                       std::to_string(e->config().connect_timeout_ms) + " ms (" +
-                      std::to_string(s.attempts) +
-                      " TCP attempts): the peer is not reachable on that address or did not "
-                      "accept; check NCCL_SOCKET_IFNAME and firewalls");
+                      std::to_string(s.attempts) + " TCP attempts" +
+                      (s.cm.link ? "; rdma_cm: " + s.cm.link->progress : std::string()) +
+                      "): " + timeout_cause(s));
   }
   for (;;) {
     switch (s.phase) {
+      case ConnectState::kCmResolve: {
+        sockaddr_storage cm_addr = s.addr;  // the port is at the same offset in v4 and v6
+        reinterpret_cast<sockaddr_in*>(&cm_addr)->sin_port = s.handle.cm_port;
+        SLUICE_RETURN_IF_ERROR(s.cm.decide(*e->device(s.dev), cm_addr, remaining_ms(s)));
+        s.phase = ConnectState::kStart;
+        continue;
+      }
       case ConnectState::kStart: {
         if (Clock::now() < s.next_retry) return Status::again();
-        if (!s.comm->c.dev) SLUICE_RETURN_IF_ERROR(build_send_comm(s));
+        if (!s.comm->c.dev) {
+          SLUICE_RETURN_IF_ERROR(build_send_comm(s));
+          if (s.cm.rdmacm) {
+            s.local.cm = wire::kMetaCmRdmacm;
+            s.cm.link->tc = s.tc;
+            s.cm.link->sl = s.sl;
+          }
+        }
         Status st = start_tcp(s);
         if (st.is_ok()) {
           s.phase = ConnectState::kSendMeta;
@@ -189,11 +233,25 @@ Status connect_step(ConnectState& s, SendComm** out) {
         SLUICE_RETURN_IF_ERROR(wire::validate_meta(s.remote, 1, s.handle.nonce)
                                    .with_context("accept reply from " + s.peer));
         SendComm& c = *s.comm;
-        SLUICE_RETURN_IF_ERROR(connect_qps(c.c, s.local, s.remote, s.tc, s.sl));
         c.remote_records = s.remote.buf_addr;
         c.remote_records_rkey = s.remote.buf_rkey;
-        s.phase = ConnectState::kSendReady;
         s.io = 0;
+        if (s.cm.rdmacm) {
+          if (s.remote.cm != wire::kMetaCmRdmacm)
+            return Status(Code::kRemoteError, "the listener at " + s.peer + " answered for oob");
+          SLUICE_RETURN_IF_ERROR(accept_peer_meta(c.c, s.local, s.remote));
+          SLUICE_RETURN_IF_ERROR(cm_connect_start(*s.cm.link, c.c, s.local, s.handle.nonce));
+          s.phase = ConnectState::kCmConnect;
+          continue;
+        }
+        SLUICE_RETURN_IF_ERROR(connect_qps(c.c, s.local, s.remote, s.tc, s.sl));
+        s.phase = ConnectState::kSendReady;
+        continue;
+      }
+      case ConnectState::kCmConnect: {
+        Status st = cm_connect_poll(*s.cm.link, s.comm->c);
+        if (!st.is_ok()) return st;
+        s.phase = ConnectState::kSendReady;
         continue;
       }
       case ConnectState::kSendReady: {
@@ -202,6 +260,7 @@ Status connect_step(ConnectState& s, SendComm** out) {
         SLUICE_INFO(kSubNet, "connected %s -> %s (%s), %d QP(s), %s", s.comm->c.local_desc.c_str(),
                     s.comm->c.remote_dev.c_str(), s.peer.c_str(), s.comm->c.nqps,
                     s.comm->c.describe_qp(0).c_str());
+        s.comm->c.cm.reset(s.cm.link.release());
         liveness_start(s.comm->c);
         e->open_comms.fetch_add(1);
         *out = s.comm.release();
@@ -243,6 +302,9 @@ Status connect(int dev, void* handle, const CommConfig& cfg, SendComm** out) {
     st->peer = sockaddr_text(st->addr);
     st->deadline = Clock::now() + std::chrono::milliseconds(e->config().connect_timeout_ms);
     st->comm = std::make_unique<SendComm>();
+    auto resolve = st->cm.begin(*e->device(dev), h.cm_port != 0, st->peer);
+    if (!resolve.is_ok()) return resolve.status().with_context("connect to " + st->peer);
+    if (resolve.value()) st->phase = ConnectState::kCmResolve;
     uint64_t id = g_next_connect_id++;
     h.connect_state = id;
     h.connect_check = id ^ h.nonce ^ wire::kHandleMagic;

@@ -20,6 +20,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "cm_rdmacm.h"
 #include "comm.h"
 #include "comm_setup.h"
 #include "oob_socket.h"
@@ -44,6 +45,7 @@ class ListenComm : public CommBase {
   bool resource_warned =
       false;       // accept4 ran out of descriptors/memory; WARNed once until it works
   Status failure;  // sticky: the listening socket itself failed
+  std::unique_ptr<CmListener> cm;  // rdma_cm listener (SLUICE_CM != oob and it could bind)
 };
 
 namespace {
@@ -68,6 +70,7 @@ struct ListenComm::Pending {
   wire::Meta local{}, remote{};
   size_t io = 0;
   uint8_t ready = 0;
+  std::unique_ptr<CmLink> cm;  // the connector chose rdmacm: its QPs' ids (cm_rdmacm.h)
   ~Pending() {
     if (fd >= 0) close(fd);
   }
@@ -117,7 +120,14 @@ Status build_recv_comm(ListenComm& l, ListenComm::Pending& p) {
   p.local.buf_rkey = comm->mem_mr->rkey;
   p.local.split_data = p.remote.split_data;  // the connector decides, as for nqps
   comm->c.split = p.remote.split_data != 0;
-  SLUICE_RETURN_IF_ERROR(connect_qps(comm->c, p.local, p.remote, tc, p.remote.service_level));
+  if (p.remote.cm == wire::kMetaCmRdmacm) {  // QPs to RTR/RTS as the CM requests arrive
+    if (!l.cm) return Status(Code::kRemoteError, "the connector chose rdmacm; no rdma_cm here");
+    SLUICE_RETURN_IF_ERROR(accept_peer_meta(comm->c, p.local, p.remote));
+    SLUICE_RETURN_IF_ERROR(cm_accept_prepare(&p.cm, nqps, tc, p.remote.service_level));
+    p.local.cm = wire::kMetaCmRdmacm;
+  } else {
+    SLUICE_RETURN_IF_ERROR(connect_qps(comm->c, p.local, p.remote, tc, p.remote.service_level));
+  }
   comm->remote_fifo = p.remote.buf_addr;
   comm->remote_fifo_rkey = p.remote.buf_rkey;
   p.comm = std::move(comm);
@@ -153,7 +163,18 @@ Status listen(int dev, void* handle, ListenComm** out) {
   getsockname(l->fd, reinterpret_cast<sockaddr*>(&sa), &len);
   l->addr_text = sockaddr_text(sa);
 
-  const wire::Handle h = wire::encode_handle(sa, static_cast<uint32_t>(dev), l->nonce);
+  const auto knob = static_cast<CmMode>(e->config().cm_mode);
+  if (knob != CmMode::kOob) {
+    std::string why;
+    l->cm = CmListener::create(*d, sa, &why);
+    if (!l->cm && knob == CmMode::kRdmacm)
+      return Status(Code::kSystemError, "listen on " + d->name + ": SLUICE_CM=rdmacm: " + why);
+    if (!l->cm)
+      SLUICE_INFO(kSubNet, "%s: no rdma_cm listener (%s): connectors use oob", d->name.c_str(),
+                  why.c_str());
+  }
+  const wire::Handle h = wire::encode_handle(sa, static_cast<uint32_t>(dev), l->nonce,
+                                             l->cm ? l->cm->port : uint16_t{0});
   std::memset(handle, 0, kHandleSize);
   std::memcpy(handle, &h, sizeof h);
   SLUICE_INFO(kSubNet, "listening on %s for %s", l->addr_text.c_str(), d->name.c_str());
@@ -232,11 +253,14 @@ Step step(ListenComm& l, ListenComm::Pending& p, Clock::time_point now, RecvComm
         if (st.is_again()) break;
         if (st.is_ok() && p.ready != kReadyByte)
           st = Status(Code::kRemoteError, "peer " + p.peer + " sent a bad ready byte");
+        if (st.is_ok() && p.cm) st = cm_accept_poll(*p.cm, p.comm->c);  // every QP at RTS
+        if (st.is_again()) break;
         if (!st.is_ok()) {
           *why = st;
           return Step::kDrop;
         }
         RecvComm* c = p.comm.release();
+        c->c.cm.reset(p.cm.release());
         c->c.fd = p.fd;
         p.fd = -1;
         liveness_start(c->c);
@@ -252,7 +276,8 @@ Step step(ListenComm& l, ListenComm::Pending& p, Clock::time_point now, RecvComm
                                 std::to_string(sizeof p.remote) + " metadata bytes"
                       : p.phase == ListenComm::Pending::kSendMeta
                           ? "our metadata is not sent yet (peer not reading)"
-                          : "the peer's ready byte did not arrive";
+                      : p.cm && p.io == 1 ? "rdma_cm: " + p.cm->progress
+                                          : "the peer's ready byte did not arrive";
     *why = Status(Code::kRemoteError, "no complete handshake within SLUICE_HANDSHAKE_TIMEOUT_MS=" +
                                           std::to_string(cfg.handshake_timeout_ms) + " ms (" + got +
                                           ")");
@@ -331,6 +356,22 @@ Status accept_new(ListenComm& l, Clock::time_point now) {
   return Status::ok();
 }
 
+// The handshake an rdma_cm connect request belongs to: its metadata named the same FIFO and rkey,
+// and the request names the QP number the metadata gave for that QP index.
+CmFind cm_finder(ListenComm& l) {
+  return [&l](const wire::CmToken& t, uint32_t qp_num, std::string* why) -> CmAcceptTarget {
+    for (auto& p : l.pending) {
+      if (p->cm && p->comm && p->remote.buf_addr == t.fifo_addr &&
+          p->remote.buf_rkey == t.fifo_rkey && p->remote.nqps == t.nqps &&
+          p->remote.qps[t.qp_index].qpn == qp_num)
+        return {&p->comm->c, p->cm.get()};
+    }
+    *why = "no handshake in progress matches it (QP " + std::to_string(t.qp_index) + " number " +
+           std::to_string(qp_num) + "; dropped or timed out?)";
+    return {};
+  };
+}
+
 }  // namespace
 
 Status accept(ListenComm* l, RecvComm** out) {
@@ -342,6 +383,7 @@ Status accept(ListenComm* l, RecvComm** out) {
   if (!l->failure.is_ok()) return l->failure;
   const Clock::time_point now = Clock::now();
   Status st = accept_new(*l, now);
+  if (st.is_ok() && l->cm) st = cm_listener_poll(*l->cm, l->nonce, l->addr_text, cm_finder(*l));
   if (!st.is_ok()) {
     l->failure = st;
     return st;

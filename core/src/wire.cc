@@ -42,8 +42,10 @@ Status validate_handle(const Handle& h) {
   return Status::ok();
 }
 
-Handle encode_handle(const sockaddr_storage& sa, uint32_t listen_dev, uint64_t nonce) {
+Handle encode_handle(const sockaddr_storage& sa, uint32_t listen_dev, uint64_t nonce,
+                     uint16_t cm_port) {
   Handle h{};
+  h.cm_port = cm_port;
   h.magic = kHandleMagic;
   h.version = kVersion;
   h.family = sa.ss_family;
@@ -118,6 +120,10 @@ Status validate_meta(const Meta& m, uint8_t expected_role, uint64_t nonce) {
     return Status(Code::kRemoteError, "peer metadata is for another listener (nonce mismatch)");
   if (m.nqps == 0 || m.nqps > kMaxQps)
     return Status(Code::kRemoteError, "peer metadata has " + std::to_string(m.nqps) + " QPs");
+  if (m.cm > kMetaCmRdmacm) {
+    return Status(Code::kRemoteError,
+                  "peer metadata has connection manager " + std::to_string(m.cm) + " (0 or 1)");
+  }
   if (m.split_data > 1) {
     return Status(Code::kRemoteError,
                   "peer metadata has split_data = " + std::to_string(m.split_data));
@@ -145,6 +151,30 @@ Status check_peer_meta(const Meta& local, const Meta& remote, const std::string&
                                           " QPs for this connection, we have " +
                                           std::to_string(local.nqps));
   }
+  return Status::ok();
+}
+
+Status validate_cm_token(const void* data, size_t len, uint64_t nonce, CmToken* out) {
+  if (data == nullptr || len < sizeof(CmToken)) {
+    return Status(Code::kRemoteError, "rdma_cm request carries " + std::to_string(len) +
+                                          " bytes of private data, not a Sluice token (" +
+                                          std::to_string(sizeof(CmToken)) + ")");
+  }
+  std::memcpy(out, data, sizeof *out);
+  if (out->magic != kCmTokenMagic)
+    return Status(Code::kRemoteError, "rdma_cm request is not from Sluice (bad token magic)");
+  if (out->version != kVersion) {
+    return Status(Code::kRemoteError, "rdma_cm request token version " +
+                                          std::to_string(out->version) + ", ours " +
+                                          std::to_string(kVersion));
+  }
+  if (out->nqps == 0 || out->nqps > kMaxQps || out->qp_index >= out->nqps) {
+    return Status(Code::kRemoteError, "rdma_cm request token names QP " +
+                                          std::to_string(out->qp_index) + " of " +
+                                          std::to_string(out->nqps));
+  }
+  if (out->nonce != nonce)
+    return Status(Code::kRemoteError, "rdma_cm request for another listener (nonce mismatch)");
   return Status::ok();
 }
 

@@ -97,6 +97,7 @@ TEST(Config, EveryParameterReachesItsField) {
       {"SLUICE_HANDSHAKE_TIMEOUT_MS", "1500"},
       {"SLUICE_LIVENESS_POLL_MS", "250"},
       {"SLUICE_HEARTBEAT_MS", "0"},
+      {"SLUICE_CM", "rdmacm"},
       {"NCCL_GDR_FLUSH_DISABLE", "1"},
       {"NCCL_DMABUF_ENABLE", "0"},
       {"SLUICE_GDR", "force"},
@@ -132,6 +133,7 @@ TEST(Config, EveryParameterReachesItsField) {
   EXPECT_EQ(c.handshake_timeout_ms, 1500);
   EXPECT_EQ(c.liveness_poll_ms, 250);
   EXPECT_EQ(c.heartbeat_ms, 0);
+  EXPECT_EQ(c.cm_mode, 2);
   EXPECT_TRUE(c.gdr_flush_disable);
   EXPECT_FALSE(c.dmabuf_enable);
   EXPECT_EQ(c.gdr_mode, 2);
@@ -279,6 +281,7 @@ TEST(Config, Enums) {
 TEST(Config, GpuDirectKnobs) {
   const Config d = load_ok({});
   EXPECT_EQ(d.gdr_mode, 1);  // auto
+  EXPECT_EQ(d.cm_mode, 0);   // auto
   EXPECT_FALSE(d.force_flush);
   EXPECT_FALSE(d.gdr_flush_disable);
   EXPECT_TRUE(d.dmabuf_enable);
@@ -390,7 +393,7 @@ TEST(Config, LogLevelForTheLoggerUsesTheTableRow) {
 
 TEST(ParamDocs, OneRowPerParameterWithEverythingFilledIn) {
   const auto& docs = param_docs();
-  EXPECT_EQ(docs.size(), 32u);
+  EXPECT_EQ(docs.size(), 33u);
   std::set<std::string> names;
   for (const ParamDoc& d : docs) {
     SCOPED_TRACE(d.name);

@@ -77,6 +77,44 @@ TEST(Meta, GoodMetaValidates) {
   EXPECT_TRUE(validate_meta(good_meta(0), 0, 77).is_ok());
 }
 
+TEST(Meta, ConnectionManagerIsOobOrRdmacm) {
+  Meta m = good_meta(0);
+  m.cm = kMetaCmRdmacm;
+  EXPECT_TRUE(validate_meta(m, 0, 77).is_ok());
+  m.cm = 2;
+  EXPECT_NE(validate_meta(m, 0, 77).message().find("connection manager"), std::string::npos);
+}
+
+CmToken good_token() {
+  CmToken t{};
+  t.magic = kCmTokenMagic;
+  t.version = kVersion;
+  t.qp_index = 1;
+  t.nqps = 2;
+  t.nonce = 77;
+  t.fifo_addr = 0x1000;
+  t.fifo_rkey = 5;
+  return t;
+}
+
+TEST(CmToken, ValidatesStrictlyAndAcceptsPaddedPrivateData) {
+  uint8_t padded[kCmPrivateDataMax] = {};  // IB pads the REQ's private data
+  CmToken t = good_token(), out{};
+  std::memcpy(padded, &t, sizeof t);
+  ASSERT_TRUE(validate_cm_token(padded, sizeof padded, 77, &out).is_ok());
+  EXPECT_EQ(out.fifo_addr, 0x1000u);
+  EXPECT_FALSE(validate_cm_token(padded, sizeof t - 1, 77, &out).is_ok());  // short
+  EXPECT_FALSE(validate_cm_token(nullptr, 0, 77, &out).is_ok());
+  EXPECT_NE(validate_cm_token(&t, sizeof t, 78, &out).message().find("nonce"), std::string::npos);
+  for (auto bad : {+[](CmToken& x) { x.magic ^= 1; }, +[](CmToken& x) { x.version = 99; },
+                   +[](CmToken& x) { x.qp_index = 2; }, +[](CmToken& x) { x.nqps = 0; },
+                   +[](CmToken& x) { x.nqps = kMaxQps + 1; }}) {
+    CmToken b = good_token();
+    bad(b);
+    EXPECT_FALSE(validate_cm_token(&b, sizeof b, 77, &out).is_ok());
+  }
+}
+
 TEST(Meta, RejectsWrongRoleNonceQpsDepthAndName) {
   EXPECT_FALSE(validate_meta(good_meta(1), 0, 77).is_ok());
   EXPECT_NE(validate_meta(good_meta(0), 0, 78).message().find("nonce"), std::string::npos);

@@ -34,7 +34,8 @@ struct Handle {
   uint16_t version;
   uint16_t family;  // AF_INET / AF_INET6
   uint16_t port;    // network byte order
-  uint16_t reserved;
+  uint16_t
+      cm_port;  // network byte order: the listener's rdma_cm port at the same address; 0 = none
   uint8_t addr[16];  // IPv4 in the first 4 bytes
   uint32_t scope_id;
   uint32_t listen_dev;
@@ -53,8 +54,9 @@ uint32_t handle_checksum(const Handle& h);
 // Verifies magic, version, checksum, family and port. The error names what is wrong.
 Status validate_handle(const Handle& h);
 // The handle of a listener bound to `sa` (AF_INET or AF_INET6) on device `listen_dev`, checksum
-// set, connector fields zero.
-Handle encode_handle(const sockaddr_storage& sa, uint32_t listen_dev, uint64_t nonce);
+// set, connector fields zero; `cm_port` (network order) = its rdma_cm listener's port, 0 = none.
+Handle encode_handle(const sockaddr_storage& sa, uint32_t listen_dev, uint64_t nonce,
+                     uint16_t cm_port = 0);
 // The listener's address in a validated handle, and its length for connect().
 void handle_address(const Handle& h, sockaddr_storage* sa, socklen_t* len);
 
@@ -82,7 +84,8 @@ struct Meta {
   uint64_t buf_addr;  // sender: its CTS FIFO; receiver: its completion-record array
   uint32_t buf_rkey;
   uint8_t split_data;  // connector's NCCL_IB_SPLIT_DATA_ON_QPS (0/1); the acceptor follows it
-  uint8_t reserved[3];
+  uint8_t cm;          // connector's connection manager: kMetaCmOob or kMetaCmRdmacm (cm_choice.h)
+  uint8_t reserved[2];
   char dev_name[32];  // for messages
   QpInfo qps[kMaxQps];
 };
@@ -91,6 +94,31 @@ static_assert(offsetof(Meta, qps) == 96);
 static_assert(std::is_trivially_copyable_v<Meta>);
 
 static_assert(offsetof(Meta, split_data) == 60);
+static_assert(offsetof(Meta, cm) == 61);
+inline constexpr uint8_t kMetaCmOob = 0;     // QPs to RTR/RTS by hand from the metadata
+inline constexpr uint8_t kMetaCmRdmacm = 1;  // each QP established through rdma_cm (CmToken)
+
+// The private data of each rdma_cm connect request in SLUICE_CM=rdmacm mode: the listener matches
+// it to the TCP handshake whose metadata it accepted (nonce, the connector's FIFO address and rkey,
+// and the QP number the CM request names for QP `qp_index`). IB/RoCE REQs carry at most 56 bytes
+// of private data (rdma_connect(3)), so the full Meta travels over TCP.
+inline constexpr uint32_t kCmTokenMagic = 0x4d434c53;  // "SLCM"
+inline constexpr size_t kCmPrivateDataMax = 56;
+struct CmToken {
+  uint32_t magic;
+  uint16_t version;
+  uint8_t qp_index;
+  uint8_t nqps;
+  uint64_t nonce;      // the listener's, echoed
+  uint64_t fifo_addr;  // = the connector's Meta::buf_addr
+  uint32_t fifo_rkey;  // = the connector's Meta::buf_rkey
+  uint32_t reserved;
+};
+static_assert(sizeof(CmToken) == 32 && sizeof(CmToken) <= kCmPrivateDataMax);
+static_assert(std::is_trivially_copyable_v<CmToken>);
+// Checks `len` bytes of a CM request's private data (providers may pad it) against the listener's
+// nonce: magic, version, qp_index < nqps <= kMaxQps.
+Status validate_cm_token(const void* data, size_t len, uint64_t nonce, CmToken* out);
 
 // The leading bytes of Meta that tell a Sluice peer: the magic, then the version.
 inline constexpr size_t kMetaHeaderBytes = offsetof(Meta, version) + sizeof(uint16_t);

@@ -1,0 +1,47 @@
+// Which connection manager a connection uses (SLUICE_CM), as pure logic: unit-tested without verbs.
+//
+// oob    = today's handshake: metadata over the out-of-band TCP socket, QPs to RTR/RTS by hand with
+//          a GID chosen from the local table (net_addr.h).
+// rdmacm = the same TCP metadata exchange (and the same socket kept for liveness), but every QP of
+//          the connection is established through librdmacm: the listener's IP address is resolved
+//          to the local device, port and source GID that route there, and the CM exchange gives
+//          the path, PSNs and peer QP (cm_rdmacm.h).
+// auto   = rdmacm where it can work (the listener offers it and its address routes through our
+//          device; iWARP always needs it), oob otherwise (InfiniBand without IPoIB, a listener
+//          without rdma_cm, an address that routes through another device).
+// The connector decides; the listener follows what the connector's metadata says.
+#pragma once
+
+#include <string>
+
+namespace sluice {
+
+enum class CmMode : int { kAuto = 0, kOob = 1, kRdmacm = 2 };  // Config::cm_mode values
+const char* cm_mode_name(CmMode m);
+
+// What is known when deciding.
+struct CmFacts {
+  CmMode knob = CmMode::kAuto;
+  bool iwarp = false;        // our device's transport is iWARP
+  bool peer_offers = false;  // the listen handle carries an rdma_cm port
+  std::string device;        // our device, for the reason text
+  std::string peer;          // the listener's address, for the reason text
+  // The result of resolving the listener's address with rdma_resolve_addr, once tried.
+  enum class Route { kNotTried, kThisDevice, kOtherDevice, kFailed } route = Route::kNotTried;
+  std::string route_detail;  // kOtherDevice: the device it routes through; kFailed: the error
+};
+
+struct CmDecision {
+  enum Verdict { kOob, kRdmacm, kResolveFirst, kError } verdict = kOob;
+  std::string reason;  // why (INFO), or the error with its fix
+};
+
+// kResolveFirst asks the caller to resolve the listener's address and decide again with `route`
+// set; the final verdict is kOob, kRdmacm or kError, never kResolveFirst once route is known.
+CmDecision choose_cm(const CmFacts& f);
+
+// What auto would pick for connections through a port, without a peer (sluice-info): rdmacm when
+// the port has an IP address (toward peers whose address routes through it) or is iWARP, else oob.
+CmDecision cm_for_port(CmMode knob, bool iwarp, bool has_ip);
+
+}  // namespace sluice

@@ -1,0 +1,286 @@
+// Connection managers between two hosts (scripts/rdma-bed --two-host; tests/rdma/two_host.cmake),
+// through the exported plugin tables. One process per VM, exit status = result (0 = pass), a side
+// TCP socket carries the listen handles and sync bytes.
+//
+//   plugin_two_host_test HOST EXPECT
+//
+// host1 connects SLUICE_TEST_CONNS connections (default 16) to host0, all in progress at once, and
+// reports the setup time; EXPECT (rdmacm|oob) is the connection manager the connections must have
+// used, seen from outside the plugin: a comm in rdmacm mode holds an rdma_cm event channel
+// (/dev/infiniband/rdma_cm), one in oob mode none. Then the data-path matrix (every size of
+// plugin_bed.h's kSizes, pattern-checked, into a larger buffer) on connection 0 and one message on
+// every other connection. With EXPECT=rdmacm and SLUICE_CM=rdmacm also two failures, each within
+// SLUICE_CONNECT_TIMEOUT_MS and with the rdma_cm event named in the WARN: a connect request to a
+// port where nothing listens (REJECTED), and a listener address that does not answer.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "plugin_bed.h"
+#include "sluice/core/wire.h"
+
+namespace nettest {
+namespace {
+
+using std::chrono::duration_cast;
+using std::chrono::milliseconds;
+
+constexpr uint16_t kSidePort = 47124;
+constexpr int kTag = 11;
+constexpr char kGo = 'G';
+
+bool contains(const std::string& s, const std::string& w) {
+  return s.find(w) != std::string::npos;
+}
+
+int side_socket(int host) {
+  const char* peer = std::getenv("SLUICE_BED_PEER_ADDR");
+  const auto deadline = Clock::now() + wait_limit();
+  if (host == 0) {
+    int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int one = 1;
+    setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(kSidePort);
+    if (bind(l, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(l, 1) != 0) return -1;
+    pollfd p{l, POLLIN, 0};
+    int fd = -1;
+    if (poll(&p, 1, static_cast<int>(wait_limit().count())) == 1) fd = accept(l, nullptr, nullptr);
+    close(l);
+    return fd;
+  }
+  if (peer == nullptr) return -1;
+  while (Clock::now() < deadline) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(kSidePort);
+    inet_pton(AF_INET, peer, &a.sin_addr);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) return fd;
+    close(fd);
+    usleep(200 * 1000);
+  }
+  return -1;
+}
+
+bool write_all(int fd, const void* p, size_t n) {
+  const char* c = static_cast<const char*>(p);
+  while (n > 0) {
+    ssize_t w = ::write(fd, c, n);
+    if (w <= 0) return false;
+    c += w;
+    n -= static_cast<size_t>(w);
+  }
+  return true;
+}
+
+bool read_all(int fd, void* p, size_t n) {
+  char* c = static_cast<char*>(p);
+  const auto deadline = Clock::now() + wait_limit();
+  while (n > 0) {
+    pollfd q{fd, POLLIN, 0};
+    if (poll(&q, 1, 100) == 1) {
+      ssize_t r = ::read(fd, c, n);
+      if (r <= 0) return false;
+      c += r;
+      n -= static_cast<size_t>(r);
+    } else if (Clock::now() > deadline) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// Open rdma_cm event channels of this process.
+int rdma_cm_fds() {
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    if (std::filesystem::read_symlink(e.path(), ec) == "/dev/infiniband/rdma_cm") ++n;
+  }
+  return n;
+}
+
+int fail(int host, int rc, const std::string& why) {
+  std::fprintf(stderr, "host%d: FAIL (%d): %s\n", host, rc, why.c_str());
+  return rc;
+}
+
+// Connects with `handle` until it fails; the time it took, or -1 when it connected.
+long long connect_until_error(Net& n, char* handle, std::string* warn) {
+  sluice::rdmatest::ExpectWarns expect;
+  const auto t0 = Clock::now();
+  void* comm = nullptr;
+  while (Clock::now() - t0 < wait_limit()) {
+    if (n.connect(0, handle, &comm) != ncclSuccess) {
+      *warn = last_warn();
+      return duration_cast<milliseconds>(Clock::now() - t0).count();
+    }
+    if (comm != nullptr) {
+      n.close_send(comm);
+      return -1;
+    }
+    usleep(1000);
+  }
+  return -1;
+}
+
+int run(int host, const std::string& expect) {
+  const int side = side_socket(host);
+  if (side < 0) return fail(host, 2, "no side connection");
+  const int nconn = static_cast<int>(env_long("SLUICE_TEST_CONNS", 16));
+  const bool faults = expect == "rdmacm" && std::getenv("SLUICE_CM") != nullptr &&
+                      std::string(std::getenv("SLUICE_CM")) == "rdmacm";
+  Net n(12);
+  if (n.init(0x2410 + host) != ncclSuccess) return fail(host, 3, "init");
+  std::vector<void*> comms(nconn, nullptr);
+  std::vector<void*> lcs(nconn, nullptr);
+  const int nhandles = nconn + (faults ? 2 : 0);
+  std::vector<char> handles(static_cast<size_t>(nhandles) * NCCL_NET_HANDLE_MAXSIZE, 0);
+  const auto t0 = Clock::now();
+  if (host == 0) {
+    lcs.resize(nhandles, nullptr);
+    for (int i = 0; i < nhandles; ++i)
+      if (n.listen(0, &handles[i * NCCL_NET_HANDLE_MAXSIZE], &lcs[i]) != ncclSuccess)
+        return fail(host, 4, "listen");
+    if (!write_all(side, handles.data(), handles.size())) return fail(host, 2, "side write");
+    int left = nconn;
+    while (left > 0) {
+      for (int i = 0; i < nconn; ++i) {
+        if (comms[i] != nullptr) continue;
+        if (n.accept(lcs[i], &comms[i]) != ncclSuccess) return fail(host, 4, "accept");
+        if (comms[i] != nullptr) --left;
+      }
+      if (Clock::now() - t0 > wait_limit()) return fail(host, 4, "accept timed out");
+    }
+    for (int i = 0; i < nconn; ++i) n.close_listen(lcs[i]);
+  } else {
+    if (!read_all(side, handles.data(), handles.size())) return fail(host, 2, "side read");
+    int left = nconn;
+    while (left > 0) {
+      for (int i = 0; i < nconn; ++i) {
+        if (comms[i] != nullptr) continue;
+        if (n.connect(0, &handles[i * NCCL_NET_HANDLE_MAXSIZE], &comms[i]) != ncclSuccess)
+          return fail(host, 4, "connect " + std::to_string(i) + ": " + last_warn());
+        if (comms[i] != nullptr) --left;
+      }
+      if (Clock::now() - t0 > wait_limit()) return fail(host, 4, "connect timed out");
+    }
+    const auto ms = duration_cast<milliseconds>(Clock::now() - t0).count();
+    std::fprintf(stderr, "host1: SLUICE_CM=%s: %d connections set up in %lld ms (%.1f ms each)\n",
+                 std::getenv("SLUICE_CM") ? std::getenv("SLUICE_CM") : "auto", nconn,
+                 static_cast<long long>(ms), static_cast<double>(ms) / nconn);
+  }
+  // Which connection manager: every comm of ours holds an rdma_cm channel in rdmacm mode.
+  const int cm_fds = rdma_cm_fds();
+  if (expect == "rdmacm" && cm_fds < nconn)
+    return fail(host, 5,
+                std::to_string(cm_fds) + " rdma_cm channels for " + std::to_string(nconn) +
+                    " comms: not rdmacm");
+  if (expect == "oob" && cm_fds != 0)
+    return fail(host, 5, std::to_string(cm_fds) + " rdma_cm channels open in oob mode");
+
+  // The data-path matrix on connection 0, one message on every other.
+  RegBuf buf;
+  if (!buf.allocate(&n, comms[0], kMaxSize + kGuard)) return fail(host, 6, "regMr");
+  std::vector<std::pair<int, size_t>> plan;
+  for (size_t s : kSizes) plan.push_back({0, s});
+  for (int i = 1; i < nconn; ++i) plan.push_back({i, 4096 + static_cast<size_t>(i)});
+  std::vector<RegBuf> other(nconn);
+  for (int i = 1; i < nconn; ++i)
+    if (!other[i].allocate(&n, comms[i], 8192)) return fail(host, 6, "regMr");
+  uint64_t it = 0;
+  for (auto [i, size] : plan) {
+    RegBuf& b = i == 0 ? buf : other[i];
+    const uint64_t seed = pattern_seed(size, ++it, kTag);
+    void* req = nullptr;
+    if (host == 1) {
+      fill_pattern(b.data(), size, seed);
+      if (!post_until("isend", &req,
+                      [&](void** r) { return n.isend(comms[i], b.data(), size, kTag, b.mh(), r); }))
+        return fail(host, 6, "isend");
+      if (!wait_done(n, "send", req, nullptr)) return fail(host, 6, "send");
+    } else {
+      std::memset(b.data(), kGuardByte, b.size());
+      void* data = b.data();
+      void* mh = b.mh();
+      size_t cap = i == 0 ? kMaxSize + kGuard : 8192;
+      int tag = kTag;
+      int got = -1;
+      if (!post_until("irecv", &req,
+                      [&](void** r) { return n.irecv(comms[i], 1, &data, &cap, &tag, &mh, r); }))
+        return fail(host, 6, "irecv");
+      if (!wait_done(n, "recv", req, &got)) return fail(host, 6, "recv");
+      if (got != static_cast<int>(size))
+        return fail(host, 6, "received " + std::to_string(got) + " of " + std::to_string(size));
+      std::string bad = check_pattern(b.data(), size, seed);
+      if (bad.empty()) bad = check_fill(b.data() + size, kGuard, kGuardByte);
+      if (!bad.empty()) return fail(host, 6, "size " + std::to_string(size) + ": " + bad);
+    }
+  }
+  std::fprintf(stderr, "host%d: data-path matrix passed (%zu messages)\n", host, plan.size());
+
+  if (host == 1 && faults) {
+    const long bound = env_long("SLUICE_CONNECT_TIMEOUT_MS", 120000) + 2000;
+    // A connect request to an rdma_cm port where nothing listens.
+    auto* h = reinterpret_cast<sluice::wire::Handle*>(&handles[nconn * NCCL_NET_HANDLE_MAXSIZE]);
+    h->cm_port = htons(1);
+    h->checksum = sluice::wire::handle_checksum(*h);
+    std::string w;
+    long long took = connect_until_error(n, reinterpret_cast<char*>(h), &w);
+    std::fprintf(stderr, "host1: bad rdma_cm port failed after %lld ms: %s\n", took, w.c_str());
+    if (took < 0 || took > bound || !contains(w, "RDMA_CM_EVENT_REJECTED"))
+      return fail(host, 7, "rejected connect");
+    // A listener address nobody answers for (same subnet, no such host).
+    h = reinterpret_cast<sluice::wire::Handle*>(&handles[(nconn + 1) * NCCL_NET_HANDLE_MAXSIZE]);
+    h->addr[3] = 99;
+    h->checksum = sluice::wire::handle_checksum(*h);
+    took = connect_until_error(n, reinterpret_cast<char*>(h), &w);
+    std::fprintf(stderr, "host1: unreachable listener failed after %lld ms: %s\n", took, w.c_str());
+    if (took < 0 || took > bound || !contains(w, "RDMA_CM_EVENT_ADDR_ERROR"))
+      return fail(host, 8, "unreachable connect");
+  }
+  if (host == 1 && !write_all(side, &kGo, 1)) return fail(host, 2, "side write");
+  if (host == 0) {  // serve the fault listeners' handshakes (they are dropped) until host1 is done
+    sluice::rdmatest::ExpectWarns expect_drops;
+    char go = 0;
+    for (bool done = false; !done;) {
+      for (int i = nconn; i < nhandles; ++i) {
+        void* c = nullptr;
+        if (n.accept(lcs[i], &c) != ncclSuccess) return fail(host, 4, "accept");
+        if (c != nullptr) return fail(host, 4, "a fault connection was accepted");
+      }
+      pollfd q{side, POLLIN, 0};
+      if (poll(&q, 1, 1) == 1) done = read_all(side, &go, 1) && go == kGo;
+      if (Clock::now() - t0 > 3 * wait_limit()) return fail(host, 4, "no word from host1");
+    }
+    for (int i = nconn; i < nhandles; ++i) n.close_listen(lcs[i]);
+  }
+  buf.reset();
+  for (auto& b : other) b.reset();
+  for (int i = 0; i < nconn; ++i) {
+    if ((host == 1 ? n.close_send(comms[i]) : n.close_recv(comms[i])) != ncclSuccess)
+      return fail(host, 9, "close");
+  }
+  if (rdma_cm_fds() != 0) return fail(host, 9, "rdma_cm channels left after close");
+  close(side);
+  std::fprintf(stderr, "host%d: PASS\n", host);
+  return 0;
+}
+
+}  // namespace
+}  // namespace nettest
+
+int main(int argc, char** argv) {
+  if (argc != 3) return std::fprintf(stderr, "usage: %s HOST rdmacm|oob\n", argv[0]), 2;
+  return nettest::run(std::atoi(argv[1]), argv[2]);
+}
