@@ -16,6 +16,7 @@
 #include "sluice/core/hca_filter.h"
 #include "sluice/core/log.h"
 #include "sluice/core/version.h"
+#include "sluice/core/wire.h"
 
 namespace sluice {
 namespace {
@@ -25,8 +26,8 @@ int g_refs = 0;
 std::unique_ptr<Engine> g_engine;
 std::atomic<Engine*> g_engine_ptr{nullptr};
 
-// Largest single transfer we report. test() hands sizes to NCCL as int, so stay below 2^31.
-constexpr size_t kMaxTransfer = size_t{1} << 30;
+// Largest single transfer we report (the data path refuses larger sends: send.cc).
+constexpr size_t kMaxTransfer = wire::kMaxMessageBytes;
 
 }  // namespace
 
