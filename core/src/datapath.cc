@@ -161,11 +161,50 @@ Status comm_stats(void* comm, CommStats* out) {
   return Status::ok();
 }
 
+int requests_using(void* comm, const MemHandle* mh, std::string* what) {
+  auto* b = static_cast<CommBase*>(comm);
+  const auto in = [mh](uintptr_t addr, size_t n) {
+    return n > 0 && addr >= mh->base && addr - mh->base < mh->len;
+  };
+  int n = 0;
+  if (b->kind == CommKind::kSend) {
+    auto* s = static_cast<SendComm*>(b);
+    for (int i = 0; i < SendComm::kPool; ++i) {
+      const SendReq& r = s->pool[i];
+      n += r.magic == Request::kMagic && r.in_use && !r.done && r.lkey == mh->lkey &&
+           in(reinterpret_cast<uintptr_t>(r.data), r.size);
+    }
+    if (n > 0) *what = std::to_string(n) + " isend(s) on " + s->c.describe_qp(0);
+  } else if (b->kind == CommKind::kRecv) {
+    auto* r = static_cast<RecvComm*>(b);
+    std::lock_guard<std::mutex> lk(r->mu);
+    for (int k = 0; k < wire::kFifoSlots; ++k) {
+      const RecvReq& q = r->pool[k];
+      if (q.magic != Request::kMagic || !q.in_use || q.done) continue;
+      bool uses = false;
+      for (int i = 0; i < q.n; ++i) {
+        const wire::CtsEntry& e = r->stage[k * wire::kEntriesPerSlot + i];
+        uses = uses || (e.rkey == mh->rkey && in(e.addr, q.posted[i]));
+      }
+      n += uses;
+    }
+    if (n > 0) *what = std::to_string(n) + " irecv(s) on " + r->c.describe_qp(0);
+  }
+  return n;
+}
+
 Status close_send(SendComm* s) {
   if (s == nullptr || s->kind != CommKind::kSend)
     return Status(Code::kInvalidArgument, "closeSend: not a send comm");
   s->kind = CommKind::kDead;
   dp::log_stats("send", s->c);
+  uint32_t wrs = 0;
+  for (int q = 0; q < s->c.nqps; ++q) wrs += s->sq_used[q];
+  if (wrs > 0 || s->free_top < SendComm::kPool) {
+    s->c.pending_work = std::to_string(SendComm::kPool - s->free_top) +
+                        " isend(s) not tested done, " + std::to_string(wrs) +
+                        " WR(s) on the send queues";
+  }
   delete s;  // QPs to ERROR, CQ drained, QPs/CQ/MR/memory released (member order)
   if (Engine* e = engine()) e->open_comms.fetch_sub(1);
   return Status::ok();
@@ -177,6 +216,10 @@ Status close_recv(RecvComm* r) {
   r->kind = CommKind::kDead;
   dp::unregister_recv(*r);  // no other thread's publisher reaches it from here on
   dp::log_stats("receive", r->c);
+  int live = 0;
+  for (int i = 0; i < wire::kFifoSlots; ++i)
+    live += r->pool[i].magic == Request::kMagic && r->pool[i].in_use;
+  if (live > 0) r->c.pending_work = std::to_string(live) + " irecv(s) not tested done";
   delete r;
   if (Engine* e = engine()) e->open_comms.fetch_sub(1);
   return Status::ok();

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "comm.h"
 #include "liveness.h"
 #include "sluice/core/device_info.h"
 #include "sluice/core/hca_filter.h"
@@ -308,6 +309,15 @@ void engine_release() {
   std::lock_guard<std::mutex> lk(g_engine_mu);
   if (g_refs == 0) return;
   if (--g_refs > 0) return;
+  // What NCCL abandoned goes first, while the devices are alive: connects still in progress, and
+  // listen comms' pending handshakes (comm.h).
+  const size_t connects = reap_abandoned_connects(true);
+  const size_t handshakes = reap_listens(true);
+  if (connects + handshakes > 0) {
+    SLUICE_INFO(kSubInit | kSubNet,
+                "finalize released %zu connect(s) and %zu accepted handshake(s) in progress",
+                connects, handshakes);
+  }
   if (int open = g_engine->open_comms.load(); open > 0) {
     SLUICE_WARN("last finalize with %d comm(s) still open: keeping devices alive for them", open);
     // Keep the engine (a leak) rather than free resources still in use; threads are stopped.

@@ -218,6 +218,19 @@ Status dereg_mr(void* comm, MemHandle* mh) {
     return Status(Code::kInvalidArgument, "deregMr: not a send or receive comm");
   if (mh == nullptr || mh->magic != MemHandle::kMagic)
     return Status(Code::kInvalidArgument, "deregMr: not a Sluice memory handle");
+  // A registration that a request of this comm still uses stays: the NIC may still read or write
+  // it. The caller gets an error naming it and may deregister again once the request is done.
+  std::string users;
+  if (const int n = requests_using(comm, mh, &users); n > 0) {
+    char range[96];
+    std::snprintf(range, sizeof range, "[0x%lx, +%zu)", static_cast<unsigned long>(mh->base),
+                  mh->len);
+    return Status(Code::kInvalidUsage,
+                  "deregMr of the registration " + std::string(range) + " on " +
+                      comm_device(comm)->name + ": still in use by " + users +
+                      "; the registration is kept (test the requests to completion or close the "
+                      "comm, then deregister it)");
+  }
   Adapter* a = mh->adapter;
   std::lock_guard<std::mutex> lk(a->mr_mu);
   for (auto e = a->mrs.begin(); e != a->mrs.end(); ++e) {
