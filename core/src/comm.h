@@ -153,8 +153,10 @@ struct Conn {
   // What the owner had in flight when it closed (set by close_send/close_recv): named by the WARN
   // when the drain at close runs out of SLUICE_CLOSE_TIMEOUT_MS.
   std::string pending_work;
-  Status failure;   // sticky: once set every call fails with it
-  PeerWatch watch;  // the peer's liveness and async-event failures (liveness.h)
+  Status failure;             // sticky: once set every call fails with it
+  PeerWatch watch;            // the peer's liveness and async-event failures (liveness.h)
+  CommBase* owner = nullptr;  // the SendComm or RecvComm this is a member of
+  bool retired = false;       // finalize released its verbs objects (retire_comm); dev is null
   bool failed() const { return !failure.is_ok(); }
   std::string describe_qp(int q) const;  // "qpn 17 (rxe0:1) -> qpn 18 (rxe1) at 127.0.0.1:4711"
   // QPs to ERROR, then polls the CQ until every queue is drained (a marker WR posted behind the
@@ -167,7 +169,7 @@ struct Conn {
 class SendComm : public CommBase {
  public:
   static constexpr int kPool = wire::kFifoSlots * wire::kEntriesPerSlot;  // 256 isends in flight
-  SendComm() : CommBase(CommKind::kSend) {}
+  SendComm() : CommBase(CommKind::kSend) { c.owner = this; }
   // Declared first so they are released last, after the QPs in `c` are gone.
   // FIFO (written by the receiver) and local completion records (read by the NIC), then the
   // request pool; all on the NIC's NUMA node, only the first two registered.
@@ -198,7 +200,7 @@ struct FlushDeleter {
 
 class RecvComm : public CommBase {
  public:
-  RecvComm() : CommBase(CommKind::kRecv) {}
+  RecvComm() : CommBase(CommKind::kRecv) { c.owner = this; }
   // CTS staging (read by the NIC) and completion records (written by the peer), then the request
   // pool; all on the NIC's NUMA node, only the first two registered.
   NumaBuffer mem;
@@ -229,8 +231,14 @@ class RecvComm : public CommBase {
 // connect in progress and every listen comm's pending handshakes, and retire open listen comms
 // (a later accept fails, close frees them). Each returns how many it released.
 // Requests of `comm` (a SendComm or RecvComm) not yet completed whose buffers lie in the
-// registration `mh` (datapath.cc); *what describes them ("2 isend(s) on qpn 17 on ...").
+// registration `mh` (datapath.cc); *what describes them ("2 isend(s) on qpn 17 on ..."). 0 for a
+// failed comm, whose QPs it moves to ERROR: nothing of it touches memory again.
 int requests_using(void* comm, const MemHandle* mh, std::string* what);
+
+// Finalize with the comm still open (datapath.cc): its QPs, CQ, MRs, flush machinery and socket
+// are released while the device is alive, and it fails every later call with `why`; only its
+// memory stays, for close to free. The caller holds no adapter lock.
+void retire_comm(Conn& c, const std::string& why);
 
 size_t reap_abandoned_connects(bool all);
 size_t reap_listens(bool all);

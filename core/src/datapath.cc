@@ -3,6 +3,7 @@
 // allocation, lock or log on the path of a message (errors build a message once, when the comm
 // fails).
 #include <arpa/inet.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -16,6 +17,7 @@
 #include "datapath_internal.h"
 #include "flush.h"
 #include "sluice/core/log.h"
+#include "sluice/core/qp.h"
 
 namespace sluice {
 namespace dp {
@@ -26,6 +28,7 @@ Status fail(Conn& c, Status st) {
 }
 
 Status check_device(Conn& c, bool new_work) {
+  if (c.failed()) return c.failure;  // a retired comm has no device any more
   Adapter* a = c.dev->adapter;
   if (!a->fatal.load(std::memory_order_relaxed)) return liveness_check(c, new_work);
   std::lock_guard<std::mutex> lk(a->fatal_mu);
@@ -161,14 +164,44 @@ Status comm_stats(void* comm, CommStats* out) {
   return Status::ok();
 }
 
+void retire_comm(Conn& c, const std::string& why) {
+  if (c.retired) return;
+  if (c.owner->kind == CommKind::kRecv) dp::unregister_recv(*static_cast<RecvComm*>(c.owner));
+  c.failure = Status(Code::kInvalidUsage, why + " (comm " + c.describe_qp(0) + ")");
+  liveness_stop(c);
+  c.drain_at_close();
+  for (int q = 0; q < c.nqps; ++q) c.qps[q].reset();
+  c.cq.reset();
+  if (c.fd >= 0) close(c.fd);
+  c.fd = -1;
+  if (c.owner->kind == CommKind::kSend) {
+    static_cast<SendComm*>(c.owner)->mem_mr.reset();
+  } else {
+    auto* r = static_cast<RecvComm*>(c.owner);
+    r->flush.reset();
+    r->mem_mr.reset();
+  }
+  c.dev = nullptr;
+  c.retired = true;
+}
+
 int requests_using(void* comm, const MemHandle* mh, std::string* what) {
   auto* b = static_cast<CommBase*>(comm);
   const auto in = [mh](uintptr_t addr, size_t n) {
     return n > 0 && addr >= mh->base && addr - mh->base < mh->len;
   };
+  // A failed comm is never used again: its QPs go to ERROR (the NIC stops touching its buffers),
+  // so teardown after a failure can always deregister.
+  const auto stopped = [](Conn& c) {
+    if (!c.failed()) return false;
+    for (int q = 0; q < c.nqps; ++q)
+      if (c.qps[q]) (void)qp_to_error(c.qps[q].get());
+    return true;
+  };
   int n = 0;
   if (b->kind == CommKind::kSend) {
     auto* s = static_cast<SendComm*>(b);
+    if (stopped(s->c)) return 0;
     for (int i = 0; i < SendComm::kPool; ++i) {
       const SendReq& r = s->pool[i];
       n += r.magic == Request::kMagic && r.in_use && !r.done && r.lkey == mh->lkey &&
@@ -178,6 +211,7 @@ int requests_using(void* comm, const MemHandle* mh, std::string* what) {
   } else if (b->kind == CommKind::kRecv) {
     auto* r = static_cast<RecvComm*>(b);
     std::lock_guard<std::mutex> lk(r->mu);
+    if (stopped(r->c)) return 0;
     for (int k = 0; k < wire::kFifoSlots; ++k) {
       const RecvReq& q = r->pool[k];
       if (q.magic != Request::kMagic || !q.in_use || q.done) continue;
@@ -205,8 +239,9 @@ Status close_send(SendComm* s) {
                         " isend(s) not tested done, " + std::to_string(wrs) +
                         " WR(s) on the send queues";
   }
+  const bool counted = !s->c.retired;  // finalize took a retired comm off the count
   delete s;  // QPs to ERROR, CQ drained, QPs/CQ/MR/memory released (member order)
-  if (Engine* e = engine()) e->open_comms.fetch_sub(1);
+  if (Engine* e = engine(); e != nullptr && counted) e->open_comms.fetch_sub(1);
   return Status::ok();
 }
 
@@ -220,8 +255,9 @@ Status close_recv(RecvComm* r) {
   for (int i = 0; i < wire::kFifoSlots; ++i)
     live += r->pool[i].magic == Request::kMagic && r->pool[i].in_use;
   if (live > 0) r->c.pending_work = std::to_string(live) + " irecv(s) not tested done";
+  const bool counted = !r->c.retired;
   delete r;
-  if (Engine* e = engine()) e->open_comms.fetch_sub(1);
+  if (Engine* e = engine(); e != nullptr && counted) e->open_comms.fetch_sub(1);
   return Status::ok();
 }
 

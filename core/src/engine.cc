@@ -318,6 +318,23 @@ void engine_release() {
                 "finalize released %zu connect(s) and %zu accepted handshake(s) in progress",
                 connects, handshakes);
   }
+  // Comms NCCL left open: their verbs objects and sockets go now, while the devices are alive;
+  // each fails every later call with the reason, and close frees what is left of it.
+  std::vector<Conn*> open_comms;
+  for (const auto& a : g_engine->adapters_) {
+    std::lock_guard<std::mutex> lk(a->comms_mu);
+    open_comms.insert(open_comms.end(), a->comms.begin(), a->comms.end());
+  }
+  if (!open_comms.empty()) {
+    SLUICE_WARN(
+        "finalize with %zu send/receive comm(s) still open: releasing their QPs, CQs, MRs and "
+        "sockets now; later calls on them fail, and close frees them",
+        open_comms.size());
+    for (Conn* c : open_comms) {
+      retire_comm(*c, "the plugin was finalized with this comm open; only close is valid now");
+      g_engine->open_comms.fetch_sub(1);
+    }
+  }
   if (int open = g_engine->open_comms.load(); open > 0) {
     SLUICE_WARN("last finalize with %d comm(s) still open: keeping devices alive for them", open);
     // Keep the engine (a leak) rather than free resources still in use; threads are stopped.
