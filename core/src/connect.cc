@@ -43,6 +43,7 @@ struct ConnectState {
   size_t io = 0;
   int attempts = 0;
   bool busy = false;  // a connect call is driving it right now (guarded by the registry's mu)
+  Clock::time_point last_poll;  // the last connect call on it (guarded by the registry's mu)
   uint8_t tc = 0, sl = 0;
 };
 
@@ -267,11 +268,13 @@ Status connect(int dev, void* handle, const CommConfig& cfg, SendComm** out) {
   }
   uint64_t id = h.connect_state;
   s->busy = true;  // the reaper leaves it alone while this call drives it
+  s->last_poll = Clock::now();
   lk.unlock();
 
   Status st = connect_step(*s, out);
   lk.lock();
   s->busy = false;
+  s->last_poll = Clock::now();  // polled until now (a QP bring-up may take a while)
   if (st.is_again()) return Status::ok();
   // Finished, either way: forget the state (a failed partial comm is released with it).
   auto node = g.states.extract(id);
@@ -298,9 +301,13 @@ size_t reap_abandoned_connects(bool all) {
     }
     if (g.states.empty()) return 0;
     const Clock::time_point now = Clock::now();
+    const Engine* e = engine();
+    const auto bound = std::chrono::milliseconds(e ? e->config().connect_timeout_ms : 0);
     for (auto it = g.states.begin(); it != g.states.end();) {
+      // Abandoned: past its deadline and not polled for a whole bound (one still polled fails at
+      // its own next call, with the reason).
       ConnectState& s = *it->second;
-      if (!s.busy && (all || now > s.deadline)) {
+      if (!s.busy && (all || (now > s.deadline && now - s.last_poll > bound))) {
         dead.push_back(std::move(it->second));
         it = g.states.erase(it);
       } else {

@@ -48,6 +48,7 @@ class ListenComm : public CommBase {
   // Held by accept (its one driver) and by the reaper (reap_listens), which only try_locks it
   // except at finalize.
   std::mutex mu;
+  std::chrono::steady_clock::time_point last_accept;  // the last accept call (guarded by mu)
 };
 
 namespace {
@@ -364,6 +365,10 @@ Status accept(ListenComm* l, RecvComm** out) {
   std::lock_guard<std::mutex> lk(l->mu);
   if (!l->failure.is_ok()) return l->failure;
   const Clock::time_point now = Clock::now();
+  struct Touch {  // accept was called until it returned (a QP bring-up may take a while)
+    ListenComm* l;
+    ~Touch() { l->last_accept = Clock::now(); }
+  } touch{l};
   Status st = accept_new(*l, now);
   if (!st.is_ok()) {
     l->failure = st;
@@ -419,6 +424,8 @@ size_t reap_listens(bool all) {
   }
   size_t n = 0;
   const Clock::time_point now = Clock::now();
+  const Engine* e = engine();
+  const auto bound = std::chrono::milliseconds(e ? e->config().handshake_timeout_ms : 0);
   for (ListenComm* l : g.comms) {
     std::unique_lock<std::mutex> ll(l->mu, std::defer_lock);
     if (all) {
@@ -426,6 +433,7 @@ size_t reap_listens(bool all) {
     } else if (!ll.try_lock()) {
       continue;  // its accept is running and reaps its own
     }
+    if (!all && now - l->last_accept <= bound) continue;  // accept is still polled: it decides
     for (size_t i = 0; i < l->pending.size();) {
       ListenComm::Pending& p = *l->pending[i];
       if (!all && now <= p.deadline) {
