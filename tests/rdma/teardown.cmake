@@ -9,3 +9,12 @@ set_property(TEST core_teardown APPEND PROPERTY LABELS faults)
 set_property(TEST core_teardown APPEND PROPERTY ENVIRONMENT SLUICE_CONNECT_TIMEOUT_MS=3000
                                                        SLUICE_HANDSHAKE_TIMEOUT_MS=3000
                                                        SLUICE_CLOSE_TIMEOUT_MS=2000)
+# The refused sends and the close drain on 4 QPs with every message split over them (one notice
+# and one drain marker per QP).
+sluice_add_rdma_test(NAME core_teardown_qps4_split COMMAND $<TARGET_FILE:core_teardown_test>
+                     --gtest_filter=*Refused*:*Close* TIMEOUT 300)
+set_property(TEST core_teardown_qps4_split APPEND PROPERTY LABELS faults)
+set_property(TEST core_teardown_qps4_split APPEND PROPERTY ENVIRONMENT NCCL_IB_QPS_PER_CONNECTION=4
+                                                                  NCCL_IB_SPLIT_DATA_ON_QPS=1
+                                                                  SLUICE_CONNECT_TIMEOUT_MS=3000
+                                                                  SLUICE_CLOSE_TIMEOUT_MS=2000)
