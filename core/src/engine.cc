@@ -24,7 +24,9 @@ namespace {
 
 std::mutex g_engine_mu;
 int g_refs = 0;
-std::unique_ptr<Engine> g_engine;
+// A plain pointer: no static destructor may release verbs objects at exit (an engine still held
+// then, with no finalize, is left to the process's end).
+Engine* g_engine = nullptr;
 std::atomic<Engine*> g_engine_ptr{nullptr};
 
 // Largest single transfer we report (the data path refuses larger sends: send.cc).
@@ -299,8 +301,8 @@ Status engine_acquire(LogSink sink, LocalityProvider locality, DeviceOrderProvid
   }
   auto e = Engine::create(locality, order, gpu);
   if (!e.is_ok()) return e.status();
-  g_engine = std::move(e).value();
-  g_engine_ptr.store(g_engine.get(), std::memory_order_release);
+  g_engine = std::move(e).value().release();
+  g_engine_ptr.store(g_engine, std::memory_order_release);
   g_refs = 1;
   return Status::ok();
 }
@@ -339,12 +341,13 @@ void engine_release() {
     SLUICE_WARN("last finalize with %d comm(s) still open: keeping devices alive for them", open);
     // Keep the engine (a leak) rather than free resources still in use; threads are stopped.
     g_engine->stop_threads();
-    g_engine.release();  // NOLINT(bugprone-unused-return-value)
+    g_engine = nullptr;  // NOLINT: deliberately leaked
     g_engine_ptr.store(nullptr, std::memory_order_release);
     return;
   }
   g_engine_ptr.store(nullptr, std::memory_order_release);
-  g_engine.reset();
+  delete g_engine;
+  g_engine = nullptr;
 }
 
 int device_count() {
