@@ -120,7 +120,8 @@ void fuzz_record(Reader& in) {
   } else {
     check(!st.message().empty(), "error without a message");
     check(st.code() == Code::kRemoteError ||
-              (st.code() == Code::kInvalidUsage && rec.status == wire::kRecordTooLarge &&
+              (st.code() == Code::kInvalidUsage &&
+               (rec.status == wire::kRecordTooLarge || rec.status == wire::kRecordOverLimit) &&
                rec.bad_index < static_cast<uint32_t>(n)),
           "unexpected error code");
     for (size_t r : received) check(r == SIZE_MAX, "sizes written on error");

@@ -61,31 +61,86 @@ std::string Conn::describe_qp(int q) const {
   return s;
 }
 
-Conn::~Conn() {
-  // Teardown order: QPs to ERROR so outstanding work flushes, drain the CQ (bounded), then the
-  // owners release QPs before the CQ (member order), MRs and memory are released by the comm.
-  liveness_stop(*this);  // out of the async-event registry; goodbye to the peer
+void Conn::drain_at_close() {
+  bool moved[wire::kMaxQps] = {};
   bool any = false;
   for (int q = 0; q < nqps; ++q) {
-    if (qps[q]) {
-      (void)qp_to_error(qps[q].get());
-      any = true;
+    moved[q] = qps[q] && qp_to_error(qps[q].get()).is_ok();
+    any = any || moved[q];
+  }
+  if (!any || !cq) return;
+  // Flushed work completes quickly once the QPs are in ERROR; the bound is for a provider or a
+  // device that does not flush.
+  using Clock = std::chrono::steady_clock;
+  const Engine* e = engine();
+  const int limit_ms = e ? e->config().close_timeout_ms : 2000;
+  const auto start = Clock::now();
+  const auto deadline = start + std::chrono::milliseconds(limit_ms);
+  enum Marker : uint8_t { kNone, kPosted, kBack, kUnpostable };
+  Marker marker[wire::kMaxQps] = {};
+  ibv_wc wc[16];
+  bool drained = false;
+  for (;;) {
+    drained = true;
+    for (int q = 0; q < nqps; ++q) {
+      if (!moved[q]) continue;
+      if (marker[q] == kNone) {  // a full send queue takes it once flushed WRs made room
+        ibv_send_wr w{};
+        w.wr_id = kWrDrainMarker | static_cast<uint64_t>(q);
+        w.opcode = IBV_WR_RDMA_WRITE;
+        w.send_flags = IBV_SEND_SIGNALED;
+        ibv_send_wr* bad = nullptr;
+        const int rc = ibv_post_send(qps[q].get(), &w, &bad);
+        if (rc == 0) marker[q] = kPosted;
+        if (rc != 0 && rc != ENOMEM) marker[q] = kUnpostable;  // nothing more to learn there
+      }
+      drained =
+          drained && (marker[q] == kBack || marker[q] == kUnpostable) && rq_outstanding[q] == 0;
+    }
+    if (drained || Clock::now() >= deadline) break;
+    const int n = ibv_poll_cq(cq.get(), 16, wc);
+    if (n < 0) break;
+    for (int k = 0; k < n; ++k) {
+      int q = 0;
+      while (q < nqps && !(qps[q] && qps[q]->qp_num == wc[k].qp_num)) ++q;
+      if (q == nqps) continue;
+      if (wc[k].wr_id == (kWrDrainMarker | static_cast<uint64_t>(q))) {
+        marker[q] = kBack;
+      } else if (wc[k].wr_id < wire::kFifoSlots && rq_outstanding[q] > 0) {
+        // Receive WRs carry their FIFO slot; the send comm, whose small wr_ids are send-queue
+        // group leaders, posts no receive WRs.
+        --rq_outstanding[q];
+      }
     }
   }
-  if (any && cq) {
-    // Flushed work completes quickly once the QPs are in ERROR; stop when the CQ stays empty for a
-    // while or at SLUICE_CLOSE_TIMEOUT_MS, whichever comes first.
-    const Engine* e = engine();
-    const int limit_ms = e ? e->config().close_timeout_ms : 2000;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(limit_ms);
-    ibv_wc wc[16];
-    int empty_polls = 0;
-    while (empty_polls < 64 && std::chrono::steady_clock::now() < deadline) {
-      int n = ibv_poll_cq(cq.get(), 16, wc);
-      empty_polls = n > 0 ? 0 : empty_polls + 1;
-      if (n < 0) break;
+  if (!drained) {
+    std::string left;
+    for (int q = 0; q < nqps; ++q) {
+      if (!moved[q]) continue;
+      if (marker[q] == kPosted || marker[q] == kNone)
+        left += std::string(left.empty() ? "" : ", ") + "the send queue of qpn " +
+                std::to_string(qps[q]->qp_num) +
+                (marker[q] == kNone ? " (full)" : " (work not flushed)");
+      if (rq_outstanding[q] > 0)
+        left += std::string(left.empty() ? "" : ", ") + std::to_string(rq_outstanding[q]) +
+                " receive WR(s) on qpn " + std::to_string(qps[q]->qp_num);
     }
+    SLUICE_WARN(
+        "close of the comm %s: outstanding work not drained within SLUICE_CLOSE_TIMEOUT_MS=%d ms "
+        "(%.0f ms): %s%s%s; the device did not flush it (likely: a hung device or driver); "
+        "releasing the QPs, CQ and memory anyway",
+        describe_qp(0).c_str(), limit_ms,
+        std::chrono::duration<double, std::milli>(Clock::now() - start).count(), left.c_str(),
+        pending_work.empty() ? "" : "; in flight: ", pending_work.c_str());
   }
+  for (int q = 0; q < nqps; ++q) rq_outstanding[q] = 0;
+}
+
+Conn::~Conn() {
+  // Teardown order: drain (QPs to ERROR, flushed work collected, bounded), then the QPs before
+  // the CQ (member order); MRs and memory are released by the comm.
+  liveness_stop(*this);  // out of the async-event registry; goodbye to the peer
+  drain_at_close();
   for (int q = 0; q < nqps; ++q) qps[q].reset();
   cq.reset();
   if (fd >= 0) close(fd);

@@ -34,6 +34,10 @@ namespace sluice {
 // Depths are 2^k - 1: providers (rxe, mlx5) round a queue up to the next power of two above the
 // requested depth, so 2^k would double the memory.
 inline constexpr uint32_t kSendSqDepth = 47;
+// wr_id of the marker WR that Conn::drain_at_close posts on each send queue in ERROR: its flushed
+// completion comes after every earlier WR's (send-queue order). Distinct from the data path's
+// wr_id bits (datapath_internal.h: 1 << 63, 62, 61; pool indexes below 256).
+inline constexpr uint64_t kWrDrainMarker = 1ull << 60;
 // The receiver's send queue carries only CTS writes: at most kCtsBudget whose slots are not yet
 // reclaimed by a polled signaled CTS completion (one every kCtsSignalEvery).
 inline constexpr uint32_t kCtsSignalEvery = 8;
@@ -150,18 +154,29 @@ struct Conn {
   uint32_t max_inline = 0;
   bool split = false;  // NCCL_IB_SPLIT_DATA_ON_QPS of the connector (both ends follow it)
   CommCounters stats;
-  Status failure;   // sticky: once set every call fails with it
-  PeerWatch watch;  // the peer's liveness and async-event failures (liveness.h)
+  // Receive WRs posted on each QP and not yet completed (recv.cc), for the drain at close.
+  uint32_t rq_outstanding[wire::kMaxQps] = {};
+  // What the owner had in flight when it closed (set by close_send/close_recv): named by the WARN
+  // when the drain at close runs out of SLUICE_CLOSE_TIMEOUT_MS.
+  std::string pending_work;
+  Status failure;             // sticky: once set every call fails with it
+  PeerWatch watch;            // the peer's liveness and async-event failures (liveness.h)
+  CommBase* owner = nullptr;  // the SendComm or RecvComm this is a member of
   std::unique_ptr<CmLink, CmLinkDeleter> cm;  // rdmacm mode only; null in oob mode
+  bool retired = false;  // finalize released its verbs objects (retire_comm); dev is null
   bool failed() const { return !failure.is_ok(); }
   std::string describe_qp(int q) const;  // "qpn 17 (rxe0:1) -> qpn 18 (rxe1) at 127.0.0.1:4711"
+  // QPs to ERROR, then polls the CQ until every queue is drained (a marker WR posted behind the
+  // send queue's work came back, every posted receive WR completed) or SLUICE_CLOSE_TIMEOUT_MS of
+  // wall time passed (then a WARN names what was left). Run by ~Conn; idempotent.
+  void drain_at_close();
   ~Conn();
 };
 
 class SendComm : public CommBase {
  public:
   static constexpr int kPool = wire::kFifoSlots * wire::kEntriesPerSlot;  // 256 isends in flight
-  SendComm() : CommBase(CommKind::kSend) {}
+  SendComm() : CommBase(CommKind::kSend) { c.owner = this; }
   // Declared first so they are released last, after the QPs in `c` are gone.
   // FIFO (written by the receiver) and local completion records (read by the NIC), then the
   // request pool; all on the NIC's NUMA node, only the first two registered.
@@ -192,7 +207,7 @@ struct FlushDeleter {
 
 class RecvComm : public CommBase {
  public:
-  RecvComm() : CommBase(CommKind::kRecv) {}
+  RecvComm() : CommBase(CommKind::kRecv) { c.owner = this; }
   // CTS staging (read by the NIC) and completion records (written by the peer), then the request
   // pool; all on the NIC's NUMA node, only the first two registered.
   NumaBuffer mem;
@@ -215,5 +230,24 @@ class RecvComm : public CommBase {
   Conn c;
   std::unique_ptr<Flush, FlushDeleter> flush;  // loopback QP for iflush; null until needed
 };
+
+// Teardown of what NCCL may abandon (connect.cc, listener.cc). all = false: release connects
+// in progress that nobody polled past their SLUICE_CONNECT_TIMEOUT_MS, and handshakes in progress
+// on listen comms past their SLUICE_HANDSHAKE_TIMEOUT_MS (called from later control calls; skips
+// what another thread is driving). all = true (finalize, before the devices go): release every
+// connect in progress and every listen comm's pending handshakes, and retire open listen comms
+// (a later accept fails, close frees them). Each returns how many it released.
+// Requests of `comm` (a SendComm or RecvComm) not yet completed whose buffers lie in the
+// registration `mh` (datapath.cc); *what describes them ("2 isend(s) on qpn 17 on ..."). 0 for a
+// failed comm, whose QPs it moves to ERROR: nothing of it touches memory again.
+int requests_using(void* comm, const MemHandle* mh, std::string* what);
+
+// Finalize with the comm still open (datapath.cc): its QPs, CQ, MRs, flush machinery and socket
+// are released while the device is alive, and it fails every later call with `why`; only its
+// memory stays, for close to free. The caller holds no adapter lock.
+void retire_comm(Conn& c, const std::string& why);
+
+size_t reap_abandoned_connects(bool all);
+size_t reap_listens(bool all);
 
 }  // namespace sluice

@@ -12,6 +12,7 @@
 #include <mutex>
 #include <type_traits>
 #include <unordered_map>
+#include <vector>
 
 #include "cm_rdmacm.h"
 #include "comm.h"
@@ -51,6 +52,8 @@ struct ConnectState {
   wire::Meta local{}, remote{};
   size_t io = 0;
   int attempts = 0;
+  bool busy = false;  // a connect call is driving it right now (guarded by the registry's mu)
+  Clock::time_point last_poll;  // the last connect call on it (guarded by the registry's mu)
   uint8_t tc = 0, sl = 0;
   CmConnector cm;  // SLUICE_CM's choice, and the rdma_cm ids in rdmacm mode (cm_rdmacm.h)
 };
@@ -60,9 +63,18 @@ int remaining_ms(const ConnectState& s) {
   return static_cast<int>(std::max<long long>(1, left.count()));
 }
 
-std::mutex g_connect_mu;
-std::unordered_map<uint64_t, std::unique_ptr<ConnectState>> g_connects;
-uint64_t g_next_connect_id = 1;
+// Connections in progress, found again from NCCL's handle. Allocated once and never destroyed: no
+// static destructor may release verbs objects after their context is gone, so every state is
+// released by a plugin call (its own completion, reap_abandoned_connects, or finalize).
+struct ConnectRegistry {
+  std::mutex mu;
+  std::unordered_map<uint64_t, std::unique_ptr<ConnectState>> states;
+  uint64_t next_id = 1;
+};
+ConnectRegistry& connects() {
+  static auto* r = new ConnectRegistry;  // NOLINT: deliberately never destroyed (see above)
+  return *r;
+}
 
 bool retryable(int err) {
   return err == ECONNREFUSED || err == ETIMEDOUT || err == EHOSTUNREACH || err == ENETUNREACH ||
@@ -282,15 +294,19 @@ Status connect(int dev, void* handle, const CommConfig& cfg, SendComm** out) {
   std::memcpy(&h, handle, sizeof h);
   SLUICE_RETURN_IF_ERROR(wire::validate_handle(h));
 
+  reap_abandoned_connects(false);
+  reap_listens(false);
+  ConnectRegistry& g = connects();
   ConnectState* s = nullptr;
-  std::unique_lock<std::mutex> lk(g_connect_mu);
+  std::unique_lock<std::mutex> lk(g.mu);
   if (h.connect_state != 0) {
-    auto it = g_connects.find(h.connect_state);
-    if (it == g_connects.end() ||
+    auto it = g.states.find(h.connect_state);
+    if (it == g.states.end() || it->second->busy ||
         h.connect_check != (h.connect_state ^ h.nonce ^ wire::kHandleMagic)) {
       return Status(Code::kInvalidArgument,
-                    "connect: the handle refers to no connection in progress (corrupt handle, or "
-                    "a handle reused after its connection completed or failed)");
+                    "connect: the handle refers to no connection in progress (corrupt handle, a "
+                    "handle reused after its connection completed or failed, or a connection "
+                    "left unpolled past SLUICE_CONNECT_TIMEOUT_MS and released)");
     }
     s = it->second.get();
   } else {
@@ -305,21 +321,25 @@ Status connect(int dev, void* handle, const CommConfig& cfg, SendComm** out) {
     auto resolve = st->cm.begin(*e->device(dev), h.cm_port != 0, st->peer);
     if (!resolve.is_ok()) return resolve.status().with_context("connect to " + st->peer);
     if (resolve.value()) st->phase = ConnectState::kCmResolve;
-    uint64_t id = g_next_connect_id++;
+    uint64_t id = g.next_id++;
     h.connect_state = id;
     h.connect_check = id ^ h.nonce ^ wire::kHandleMagic;
     std::memcpy(handle, &h, sizeof h);
     s = st.get();
-    g_connects.emplace(id, std::move(st));
+    g.states.emplace(id, std::move(st));
   }
   uint64_t id = h.connect_state;
-  lk.unlock();  // a state machine is driven by one thread (NCCL reuses the handle per connection)
+  s->busy = true;  // the reaper leaves it alone while this call drives it
+  s->last_poll = Clock::now();
+  lk.unlock();
 
   Status st = connect_step(*s, out);
-  if (st.is_again()) return Status::ok();
-  // Finished, either way: forget the state (a failed partial comm is released by its owners).
   lk.lock();
-  auto node = g_connects.extract(id);
+  s->busy = false;
+  s->last_poll = Clock::now();  // polled until now (a QP bring-up may take a while)
+  if (st.is_again()) return Status::ok();
+  // Finished, either way: forget the state (a failed partial comm is released with it).
+  auto node = g.states.extract(id);
   lk.unlock();
   h.connect_state = 0;
   h.connect_check = 0;
@@ -329,6 +349,44 @@ Status connect(int dev, void* handle, const CommConfig& cfg, SendComm** out) {
     return st.with_context("connect to " + s->peer + " from " + e->device(dev)->name);
   }
   return st;
+}
+
+size_t reap_abandoned_connects(bool all) {
+  ConnectRegistry& g = connects();
+  std::vector<std::unique_ptr<ConnectState>> dead;
+  {
+    std::unique_lock<std::mutex> lk(g.mu, std::defer_lock);
+    if (all) {
+      lk.lock();
+    } else if (!lk.try_lock()) {
+      return 0;  // another thread is in connect: it reaps
+    }
+    if (g.states.empty()) return 0;
+    const Clock::time_point now = Clock::now();
+    const Engine* e = engine();
+    const auto bound = std::chrono::milliseconds(e ? e->config().connect_timeout_ms : 0);
+    for (auto it = g.states.begin(); it != g.states.end();) {
+      // Abandoned: past its deadline and not polled for a whole bound (one still polled fails at
+      // its own next call, with the reason).
+      ConnectState& s = *it->second;
+      if (!s.busy && (all || (now > s.deadline && now - s.last_poll > bound))) {
+        dead.push_back(std::move(it->second));
+        it = g.states.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  // Released outside the lock: each comm's teardown drains its QPs (bounded).
+  for (auto& s : dead) {
+    SLUICE_INFO(
+        kSubNet, "releasing a connect to %s that was %s (its QPs, CQ, memory and socket)",
+        s->peer.c_str(),
+        all ? "still in progress at finalize" : "no longer polled past SLUICE_CONNECT_TIMEOUT_MS");
+  }
+  const size_t n = dead.size();
+  dead.clear();
+  return n;
 }
 
 }  // namespace sluice

@@ -1,6 +1,7 @@
 #include "cts_match.h"
 
 #include <atomic>
+#include <cstdint>
 #include <cstring>
 #include <string>
 
@@ -71,18 +72,22 @@ Status check_record(const wire::DoneRecord& rec_in, uint64_t seq, int n, const s
                                           std::to_string(rec.seq) + ", expected " +
                                           std::to_string(seq + 1) + ")");
   }
-  if (rec.status == wire::kRecordTooLarge) {
+  if (rec.status == wire::kRecordTooLarge || rec.status == wire::kRecordOverLimit) {
     if (rec.bad_index >= static_cast<uint32_t>(n)) {
-      return Status(Code::kRemoteError, "completion record reports an oversize send into buffer " +
+      return Status(Code::kRemoteError, "completion record reports a refused send into buffer " +
                                             std::to_string(rec.bad_index) + " of a receive of " +
                                             std::to_string(n));
     }
     const uint32_t i = rec.bad_index;
-    return Status(Code::kInvalidUsage, "peer tried to send " + std::to_string(rec.sizes[i]) +
-                                           " bytes into receive buffer " + std::to_string(i) +
-                                           " (tag " + std::to_string(tags[i]) + ") of only " +
-                                           std::to_string(posted[i]) +
-                                           " bytes; nothing was written");
+    std::string m = "peer tried to send " + std::to_string(rec.sizes[i]) +
+                    (rec.sizes[i] == UINT32_MAX ? " or more" : "") + " bytes into receive buffer " +
+                    std::to_string(i) + " (tag " + std::to_string(tags[i]) + ") of ";
+    m += rec.status == wire::kRecordTooLarge
+             ? "only " + std::to_string(posted[i]) + " bytes"
+             : std::to_string(posted[i]) +
+                   " bytes, more than maxP2pBytes = " + std::to_string(wire::kMaxMessageBytes) +
+                   " bytes";
+    return Status(Code::kInvalidUsage, m + "; nothing was written");
   }
   if (rec.status != wire::kRecordOk) {
     return Status(Code::kRemoteError,

@@ -3,6 +3,7 @@
 // allocation, lock or log on the path of a message (errors build a message once, when the comm
 // fails).
 #include <arpa/inet.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -16,6 +17,7 @@
 #include "datapath_internal.h"
 #include "flush.h"
 #include "sluice/core/log.h"
+#include "sluice/core/qp.h"
 
 namespace sluice {
 namespace dp {
@@ -26,6 +28,7 @@ Status fail(Conn& c, Status st) {
 }
 
 Status check_device(Conn& c, bool new_work) {
+  if (c.failed()) return c.failure;  // a retired comm has no device any more
   Adapter* a = c.dev->adapter;
   if (!a->fatal.load(std::memory_order_relaxed)) return liveness_check(c, new_work);
   std::lock_guard<std::mutex> lk(a->fatal_mu);
@@ -161,13 +164,85 @@ Status comm_stats(void* comm, CommStats* out) {
   return Status::ok();
 }
 
+void retire_comm(Conn& c, const std::string& why) {
+  if (c.retired) return;
+  if (c.owner->kind == CommKind::kRecv) dp::unregister_recv(*static_cast<RecvComm*>(c.owner));
+  c.failure = Status(Code::kInvalidUsage, why + " (comm " + c.describe_qp(0) + ")");
+  liveness_stop(c);
+  c.drain_at_close();
+  for (int q = 0; q < c.nqps; ++q) c.qps[q].reset();
+  c.cq.reset();
+  c.cm.reset();  // rdmacm mode: the QPs' rdma_cm ids and event channel
+  if (c.fd >= 0) close(c.fd);
+  c.fd = -1;
+  if (c.owner->kind == CommKind::kSend) {
+    static_cast<SendComm*>(c.owner)->mem_mr.reset();
+  } else {
+    auto* r = static_cast<RecvComm*>(c.owner);
+    r->flush.reset();
+    r->mem_mr.reset();
+  }
+  c.dev = nullptr;
+  c.retired = true;
+}
+
+int requests_using(void* comm, const MemHandle* mh, std::string* what) {
+  auto* b = static_cast<CommBase*>(comm);
+  const auto in = [mh](uintptr_t addr, size_t n) {
+    return n > 0 && addr >= mh->base && addr - mh->base < mh->len;
+  };
+  // A failed comm is never used again: its QPs go to ERROR (the NIC stops touching its buffers),
+  // so teardown after a failure can always deregister.
+  const auto stopped = [](Conn& c) {
+    if (!c.failed()) return false;
+    for (int q = 0; q < c.nqps; ++q)
+      if (c.qps[q]) (void)qp_to_error(c.qps[q].get());
+    return true;
+  };
+  int n = 0;
+  if (b->kind == CommKind::kSend) {
+    auto* s = static_cast<SendComm*>(b);
+    if (stopped(s->c)) return 0;
+    for (int i = 0; i < SendComm::kPool; ++i) {
+      const SendReq& r = s->pool[i];
+      n += r.magic == Request::kMagic && r.in_use && !r.done && r.lkey == mh->lkey &&
+           in(reinterpret_cast<uintptr_t>(r.data), r.size);
+    }
+    if (n > 0) *what = std::to_string(n) + " isend(s) on " + s->c.describe_qp(0);
+  } else if (b->kind == CommKind::kRecv) {
+    auto* r = static_cast<RecvComm*>(b);
+    std::lock_guard<std::mutex> lk(r->mu);
+    if (stopped(r->c)) return 0;
+    for (int k = 0; k < wire::kFifoSlots; ++k) {
+      const RecvReq& q = r->pool[k];
+      if (q.magic != Request::kMagic || !q.in_use || q.done) continue;
+      bool uses = false;
+      for (int i = 0; i < q.n; ++i) {
+        const wire::CtsEntry& e = r->stage[k * wire::kEntriesPerSlot + i];
+        uses = uses || (e.rkey == mh->rkey && in(e.addr, q.posted[i]));
+      }
+      n += uses;
+    }
+    if (n > 0) *what = std::to_string(n) + " irecv(s) on " + r->c.describe_qp(0);
+  }
+  return n;
+}
+
 Status close_send(SendComm* s) {
   if (s == nullptr || s->kind != CommKind::kSend)
     return Status(Code::kInvalidArgument, "closeSend: not a send comm");
   s->kind = CommKind::kDead;
   dp::log_stats("send", s->c);
+  uint32_t wrs = 0;
+  for (int q = 0; q < s->c.nqps; ++q) wrs += s->sq_used[q];
+  if (wrs > 0 || s->free_top < SendComm::kPool) {
+    s->c.pending_work = std::to_string(SendComm::kPool - s->free_top) +
+                        " isend(s) not tested done, " + std::to_string(wrs) +
+                        " WR(s) on the send queues";
+  }
+  const bool counted = !s->c.retired;  // finalize took a retired comm off the count
   delete s;  // QPs to ERROR, CQ drained, QPs/CQ/MR/memory released (member order)
-  if (Engine* e = engine()) e->open_comms.fetch_sub(1);
+  if (Engine* e = engine(); e != nullptr && counted) e->open_comms.fetch_sub(1);
   return Status::ok();
 }
 
@@ -177,8 +252,13 @@ Status close_recv(RecvComm* r) {
   r->kind = CommKind::kDead;
   dp::unregister_recv(*r);  // no other thread's publisher reaches it from here on
   dp::log_stats("receive", r->c);
+  int live = 0;
+  for (int i = 0; i < wire::kFifoSlots; ++i)
+    live += r->pool[i].magic == Request::kMagic && r->pool[i].in_use;
+  if (live > 0) r->c.pending_work = std::to_string(live) + " irecv(s) not tested done";
+  const bool counted = !r->c.retired;
   delete r;
-  if (Engine* e = engine()) e->open_comms.fetch_sub(1);
+  if (Engine* e = engine(); e != nullptr && counted) e->open_comms.fetch_sub(1);
   return Status::ok();
 }
 

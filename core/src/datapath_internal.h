@@ -13,7 +13,10 @@ inline constexpr uint64_t kWrUnsignaled = 1ull
                                           << 63;  // data WRITE: only seen when flushed in error
 inline constexpr uint64_t kWrCts = 1ull << 62;    // signaled CTS write: | qp << 32 | writes covered
 inline constexpr uint64_t kWrReject = 1ull << 61;  // oversize notice: one WR on its QP
-inline constexpr size_t kMaxMessage = size_t{1} << 30;
+static_assert((kWrDrainMarker & (kWrUnsignaled | kWrCts | kWrReject)) == 0 &&
+                  kWrDrainMarker > SendComm::kPool,
+              "close's drain marker (comm.h) is told apart from every data-path wr_id");
+inline constexpr size_t kMaxMessage = wire::kMaxMessageBytes;
 static_assert(kMaxMessage < wire::kImmRecord, "a single-receive size must fit the immediate");
 inline constexpr int kPollBatch = 16;
 

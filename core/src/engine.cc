@@ -11,22 +11,26 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "comm.h"
 #include "liveness.h"
 #include "sluice/core/device_info.h"
 #include "sluice/core/hca_filter.h"
 #include "sluice/core/log.h"
 #include "sluice/core/version.h"
+#include "sluice/core/wire.h"
 
 namespace sluice {
 namespace {
 
 std::mutex g_engine_mu;
 int g_refs = 0;
-std::unique_ptr<Engine> g_engine;
+// A plain pointer: no static destructor may release verbs objects at exit (an engine still held
+// then, with no finalize, is left to the process's end).
+Engine* g_engine = nullptr;
 std::atomic<Engine*> g_engine_ptr{nullptr};
 
-// Largest single transfer we report. test() hands sizes to NCCL as int, so stay below 2^31.
-constexpr size_t kMaxTransfer = size_t{1} << 30;
+// Largest single transfer we report (the data path refuses larger sends: send.cc).
+constexpr size_t kMaxTransfer = wire::kMaxMessageBytes;
 
 }  // namespace
 
@@ -297,8 +301,8 @@ Status engine_acquire(LogSink sink, LocalityProvider locality, DeviceOrderProvid
   }
   auto e = Engine::create(locality, order, gpu);
   if (!e.is_ok()) return e.status();
-  g_engine = std::move(e).value();
-  g_engine_ptr.store(g_engine.get(), std::memory_order_release);
+  g_engine = std::move(e).value().release();
+  g_engine_ptr.store(g_engine, std::memory_order_release);
   g_refs = 1;
   return Status::ok();
 }
@@ -307,16 +311,43 @@ void engine_release() {
   std::lock_guard<std::mutex> lk(g_engine_mu);
   if (g_refs == 0) return;
   if (--g_refs > 0) return;
+  // What NCCL abandoned goes first, while the devices are alive: connects still in progress, and
+  // listen comms' pending handshakes (comm.h).
+  const size_t connects = reap_abandoned_connects(true);
+  const size_t handshakes = reap_listens(true);
+  if (connects + handshakes > 0) {
+    SLUICE_INFO(kSubInit | kSubNet,
+                "finalize released %zu connect(s) and %zu accepted handshake(s) in progress",
+                connects, handshakes);
+  }
+  // Comms NCCL left open: their verbs objects and sockets go now, while the devices are alive;
+  // each fails every later call with the reason, and close frees what is left of it.
+  std::vector<Conn*> open_comms;
+  for (const auto& a : g_engine->adapters_) {
+    std::lock_guard<std::mutex> lk(a->comms_mu);
+    open_comms.insert(open_comms.end(), a->comms.begin(), a->comms.end());
+  }
+  if (!open_comms.empty()) {
+    SLUICE_WARN(
+        "finalize with %zu send/receive comm(s) still open: releasing their QPs, CQs, MRs and "
+        "sockets now; later calls on them fail, and close frees them",
+        open_comms.size());
+    for (Conn* c : open_comms) {
+      retire_comm(*c, "the plugin was finalized with this comm open; only close is valid now");
+      g_engine->open_comms.fetch_sub(1);
+    }
+  }
   if (int open = g_engine->open_comms.load(); open > 0) {
     SLUICE_WARN("last finalize with %d comm(s) still open: keeping devices alive for them", open);
     // Keep the engine (a leak) rather than free resources still in use; threads are stopped.
     g_engine->stop_threads();
-    g_engine.release();  // NOLINT(bugprone-unused-return-value)
+    g_engine = nullptr;  // NOLINT: deliberately leaked
     g_engine_ptr.store(nullptr, std::memory_order_release);
     return;
   }
   g_engine_ptr.store(nullptr, std::memory_order_release);
-  g_engine.reset();
+  delete g_engine;
+  g_engine = nullptr;
 }
 
 int device_count() {

@@ -117,6 +117,7 @@ class Engine {
   Status discover(const LocalityProvider& locality);
   Status apply_order(const DeviceOrderProvider& order);
   void async_loop(Adapter* a);
+  friend void engine_release();
 
   Config cfg_;
   GpuOps gpu_;

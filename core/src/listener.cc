@@ -16,6 +16,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <mutex>
 #include <random>
 #include <type_traits>
 #include <vector>
@@ -44,13 +45,27 @@ class ListenComm : public CommBase {
   std::vector<std::unique_ptr<Pending>> pending;
   bool resource_warned =
       false;       // accept4 ran out of descriptors/memory; WARNed once until it works
-  Status failure;  // sticky: the listening socket itself failed
+  Status failure;  // sticky: the listening socket itself failed, or finalize retired the comm
+  // Held by accept (its one driver) and by the reaper (reap_listens), which only try_locks it
+  // except at finalize.
+  std::mutex mu;
+  std::chrono::steady_clock::time_point last_accept;  // the last accept call (guarded by mu)
   std::unique_ptr<CmListener> cm;  // rdma_cm listener (SLUICE_CM != oob and it could bind)
 };
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// Live listen comms, for the reaper. Allocated once and never destroyed (no static destructor).
+struct ListenRegistry {
+  std::mutex mu;
+  std::vector<ListenComm*> comms;
+};
+ListenRegistry& listens() {
+  static auto* r = new ListenRegistry;  // NOLINT: deliberately never destroyed
+  return *r;
+}
 
 uint64_t random_u64() {
   static thread_local std::mt19937_64 rng{std::random_device{}()};
@@ -142,6 +157,8 @@ Status listen(int dev, void* handle, ListenComm** out) {
   Device* d = e->device(dev);
   if (d == nullptr)
     return Status(Code::kInvalidArgument, "listen: no device " + std::to_string(dev));
+  reap_abandoned_connects(false);
+  reap_listens(false);
   auto l = std::make_unique<ListenComm>();
   l->dev = d;
   l->nonce = random_u64() | 1;
@@ -178,6 +195,10 @@ Status listen(int dev, void* handle, ListenComm** out) {
   std::memset(handle, 0, kHandleSize);
   std::memcpy(handle, &h, sizeof h);
   SLUICE_INFO(kSubNet, "listening on %s for %s", l->addr_text.c_str(), d->name.c_str());
+  {
+    std::lock_guard<std::mutex> lk(listens().mu);
+    listens().comms.push_back(l.get());
+  }
   *out = l.release();
   return Status::ok();
 }
@@ -380,8 +401,15 @@ Status accept(ListenComm* l, RecvComm** out) {
   if (e == nullptr) return Status(Code::kInvalidUsage, "accept called before init");
   if (l == nullptr || l->kind != CommKind::kListen)
     return Status(Code::kInvalidArgument, "accept: not a listen comm");
+  reap_abandoned_connects(false);
+  reap_listens(false);
+  std::lock_guard<std::mutex> lk(l->mu);
   if (!l->failure.is_ok()) return l->failure;
   const Clock::time_point now = Clock::now();
+  struct Touch {  // accept was called until it returned (a QP bring-up may take a while)
+    ListenComm* l;
+    ~Touch() { l->last_accept = Clock::now(); }
+  } touch{l};
   Status st = accept_new(*l, now);
   if (st.is_ok() && l->cm) st = cm_listener_poll(*l->cm, l->nonce, l->addr_text, cm_finder(*l));
   if (!st.is_ok()) {
@@ -415,9 +443,61 @@ Status accept(ListenComm* l, RecvComm** out) {
 Status close_listen(ListenComm* l) {
   if (l == nullptr || l->kind != CommKind::kListen)
     return Status(Code::kInvalidArgument, "closeListen: not a listen comm");
+  {
+    std::lock_guard<std::mutex> lk(listens().mu);
+    std::erase(listens().comms, l);
+  }
   l->kind = CommKind::kDead;
-  delete l;
+  if (!l->pending.empty()) {
+    SLUICE_INFO(kSubNet, "%s: closing with %zu handshake(s) in progress; releasing them",
+                l->addr_text.c_str(), l->pending.size());
+  }
+  delete l;  // pending handshakes' comms (QPs, CQ, memory) and sockets, then the listening socket
   return Status::ok();
+}
+
+size_t reap_listens(bool all) {
+  ListenRegistry& g = listens();
+  std::unique_lock<std::mutex> lk(g.mu, std::defer_lock);
+  if (all) {
+    lk.lock();
+  } else if (!lk.try_lock()) {
+    return 0;
+  }
+  size_t n = 0;
+  const Clock::time_point now = Clock::now();
+  const Engine* e = engine();
+  const auto bound = std::chrono::milliseconds(e ? e->config().handshake_timeout_ms : 0);
+  for (ListenComm* l : g.comms) {
+    std::unique_lock<std::mutex> ll(l->mu, std::defer_lock);
+    if (all) {
+      ll.lock();
+    } else if (!ll.try_lock()) {
+      continue;  // its accept is running and reaps its own
+    }
+    if (!all && now - l->last_accept <= bound) continue;  // accept is still polled: it decides
+    for (size_t i = 0; i < l->pending.size();) {
+      ListenComm::Pending& p = *l->pending[i];
+      if (!all && now <= p.deadline) {
+        ++i;
+        continue;
+      }
+      drop(*l, p,
+           Status(Code::kRemoteError,
+                  all ? "finalize with the handshake in progress"
+                      : "no complete handshake within SLUICE_HANDSHAKE_TIMEOUT_MS (accept no "
+                        "longer called)"));
+      l->pending.erase(l->pending.begin() + static_cast<std::ptrdiff_t>(i));
+      ++n;
+    }
+    if (all) l->cm.reset();  // its rdma_cm id and event channel go with the devices
+    if (all && l->failure.is_ok()) {
+      l->failure = Status(Code::kInvalidUsage, "accept on " + l->addr_text +
+                                                   ": the listen comm outlived the plugin's "
+                                                   "finalize; only closeListen is valid now");
+    }
+  }
+  return n;
 }
 
 }  // namespace sluice

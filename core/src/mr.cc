@@ -19,6 +19,16 @@
 namespace sluice {
 namespace {
 
+// A comm that finalize retired (retire_comm): every call on it fails with its reason.
+const Conn* retired_conn(void* comm) {
+  auto* b = static_cast<CommBase*>(comm);
+  const Conn* c = b == nullptr                 ? nullptr
+                  : b->kind == CommKind::kSend ? &static_cast<SendComm*>(b)->c
+                  : b->kind == CommKind::kRecv ? &static_cast<RecvComm*>(b)->c
+                                               : nullptr;
+  return c != nullptr && c->retired ? c : nullptr;
+}
+
 Device* comm_device(void* comm) {
   auto* b = static_cast<CommBase*>(comm);
   if (b->kind == CommKind::kSend) return static_cast<SendComm*>(b)->c.dev;
@@ -135,6 +145,7 @@ MemHandle* add_entry(Adapter* a, ibv_mr* mr, MemType type, unsigned access, uint
 Status reg_mr(void* comm, void* data, size_t size, MemType type, MemHandle** out) {
   *out = nullptr;
   if (comm == nullptr) return Status(Code::kInvalidArgument, "regMr: NULL comm");
+  if (const Conn* c = retired_conn(comm)) return c->failure;
   Device* d = comm_device(comm);
   if (d == nullptr) return Status(Code::kInvalidArgument, "regMr: not a send or receive comm");
   if (data == nullptr || size == 0)
@@ -214,10 +225,24 @@ Status reg_mr_dmabuf(void* comm, void* data, size_t size, MemType type, uint64_t
 }
 
 Status dereg_mr(void* comm, MemHandle* mh) {
+  if (const Conn* c = retired_conn(comm)) return c->failure;  // finalize released its MRs
   if (comm == nullptr || comm_device(comm) == nullptr)
     return Status(Code::kInvalidArgument, "deregMr: not a send or receive comm");
   if (mh == nullptr || mh->magic != MemHandle::kMagic)
     return Status(Code::kInvalidArgument, "deregMr: not a Sluice memory handle");
+  // A registration that a request of this comm still uses stays: the NIC may still read or write
+  // it. The caller gets an error naming it and may deregister again once the request is done.
+  std::string users;
+  if (const int n = requests_using(comm, mh, &users); n > 0) {
+    char range[96];
+    std::snprintf(range, sizeof range, "[0x%lx, +%zu)", static_cast<unsigned long>(mh->base),
+                  mh->len);
+    return Status(Code::kInvalidUsage,
+                  "deregMr of the registration " + std::string(range) + " on " +
+                      comm_device(comm)->name + ": still in use by " + users +
+                      "; the registration is kept (test the requests to completion or close the "
+                      "comm, then deregister it)");
+  }
   Adapter* a = mh->adapter;
   std::lock_guard<std::mutex> lk(a->mr_mu);
   for (auto e = a->mrs.begin(); e != a->mrs.end(); ++e) {

@@ -71,6 +71,7 @@ Status post_receive_wrs(RecvComm& r) {
       return fail(r.c, Status(Code::kSystemError, "ibv_post_recv on " + r.c.describe_qp(q) +
                                                       " failed: " + std::strerror(rc)));
     }
+    r.c.rq_outstanding[q] += static_cast<uint32_t>(nw);
     r.c.stats.wrs.add(static_cast<uint64_t>(nw));
     r.c.stats.doorbells.add(1);
   }
@@ -186,6 +187,10 @@ Status poll_recv(RecvComm& r) {
   int n = ibv_poll_cq(r.c.cq.get(), kPollBatch, wc);
   if (n < 0)
     return fail(r.c, Status(Code::kSystemError, "ibv_poll_cq failed on " + r.c.describe_qp(0)));
+  for (int k = 0; k < n; ++k) {  // every receive WR polled, whatever its status (close's drain)
+    const int q = wc[k].wr_id < wire::kFifoSlots ? qp_index(r.c, wc[k].qp_num) : -1;
+    if (q >= 0 && r.c.rq_outstanding[q] > 0) --r.c.rq_outstanding[q];
+  }
   for (int k = 0; k < n; ++k) {
     const ibv_wc& w = wc[k];
     if (w.status != IBV_WC_SUCCESS) return fail(r.c, completion_error(r.c, w, "receive"));

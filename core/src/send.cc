@@ -126,10 +126,11 @@ Status room_for(SendComm& s, const uint32_t* need, bool* fits) {
   return Status::ok();
 }
 
-// A send larger than the posted receive: write nothing into the receiver's buffers, tell the
-// receiver through the completion record (status kRecordTooLarge) with one WRITE_WITH_IMM per lane
-// (inside the send-queue accounting), and fail this comm. again = no room yet to tell it.
-Status reject_too_large(SendComm& s, int index, size_t size, int tag) {
+// A send the receiver cannot take: larger than the posted receive buffer (kRecordTooLarge) or than
+// maxP2pBytes (kRecordOverLimit). Write nothing into the receiver's buffers, tell the receiver
+// through the completion record with one WRITE_WITH_IMM per lane (inside the send-queue
+// accounting), and fail this comm with the same facts. again = no room yet to tell it.
+Status reject_send(SendComm& s, int index, size_t size, int tag, uint32_t why) {
   const int nlanes = cts::lanes(s.c.split, s.c.nqps);
   uint32_t need[wire::kMaxQps];
   for (int lane = 0; lane < nlanes; ++lane) need[lane] = 1;
@@ -140,7 +141,7 @@ Status reject_too_large(SendComm& s, int index, size_t size, int tag) {
   wire::DoneRecord& r = s.records[slot];
   std::memset(&r, 0, sizeof r);
   r.sizes[index] = static_cast<uint32_t>(std::min<size_t>(size, UINT32_MAX));
-  r.status = wire::kRecordTooLarge;
+  r.status = why;
   r.bad_index = static_cast<uint32_t>(index);
   r.seq = s.head + 1;
   Status told = Status::ok();
@@ -158,9 +159,12 @@ Status reject_too_large(SendComm& s, int index, size_t size, int tag) {
     w.wr.rdma.rkey = s.remote_records_rkey;
     told = post_chain(s, q, &w, 1);
   }
-  std::string m = "isend of " + std::to_string(size) + " bytes (tag " + std::to_string(tag) +
-                  ") is larger than the receive buffer of " + std::to_string(s.snap.e[index].size) +
-                  " bytes posted by the peer on " + s.c.describe_qp(0) + "; nothing was written";
+  std::string m = "isend of " + std::to_string(size) + " bytes (tag " + std::to_string(tag) + ")";
+  m += why == wire::kRecordOverLimit
+           ? " exceeds maxP2pBytes = " + std::to_string(kMaxMessage) + " bytes"
+           : " is larger than the receive buffer of " + std::to_string(s.snap.e[index].size) +
+                 " bytes posted by the peer";
+  m += " on " + s.c.describe_qp(0) + "; nothing was written";
   m += told.is_ok() ? " and the receiver is told"
                     : "; telling the receiver failed: " + told.message();
   return fail(s.c, Status(Code::kInvalidUsage, std::move(m)));
@@ -168,7 +172,10 @@ Status reject_too_large(SendComm& s, int index, size_t size, int tag) {
 
 Status isend_impl(SendComm* s, void* data, size_t size, int tag, MemHandle* mh, Request** out) {
   SLUICE_RETURN_IF_ERROR(check_device(s->c));
-  if (size > 0 && (!valid_mh(s->c, mh) || !mh->contains(data, size)))
+  // Over maxP2pBytes: refused whole (nothing is read), so the buffer is not looked at; the receive
+  // it matches is told once its clear-to-send arrived.
+  const bool over_limit = size > kMaxMessage;
+  if (!over_limit && size > 0 && (!valid_mh(s->c, mh) || !mh->contains(data, size)))
     return bad_buffer(s->c, "isend", data, size, mh);
   if (s->snap.seq == 0) {  // first use of the slot at head: validate it once
     const wire::CtsEntry* e = &s->fifo[(s->head % wire::kFifoSlots) * wire::kEntriesPerSlot];
@@ -177,14 +184,12 @@ Status isend_impl(SendComm* s, void* data, size_t size, int tag, MemHandle* mh, 
     if (!st.is_ok()) return fail(s->c, on_qp(s->c, 0, st));
   }
   const int nreqs = s->snap.nreqs;
-  const cts::Match m = cts::match(s->snap, s->matched, tag, size);
+  const cts::Match m = cts::match(s->snap, s->matched, tag, over_limit ? 0 : size);
   if (m.kind == cts::Match::kLater) return Status::again();  // tag of a later receive
-  if (m.kind == cts::Match::kTooLarge) return reject_too_large(*s, m.index, size, tag);
+  if (over_limit) return reject_send(*s, m.index, size, tag, wire::kRecordOverLimit);
+  if (m.kind == cts::Match::kTooLarge)
+    return reject_send(*s, m.index, size, tag, wire::kRecordTooLarge);
   const int idx = m.index;
-  if (size > kMaxMessage) {
-    return fail(s->c, Status(Code::kInvalidUsage,
-                             "isend of " + std::to_string(size) + " bytes exceeds maxP2pBytes"));
-  }
   if (s->free_top == 0) return Status::again();
   const bool completes_group = std::popcount(static_cast<unsigned>(s->matched)) + 1 == nreqs;
   if (completes_group) {

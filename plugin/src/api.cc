@@ -18,6 +18,7 @@
 #include "sluice/core/api.h"
 #include "sluice/core/log.h"
 #include "sluice/core/status.h"
+#include "sluice/core/wire.h"
 #include "sluice/gpu/cuda_driver.h"
 #include "sluice/gpu/gdr.h"
 
@@ -28,6 +29,7 @@ namespace {
 // test() reports received sizes through `int`, so a receive must stay below 2^31: 1 GiB is the
 // largest power of two that does (and the value NCCL's compat layers use for older plugins).
 constexpr size_t kMaxTransferBytes = size_t{1} << 30;
+static_assert(kMaxTransferBytes == wire::kMaxMessageBytes, "core refuses larger sends");
 
 // ---- Per-communicator context (v11/v12) --------------------------------------------------------
 

@@ -120,6 +120,24 @@ TEST(DoneRecord, ChecksSequenceStatusAndSizes) {
       << st.message();
   rec.bad_index = 3;  // outside the group: the peer is confused, not the user
   EXPECT_EQ(cts::check_record(rec, 40, 3, posted, tags, got).code(), Code::kRemoteError);
+  // A send over maxP2pBytes refused by the sender: the record names the size and the limit.
+  rec.status = wire::kRecordOverLimit;
+  rec.bad_index = 2;
+  rec.sizes[2] = static_cast<uint32_t>(wire::kMaxMessageBytes + 1);
+  st = cts::check_record(rec, 40, 3, posted, tags, got);
+  EXPECT_EQ(st.code(), Code::kInvalidUsage);
+  EXPECT_NE(st.message().find(std::to_string(wire::kMaxMessageBytes + 1) +
+                              " bytes into receive buffer 2 (tag 3)"),
+            std::string::npos)
+      << st.message();
+  EXPECT_NE(st.message().find("maxP2pBytes = " + std::to_string(wire::kMaxMessageBytes)),
+            std::string::npos)
+      << st.message();
+  rec.sizes[2] = UINT32_MAX;  // saturated: "or more"
+  EXPECT_NE(cts::check_record(rec, 40, 3, posted, tags, got).message().find("or more"),
+            std::string::npos);
+  rec.bad_index = 3;
+  EXPECT_EQ(cts::check_record(rec, 40, 3, posted, tags, got).code(), Code::kRemoteError);
 }
 
 TEST(DoneRecord, Immediates) {

@@ -157,13 +157,17 @@ static_assert(offsetof(CtsEntry, seq) == 24);
 // every QP's immediate for that slot arrived (same-QP ordering makes it visible by then).
 struct alignas(64) DoneRecord {
   uint32_t sizes[kEntriesPerSlot];  // bytes sent into each entry (attempted size on error)
-  uint32_t status;                  // kRecordOk or kRecordTooLarge
-  uint32_t bad_index;               // on error: the entry that was too small
+  uint32_t status;                  // kRecordOk, kRecordTooLarge or kRecordOverLimit
+  uint32_t bad_index;               // on error: the entry the refused send was matched to
   uint64_t seq;
 };
 static_assert(sizeof(DoneRecord) == 64);
 inline constexpr uint32_t kRecordOk = 0;
-inline constexpr uint32_t kRecordTooLarge = 1;
+inline constexpr uint32_t kRecordTooLarge = 1;   // the send was larger than the posted buffer
+inline constexpr uint32_t kRecordOverLimit = 2;  // the send was larger than kMaxMessageBytes
+// The largest message (maxP2pBytes / maxCollBytes): test() reports received sizes through `int`,
+// so a message must stay below 2^31; 1 GiB is the largest power of two that does.
+inline constexpr size_t kMaxMessageBytes = size_t{1} << 30;
 
 // Immediate data of the closing WRITE_WITH_IMM (host order, converted with htonl/ntohl):
 //  bit 31 clear: single receive, the value is the byte count (< 2^31, we never allow more);
