@@ -29,3 +29,13 @@ add_test(NAME plugin_faults_two_host
 set_tests_properties(plugin_faults_two_host PROPERTIES LABELS "rdma;faults;bed" TIMEOUT 300
                      SKIP_RETURN_CODE 77   # 77: nested inside a VM bed, cannot boot VMs there
                      ENVIRONMENT "SLUICE_LIVENESS_POLL_MS=100;SLUICE_HEARTBEAT_MS=1000;SLUICE_TEST_DEADLINE_S=60")
+# Core-level faults (labels rdma and faults): a clear-to-send slot rewritten by a misbehaving peer
+# (count 0 / above the limit, index out of range, wrong seq, size beyond the registered region,
+# wrong rkey), a listener that is gone and an address that does not answer. Connect bound 2 s.
+add_executable(core_faults_test ${CMAKE_CURRENT_LIST_DIR}/core_faults_test.cc)
+target_include_directories(core_faults_test PRIVATE ${CMAKE_CURRENT_LIST_DIR}
+                                                    ${PROJECT_SOURCE_DIR}/core/src)
+target_link_libraries(core_faults_test PRIVATE sluice_core GTest::gtest_main)
+sluice_add_rdma_test(NAME core_faults COMMAND $<TARGET_FILE:core_faults_test> TIMEOUT 300)
+set_property(TEST core_faults APPEND PROPERTY LABELS faults)
+set_property(TEST core_faults APPEND PROPERTY ENVIRONMENT SLUICE_CONNECT_TIMEOUT_MS=2000)
