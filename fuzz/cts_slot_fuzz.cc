@@ -59,6 +59,9 @@ void fuzz_slot(Reader& in) {
     for (int i = 1; i < fifo[0].nreqs && i < wire::kEntriesPerSlot; ++i)
       unpublished = unpublished || fifo[i].seq != want;
     check(unpublished, "again for a completely published slot");
+    const uint64_t prev = want > wire::kFifoSlots ? want - wire::kFifoSlots : 0;
+    check(fifo[0].seq == want || fifo[0].seq == prev,
+          "again on an entry 0 that is neither this receive nor the slot's previous use");
     in.at += 64;
     return;
   }

@@ -12,7 +12,17 @@ Status take_snapshot(const wire::CtsEntry* fifo_slot, uint64_t want, Snapshot* o
   auto seq_of = [](const wire::CtsEntry& x) {
     return std::atomic_ref<const uint64_t>(x.seq).load(std::memory_order_acquire);
   };
-  if (seq_of(fifo_slot[0]) != want) return Status::again();
+  // Entry 0 is written at every use of the slot: until the receive `want` is published it still
+  // holds the slot's previous use (want - kFifoSlots; 0 for a fresh FIFO). Anything else was never
+  // a clear-to-send of this connection: waiting for it would wait forever.
+  if (const uint64_t s0 = seq_of(fifo_slot[0]); s0 != want) {
+    const uint64_t prev = want > wire::kFifoSlots ? want - wire::kFifoSlots : 0;
+    if (s0 == prev) return Status::again();
+    return Status(Code::kRemoteError, "corrupt clear-to-send slot: entry 0 has seq " +
+                                          std::to_string(s0) + ", expected " +
+                                          std::to_string(want) + " (or " + std::to_string(prev) +
+                                          ", the slot's previous use, while not yet published)");
+  }
   wire::CtsEntry first;
   std::memcpy(&first, &fifo_slot[0], sizeof first);
   const int nreqs = first.nreqs;

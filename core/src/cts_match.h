@@ -21,8 +21,10 @@ struct Snapshot {
 };
 
 // Reads the slot `fifo_slot` (kEntriesPerSlot entries) for the receive whose published seq is
-// `want`. ok: *out holds a validated copy; again: not (completely) published yet; kRemoteError:
-// the entries are corrupt (count outside 1..8, an entry whose index or count disagrees).
+// `want`. ok: *out holds a validated copy; again: not (completely) published yet (entry 0 still
+// holds the slot's previous seq, want - kFifoSlots or 0); kRemoteError: the entries are corrupt
+// (entry 0's seq neither `want` nor the previous one, count outside 1..8, an entry whose index or
+// count disagrees).
 Status take_snapshot(const wire::CtsEntry* fifo_slot, uint64_t want, Snapshot* out);
 
 struct Match {

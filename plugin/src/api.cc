@@ -1,11 +1,13 @@
 // The validating layer: NCCL's arguments in, sluice core calls out (see api.h for the contract).
 #include "api.h"
 
+#include <algorithm>
 #include <atomic>
 #include <climits>
 #include <cstdarg>
 #include <cstdint>
 #include <cstdio>
+#include <deque>
 #include <exception>
 #include <memory>
 #include <mutex>
@@ -98,12 +100,18 @@ ncclResult_t to_nccl(Code code) {
 }
 
 // WARNs a failure once. A comm that failed keeps returning the same reason on every later call;
-// identical consecutive messages are logged once, not once per poll.
+// identical consecutive messages are logged once, not once per poll. A comm's failure (its message
+// names a QP) is logged once as long as it is among the last kRecentWarns such messages: NCCL polls
+// several failed comms in turn when a peer host dies, and each would otherwise WARN at every poll.
+constexpr size_t kRecentWarns = 64;
+
 ncclResult_t fail(const char* fn, Code code, const char* msg) noexcept {
   const ncclResult_t res = to_nccl(code);
   try {
     static std::mutex mu;
-    static std::string* last = new std::string();  // leaked: usable during static destruction
+    // Leaked: usable during static destruction.
+    static auto* last = new std::string();
+    static auto* recent = new std::deque<std::string>();
     // Core's messages usually name the call already ("isend: ..."); don't say it twice.
     const std::string prefix = std::string(fn) + ": ";
     std::string line =
@@ -111,8 +119,15 @@ ncclResult_t fail(const char* fn, Code code, const char* msg) noexcept {
     bool repeat = false;
     {
       std::lock_guard<std::mutex> lock(mu);
-      repeat = (*last == line);
-      if (!repeat) *last = line;
+      repeat = *last == line;
+      if (line.find("qpn ") != std::string::npos) {
+        repeat = repeat || std::find(recent->begin(), recent->end(), line) != recent->end();
+        if (!repeat) {
+          if (recent->size() == kRecentWarns) recent->pop_front();
+          recent->push_back(line);
+        }
+      }
+      *last = line;
     }
     if (!repeat) {
       const std::string_view name = code_name(code);

@@ -29,3 +29,39 @@ add_test(NAME plugin_faults_two_host
 set_tests_properties(plugin_faults_two_host PROPERTIES LABELS "rdma;faults;bed" TIMEOUT 300
                      SKIP_RETURN_CODE 77   # 77: nested inside a VM bed, cannot boot VMs there
                      ENVIRONMENT "SLUICE_LIVENESS_POLL_MS=100;SLUICE_HEARTBEAT_MS=1000;SLUICE_TEST_DEADLINE_S=60")
+# Core-level faults (labels rdma and faults): a clear-to-send slot rewritten by a misbehaving peer
+# (count 0 / above the limit, index out of range, wrong seq, size beyond the registered region,
+# wrong rkey), a listener that is gone and an address that does not answer. Connect bound 2 s.
+add_executable(core_faults_test ${CMAKE_CURRENT_LIST_DIR}/core_faults_test.cc)
+target_include_directories(core_faults_test PRIVATE ${CMAKE_CURRENT_LIST_DIR}
+                                                    ${PROJECT_SOURCE_DIR}/core/src)
+target_link_libraries(core_faults_test PRIVATE sluice_core GTest::gtest_main)
+sluice_add_rdma_test(NAME core_faults COMMAND $<TARGET_FILE:core_faults_test> TIMEOUT 300)
+set_property(TEST core_faults APPEND PROPERTY LABELS faults)
+set_property(TEST core_faults APPEND PROPERTY ENVIRONMENT SLUICE_CONNECT_TIMEOUT_MS=2000)
+# Two VMs, one run (label bed: VMs only), two processes a host: phase "stream" sends 4 KiB .. 4 MiB
+# messages verified without and with `tc netem loss 5% delay 5ms` on both ends (NCCL_IB_RETRY_CNT=7,
+# infinite on rxe: under 5 % loss a retry count of 6 with a 134 ms timer was exhausted, measured;
+# SLUICE_HEARTBEAT_MS=5000: this phase does not test liveness and the bed's host is loaded), then
+# phase "poweroff" powers host1's VM off (scripts/bed/poweroff, no FIN) with an idle receive and a
+# send in flight on host0: keepalive bound 5 x SLUICE_HEARTBEAT_MS + 1 s, RC bound 4.096 us x
+# 2^NCCL_IB_TIMEOUT x (NCCL_IB_RETRY_CNT + 1) (rxe treats a retry count of 7 as infinite, so 6
+# there) + 2 s.
+add_executable(plugin_lossy_two_host_test ${CMAKE_CURRENT_LIST_DIR}/plugin_lossy_two_host_test.cc)
+target_include_directories(plugin_lossy_two_host_test PRIVATE ${CMAKE_CURRENT_LIST_DIR})
+target_link_libraries(plugin_lossy_two_host_test PRIVATE sluice_nccl_abi GTest::gtest Threads::Threads
+                                                   PkgConfig::IBVERBS ${CMAKE_DL_LIBS})
+target_compile_definitions(plugin_lossy_two_host_test PRIVATE
+                           SLUICE_PLUGIN_PATH="$<TARGET_FILE:nccl-net-sluice>"
+                           SLUICE_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+add_dependencies(plugin_lossy_two_host_test nccl-net-sluice)
+set(lossy_bin "$<TARGET_FILE:plugin_lossy_two_host_test>")
+set(lossy_stream "env NCCL_IB_TIMEOUT=14 NCCL_IB_RETRY_CNT=7 SLUICE_HEARTBEAT_MS=5000 ${lossy_bin}")
+set(lossy_off "env NCCL_IB_TIMEOUT=15 NCCL_IB_RETRY_CNT=6 ${lossy_bin}")
+add_test(NAME plugin_lossy_two_host
+  COMMAND ${SLUICE_SKIP_STATUS} ${PROJECT_SOURCE_DIR}/scripts/rdma-bed --two-host --timeout 580 --
+    "${lossy_stream} --host 0 --phase stream && ${lossy_off} --host 0 --phase poweroff"
+    "${lossy_stream} --host 1 --phase stream && ${lossy_off} --host 1 --phase poweroff")
+set_tests_properties(plugin_lossy_two_host PROPERTIES LABELS "rdma;faults;bed" TIMEOUT 600
+                     SKIP_RETURN_CODE 77   # 77: nested inside a VM bed, cannot boot VMs there
+                     ENVIRONMENT "SLUICE_LIVENESS_POLL_MS=100;SLUICE_HEARTBEAT_MS=1000;SLUICE_TEST_DEADLINE_S=180")

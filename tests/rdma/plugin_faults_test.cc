@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "plugin_bed.h"
+#include "side_channel.h"
 
 extern char** environ;
 
@@ -37,28 +38,6 @@ constexpr auto kBound = std::chrono::milliseconds(5000);
 
 uint64_t seed_of(int msg) {
   return pattern_seed(kMsg, 500 + msg, kTag);
-}
-
-// ---- Pipes
-// ---------------------------------------------------------------------------------------
-
-bool read_full(int fd, void* buf, size_t n, std::chrono::milliseconds limit) {
-  size_t got = 0;
-  const auto deadline = Clock::now() + limit;
-  while (got < n) {
-    pollfd p{fd, POLLIN, 0};
-    if (Clock::now() > deadline) return false;
-    if (poll(&p, 1, 100) < 0) return false;
-    if (!(p.revents & (POLLIN | POLLHUP))) continue;
-    ssize_t r = read(fd, static_cast<char*>(buf) + got, n - got);
-    if (r <= 0) return false;
-    got += static_cast<size_t>(r);
-  }
-  return true;
-}
-
-bool write_full(int fd, const void* buf, size_t n) {
-  return write(fd, buf, n) == static_cast<ssize_t>(n);
 }
 
 // ---- The child (the peer that dies or closes)
@@ -637,39 +616,8 @@ TEST(PortDown, CommsOnThePortFailNewCommsWorkAfterUp) {
 // host0's pending test must fail with the keepalive reason within 5 x SLUICE_HEARTBEAT_MS + slack.
 constexpr uint16_t kSidePort = 47123;
 
-int side_socket(int host) {
-  const char* peer = std::getenv("SLUICE_BED_PEER_ADDR");
-  int fd = -1;
-  const auto deadline = Clock::now() + wait_limit();
-  if (host == 0) {
-    int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    int one = 1;
-    setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(kSidePort);
-    if (bind(l, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(l, 1) != 0) return -1;
-    pollfd p{l, POLLIN, 0};
-    if (poll(&p, 1, static_cast<int>(wait_limit().count())) == 1) fd = accept(l, nullptr, nullptr);
-    close(l);
-    return fd;
-  }
-  if (peer == nullptr) return -1;
-  while (Clock::now() < deadline) {
-    fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(kSidePort);
-    inet_pton(AF_INET, peer, &a.sin_addr);
-    if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) return fd;
-    close(fd);
-    usleep(200 * 1000);
-  }
-  return -1;
-}
-
 int two_host_main(int host) {
-  const int side = side_socket(host);
+  const int side = side_socket(host, kSidePort);
   if (side < 0) return std::fprintf(stderr, "host%d: no side connection\n", host), 2;
   Net n(12);
   if (n.init(0x2405 + host) != ncclSuccess) return 3;

@@ -127,14 +127,16 @@ TEST(Stress, RandomSizesManyOutstanding) {
 
 TEST(Lifecycle, OpenCloseCyclesDoNotLeak) {
   REQUIRE_BED();
-  const long cycles = env_long("SLUICE_TEST_CYCLES", 200);
+  const long cycles = env_long("SLUICE_TEST_CYCLES", 1000);
   const long warmup = std::min<long>(10, cycles / 2);
   int base_fds = -1;
   long base_rss = -1;
   int base_qp = -1, base_cq = -1, base_mr = -1, base_pd = -1;
+  auto t_warm = Clock::now();
   for (long i = 0; i < cycles; ++i) {
     SCOPED_TRACE("cycle " + std::to_string(i));
     if (i == warmup) {
+      t_warm = Clock::now();
       base_fds = open_fd_count();
       base_rss = rss_bytes();
       base_qp = rdma_resource_count("qp");
@@ -160,10 +162,15 @@ TEST(Lifecycle, OpenCloseCyclesDoNotLeak) {
     ASSERT_TRUE(close_conn(n, &c));
     ASSERT_EQ(n.finalize(), ncclSuccess);
   }
+  const double per_cycle_ms =
+      std::chrono::duration<double, std::milli>(Clock::now() - t_warm).count() /
+      static_cast<double>(std::max<long>(1, cycles - warmup));
   const int fds = open_fd_count();
   const long rss = rss_bytes();
-  std::printf("lifecycle: %ld cycles; fds %d -> %d, RSS %.1f -> %.1f MiB\n", cycles, base_fds, fds,
-              base_rss / 1048576.0, rss / 1048576.0);
+  std::printf(
+      "lifecycle: %ld cycles (%.1f ms each after the %ld warm-up cycles); fds %d -> %d, "
+      "RSS %.1f -> %.1f MiB\n",
+      cycles, per_cycle_ms, warmup, base_fds, fds, base_rss / 1048576.0, rss / 1048576.0);
   EXPECT_EQ(fds, base_fds) << "file descriptors leaked";
   EXPECT_LT(rss - base_rss, 16L << 20) << "RSS grew by " << (rss - base_rss) << " bytes";
   const struct {

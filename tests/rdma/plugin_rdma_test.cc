@@ -2,7 +2,7 @@
 // Without an RDMA device every test is skipped with the reason, unless SLUICE_REQUIRE_RDMA=1.
 //
 // Knobs: SLUICE_TEST_DEADLINE_S (bound on every wait, 60), SLUICE_TEST_STRESS_MESSAGES (100000),
-// SLUICE_TEST_SEED (12345), SLUICE_TEST_CYCLES (200), SLUICE_TEST_LOG_LEVEL (2 = WARN).
+// SLUICE_TEST_SEED (12345), SLUICE_TEST_CYCLES (1000), SLUICE_TEST_LOG_LEVEL (2 = WARN).
 #include <fcntl.h>
 #include <poll.h>
 #include <spawn.h>

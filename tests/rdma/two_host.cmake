@@ -16,7 +16,7 @@ target_compile_definitions(plugin_two_host_test PRIVATE
 add_dependencies(plugin_two_host_test nccl-net-sluice)
 set(_t $<TARGET_FILE:plugin_two_host_test>)
 add_test(NAME plugin_cm_two_host
-  COMMAND ${PROJECT_SOURCE_DIR}/scripts/rdma-bed --two-host --timeout 400 --
+  COMMAND ${SLUICE_SKIP_STATUS} ${PROJECT_SOURCE_DIR}/scripts/rdma-bed --two-host --timeout 400 --
     "${_t} 0 rdmacm && SLUICE_CM=rdmacm ${_t} 0 rdmacm && SLUICE_CM=oob ${_t} 0 oob"
     "${_t} 1 rdmacm && SLUICE_CM=rdmacm ${_t} 1 rdmacm && SLUICE_CM=oob ${_t} 1 oob")
 set_tests_properties(plugin_cm_two_host PROPERTIES LABELS "rdma;bed" TIMEOUT 420

@@ -52,6 +52,36 @@ TEST(CtsSnapshot, CorruptCountOrIndexIsARemoteErrorNamingIt) {
   EXPECT_EQ(cts::take_snapshot(slot, 3, &s).code(), Code::kRemoteError);
 }
 
+// Entry 0 of a slot holds either the receive the sender waits for or the slot's previous use (not
+// yet published: again). Any other seq is a misbehaving peer: an error naming both, never a wait.
+TEST(CtsSnapshot, WrongSeqInEntryZeroIsARemoteErrorNotAWait) {
+  wire::CtsEntry slot[wire::kEntriesPerSlot] = {};
+  cts::Snapshot s;
+  const uint64_t want = 3 * wire::kFifoSlots + 5;
+  slot[0] = entry(1, 8, 1, 0, want - wire::kFifoSlots);  // the previous use: not published yet
+  EXPECT_TRUE(cts::take_snapshot(slot, want, &s).is_again());
+  for (uint64_t bad : {want + 1, want - 1, want + wire::kFifoSlots, uint64_t{0}, ~uint64_t{0}}) {
+    slot[0] = entry(1, 8, 1, 0, bad);
+    Status st = cts::take_snapshot(slot, want, &s);
+    EXPECT_EQ(st.code(), Code::kRemoteError) << bad;
+    EXPECT_NE(
+        st.message().find("seq " + std::to_string(bad) + ", expected " + std::to_string(want)),
+        std::string::npos)
+        << st.message();
+    EXPECT_EQ(s.seq, 0u);
+  }
+  // A fresh FIFO is zero: the first kFifoSlots receives wait on seq 0, and fail on anything else.
+  wire::CtsEntry fresh[wire::kEntriesPerSlot] = {};
+  EXPECT_TRUE(cts::take_snapshot(fresh, 1, &s).is_again());
+  EXPECT_TRUE(cts::take_snapshot(fresh, wire::kFifoSlots, &s).is_again());
+  fresh[0] = entry(1, 8, 1, 0, 7);
+  EXPECT_EQ(cts::take_snapshot(fresh, 2, &s).code(), Code::kRemoteError);
+  // Entries after the first may hold any older seq (a smaller group used the slot before): again.
+  slot[0] = entry(1, 8, 2, 0, want);
+  slot[1] = entry(2, 8, 1, 0, 17);
+  EXPECT_TRUE(cts::take_snapshot(slot, want, &s).is_again());
+}
+
 // The peer rewrites the slot after the snapshot (the bug of issue 9: nreqs shrinking while the
 // slot is half matched). Matching uses the snapshot only, so the rewrite changes nothing.
 TEST(CtsSnapshot, RewriteAfterSnapshotDoesNotReachMatching) {

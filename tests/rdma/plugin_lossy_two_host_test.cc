@@ -1,0 +1,501 @@
+// Two hosts (scripts/rdma-bed --two-host; labels rdma, faults, bed), through the exported plugin
+// tables (tests/rdma/faults.cmake). One run of the bed, three phases in two processes a VM
+// (--phase stream: 1 and 2; --phase poweroff: 3, with its own NCCL_IB_TIMEOUT / NCCL_IB_RETRY_CNT),
+// on the real link between the two kernels:
+//  1. Stream: host1 sends host0 messages of 4 KiB .. 4 MiB (a window of kWindow in flight); host0
+//     verifies every byte. Time and throughput.
+//  2. The same stream with `tc qdisc ... netem loss 5% delay 5ms` (SLUICE_TEST_NETEM) on eth0 of
+//  both
+//     VMs (sch_netem loaded in the VM): every message completes, every byte verifies, and netem
+//     dropped packets (read back from `tc -s qdisc`). Time and throughput against phase 1.
+//  3. Power-off, last because the bed cannot restart a VM: host1's VM is powered off at once
+//     (scripts/bed/poweroff, sysrq 'o': no FIN, no RST) while host0 holds a published receive with
+//     nothing in flight (comm 1) and a 16 MiB send in flight (comm 2). Comm 1 fails by TCP
+//     keepalive within 5 x SLUICE_HEARTBEAT_MS + 1 s; comm 2 by RC retries within 4.096 us x
+//     2^NCCL_IB_TIMEOUT x (NCCL_IB_RETRY_CNT + 1) + 2 s. Each WARN names the peer, the device, the
+//     QP and what was seen; the failed comms keep failing with the same reason; both close within
+//     10 s and every verbs object is released.
+// Exit status = result (0 pass); each failure prints why on stderr.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "plugin_bed.h"
+#include "side_channel.h"
+
+namespace nettest {
+namespace {
+
+using std::chrono::duration_cast;
+using std::chrono::milliseconds;
+
+constexpr uint16_t kSidePort = 47124;
+constexpr int kTag = 21;
+constexpr int kWindow = 4;
+constexpr size_t kMaxMsg = size_t{4} << 20;
+constexpr size_t kInFlight = size_t{16} << 20;  // phase 3's send: long enough to be cut mid-way
+
+#define CHECK_OR(rc, cond, ...)                               \
+  do {                                                        \
+    if (!(cond)) {                                            \
+      std::fprintf(stderr, "host%d: FAILED: ", g_host);       \
+      std::fprintf(stderr, __VA_ARGS__);                      \
+      std::fprintf(stderr, " [%s:%d]\n", __FILE__, __LINE__); \
+      return rc;                                              \
+    }                                                         \
+  } while (0)
+
+int g_host = -1;
+
+struct Counts0 {
+  int qp, cq, mr;
+};
+
+bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+double ms_since(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+// The stream: sizes in order, SLUICE_TEST_STREAM_ROUNDS (1) times 16 x 4 KiB, 8 x 64 KiB,
+// 4 x 1 MiB and 2 x 4 MiB (12.6 MiB a round); under netem (phase 1) one 4 MiB message (8.6 MiB):
+// at 5 % loss it runs ~10x slower (measured) and CI time counts.
+std::vector<size_t> stream_sizes(int phase) {
+  std::vector<size_t> v;
+  const long rounds = env_long("SLUICE_TEST_STREAM_ROUNDS", 1);
+  for (long r = 0; r < rounds; ++r) {
+    for (int i = 0; i < 16; ++i) v.push_back(4096);
+    for (int i = 0; i < 8; ++i) v.push_back(65536);
+    for (int i = 0; i < 4; ++i) v.push_back(size_t{1} << 20);
+    for (int i = 0; i < (phase == 1 ? 1 : 2); ++i) v.push_back(kMaxMsg);
+  }
+  return v;
+}
+
+uint64_t seed_of(int phase, size_t i, size_t size) {
+  return pattern_seed(size, 1000 * static_cast<uint64_t>(phase) + i, kTag);
+}
+
+// host0: receives the stream on `comm`, kWindow receives in flight, every byte checked.
+int receive_stream(Net& n, void* comm, RegBuf& buf, int phase, double* ms, size_t* bytes) {
+  const auto sizes = stream_sizes(phase);
+  void* reqs[kWindow] = {};
+  size_t posted = 0, done_n = 0;
+  *bytes = 0;
+  const auto t0 = Clock::now();
+  while (done_n < sizes.size()) {
+    CHECK_OR(20, ms_since(t0) < wait_limit().count(), "phase %d: message %zu of %zu not received",
+             phase, done_n, sizes.size());
+    while (posted < sizes.size() && posted - done_n < kWindow) {
+      void* data = buf.data() + (posted % kWindow) * kMaxMsg;
+      std::memset(data, 0, sizes[posted]);
+      void* mh = buf.mh();
+      size_t cap = kMaxMsg;
+      int tag = kTag;
+      void** r = &reqs[posted % kWindow];
+      CHECK_OR(21,
+               post_until("irecv", r,
+                          [&](void** q) { return n.irecv(comm, 1, &data, &cap, &tag, &mh, q); }),
+               "phase %d: irecv %zu", phase, posted);
+      ++posted;
+    }
+    int done = 0, size = -1;
+    ncclResult_t r = n.test(reqs[done_n % kWindow], &done, &size);
+    CHECK_OR(22, r == ncclSuccess, "phase %d: test of receive %zu returned %d: %s", phase, done_n,
+             r, last_warn().c_str());
+    if (!done) continue;
+    CHECK_OR(23, size == static_cast<int>(sizes[done_n]),
+             "phase %d: message %zu: %d bytes, sent %zu", phase, done_n, size, sizes[done_n]);
+    const std::string bad = check_pattern(buf.data() + (done_n % kWindow) * kMaxMsg, sizes[done_n],
+                                          seed_of(phase, done_n, sizes[done_n]));
+    CHECK_OR(24, bad.empty(), "phase %d: message %zu (%zu bytes) corrupt: %s", phase, done_n,
+             sizes[done_n], bad.c_str());
+    *bytes += sizes[done_n];
+    if (phase == 1)
+      std::fprintf(stderr, "host0: netem: message %zu (%zu bytes) verified at %.0f ms\n", done_n,
+                   sizes[done_n], ms_since(t0));
+    ++done_n;
+  }
+  *ms = ms_since(t0);
+  return 0;
+}
+
+// host1: sends the stream on `comm`, kWindow sends in flight.
+int send_stream(Net& n, void* comm, RegBuf& buf, int phase) {
+  const auto sizes = stream_sizes(phase);
+  void* reqs[kWindow] = {};
+  size_t posted = 0, done_n = 0;
+  const auto t0 = Clock::now();
+  while (done_n < sizes.size()) {
+    CHECK_OR(30, ms_since(t0) < wait_limit().count(), "phase %d: send %zu of %zu not done", phase,
+             done_n, sizes.size());
+    while (posted < sizes.size() && posted - done_n < kWindow) {
+      uint8_t* data = buf.data() + (posted % kWindow) * kMaxMsg;
+      fill_pattern(data, sizes[posted], seed_of(phase, posted, sizes[posted]));
+      void** r = &reqs[posted % kWindow];
+      CHECK_OR(31,
+               post_until(
+                   "isend", r,
+                   [&](void** q) { return n.isend(comm, data, sizes[posted], kTag, buf.mh(), q); }),
+               "phase %d: isend %zu: %s", phase, posted, last_warn().c_str());
+      ++posted;
+    }
+    int done = 0;
+    ncclResult_t r = n.test(reqs[done_n % kWindow], &done, nullptr);
+    CHECK_OR(32, r == ncclSuccess, "phase %d: test of send %zu returned %d: %s", phase, done_n, r,
+             last_warn().c_str());
+    if (done) ++done_n;
+  }
+  return 0;
+}
+
+int shell(const std::string& cmd) {
+  std::fprintf(stderr, "host%d: $ %s\n", g_host, cmd.c_str());
+  return std::system(cmd.c_str());
+}
+
+std::string netem_spec() {
+  const char* v = std::getenv("SLUICE_TEST_NETEM");
+  return v != nullptr && *v != '\0' ? v : "loss 5% delay 5ms";
+}
+
+// Packets netem dropped on eth0 so far (`tc -s qdisc show dev eth0`: "dropped N"); -1 unreadable.
+long netem_dropped() {
+  FILE* p = popen("tc -s qdisc show dev eth0 2>/dev/null", "r");
+  if (p == nullptr) return -1;
+  long dropped = -1;
+  char line[512];
+  bool netem = false;
+  while (std::fgets(line, sizeof line, p) != nullptr) {
+    if (contains(line, "netem")) netem = true;
+    const char* d = std::strstr(line, "dropped ");
+    if (netem && d != nullptr && dropped < 0) dropped = std::strtol(d + 8, nullptr, 10);
+  }
+  pclose(p);
+  return dropped;
+}
+
+bool sync_byte(int side, char send, char expect) {
+  char b = 0;
+  return write_full(side, &send, 1) && read_full(side, &b, 1, wait_limit()) && b == expect;
+}
+
+int host0_stream(int side) {
+  Net n(12);
+  CHECK_OR(3, n.init(0x2e70) == ncclSuccess, "init");
+  Props props;
+  CHECK_OR(3, n.properties(0, &props) == ncclSuccess, "properties");
+  const Counts0 before{rdma_resource_count("qp"), rdma_resource_count("cq"),
+                       rdma_resource_count("mr")};
+  char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+  void* lc = nullptr;
+  CHECK_OR(4, n.listen(0, handle, &lc) == ncclSuccess && write_full(side, handle, sizeof handle),
+           "listen");
+  void* rc = nullptr;
+  const auto deadline = Clock::now() + wait_limit();
+  while (rc == nullptr && Clock::now() < deadline)
+    CHECK_OR(4, n.accept(lc, &rc) == ncclSuccess, "accept: %s", last_warn().c_str());
+  n.close_listen(lc);
+  CHECK_OR(4, rc != nullptr, "no comm from host1");
+  RegBuf buf;
+  CHECK_OR(4, buf.allocate(&n, rc, kWindow * kMaxMsg), "regMr");
+
+  // Phase 1 and 2: the stream without, then with, netem on both ends.
+  double ms[2] = {};
+  size_t bytes[2] = {};
+  long dropped0 = -1;
+  for (int phase = 0; phase < 2; ++phase) {
+    if (phase == 1) {
+      const std::string add =
+          "modprobe sch_netem && tc qdisc replace dev eth0 root netem " + netem_spec();
+      CHECK_OR(10, shell(add) == 0, "netem could not be set up on host0");
+      CHECK_OR(10, sync_byte(side, 'N', 'n'), "host1 did not set up netem");
+    }
+    if (int r = receive_stream(n, rc, buf, phase, &ms[phase], &bytes[phase])) return r;
+    std::fprintf(stderr, "host0: phase %d (%s): %zu messages, %.1f MiB in %.0f ms, %.2f MiB/s\n",
+                 phase + 1, phase == 0 ? "no loss" : netem_spec().c_str(),
+                 stream_sizes(phase).size(), bytes[phase] / 1048576.0, ms[phase],
+                 bytes[phase] / 1048576.0 / (ms[phase] / 1e3));
+    if (phase == 1) {
+      dropped0 = netem_dropped();
+      CHECK_OR(11, shell("tc qdisc del dev eth0 root") == 0, "netem not removed on host0");
+    }
+  }
+  char b = 'C';
+  long dropped1 = -1;
+  CHECK_OR(11, write_full(side, &b, 1) && read_full(side, &dropped1, sizeof dropped1, wait_limit()),
+           "host1 did not remove netem");
+  std::fprintf(stderr,
+               "host0: netem (%s) dropped %ld packets on host0 (CTS, ACKs) and %ld on host1 "
+               "(data); the stream took %.2fx as long as without loss\n",
+               netem_spec().c_str(), dropped0, dropped1, ms[1] / ms[0]);
+  CHECK_OR(12, dropped1 > 0, "netem dropped no data packet: the loss was not exercised");
+  buf.reset();
+  CHECK_OR(13, n.close_recv(rc) == ncclSuccess, "closeRecv: %s", last_warn().c_str());
+  const Counts0 after{rdma_resource_count("qp"), rdma_resource_count("cq"),
+                      rdma_resource_count("mr")};
+  CHECK_OR(
+      13,
+      before.qp < 0 || (after.qp == before.qp && after.cq == before.cq && after.mr == before.mr),
+      "verbs objects leaked: qp %d -> %d, cq %d -> %d, mr %d -> %d", before.qp, after.qp, before.cq,
+      after.cq, before.mr, after.mr);
+  CHECK_OR(13, n.finalize() == ncclSuccess, "finalize");
+  return 0;
+}
+
+// Phase 3 (a process of its own: NCCL_IB_TIMEOUT / NCCL_IB_RETRY_CNT set for it): comm 1 (rc)
+// holds a published receive with nothing in flight; comm 2 (sc) a send in flight. Then host1's VM
+// is powered off.
+int host0_poweroff(int side) {
+  Net n(12);
+  CHECK_OR(3, n.init(0x2e72) == ncclSuccess, "init");
+  Props props;
+  CHECK_OR(3, n.properties(0, &props) == ncclSuccess, "properties");
+  const Counts0 before{rdma_resource_count("qp"), rdma_resource_count("cq"),
+                       rdma_resource_count("mr")};
+  char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+  void* lc = nullptr;
+  CHECK_OR(4, n.listen(0, handle, &lc) == ncclSuccess && write_full(side, handle, sizeof handle),
+           "listen");
+  void* rc = nullptr;
+  const auto deadline = Clock::now() + wait_limit();
+  while (rc == nullptr && Clock::now() < deadline)
+    CHECK_OR(4, n.accept(lc, &rc) == ncclSuccess, "accept: %s", last_warn().c_str());
+  n.close_listen(lc);
+  CHECK_OR(4, rc != nullptr, "no comm from host1");
+  RegBuf buf;
+  CHECK_OR(4, buf.allocate(&n, rc, kMaxMsg), "regMr");
+  char b = 0;
+  void* data = buf.data();
+  void* mh = buf.mh();
+  size_t cap = kMaxMsg;
+  int tag = kTag;
+  void* req1 = nullptr;
+  CHECK_OR(13,
+           post_until("irecv", &req1,
+                      [&](void** q) { return n.irecv(rc, 1, &data, &cap, &tag, &mh, q); }),
+           "irecv");
+  int done = 0;
+  CHECK_OR(13, n.test(req1, &done, nullptr) == ncclSuccess && !done, "publish");
+  char handle2[NCCL_NET_HANDLE_MAXSIZE];
+  CHECK_OR(14, read_full(side, handle2, sizeof handle2, wait_limit()), "no handle from host1");
+  void* sc = nullptr;
+  while (sc == nullptr && Clock::now() < deadline)
+    CHECK_OR(14, n.connect(0, handle2, &sc) == ncclSuccess, "connect: %s", last_warn().c_str());
+  CHECK_OR(14, sc != nullptr, "no send comm to host1");
+  RegBuf sbuf;
+  CHECK_OR(14, sbuf.allocate(&n, sc, kInFlight), "regMr");
+  fill_pattern(sbuf.data(), kInFlight, 99);
+  CHECK_OR(14, read_full(side, &b, 1, wait_limit()) && b == 'R', "host1 not ready");
+  void* req2 = nullptr;
+  CHECK_OR(
+      15,
+      post_until("isend", &req2,
+                 [&](void** q) { return n.isend(sc, sbuf.data(), kInFlight, kTag, sbuf.mh(), q); }),
+      "isend");
+  CHECK_OR(15, n.test(req2, &done, nullptr) == ncclSuccess && !done, "the send completed at once");
+  const int warns0 = g_warns.load();
+  sluice::rdmatest::ExpectWarns expect;
+  b = 'G';
+  CHECK_OR(15, write_full(side, &b, 1), "side");
+  CHECK_OR(15, read_full(side, &b, 1, wait_limit()) && b == 'P', "host1 did not say 'power-off'");
+  const auto off = Clock::now();  // host1 powers its VM off 50 ms after sending that byte
+  // Keepalive: 5 x SLUICE_HEARTBEAT_MS rounded up to whole seconds (README, Failure detection:
+  // the kernel gives up 4 idle intervals after the last answer, checked once an interval), then
+  // one liveness poll (100 ms here); + 1 s slack.
+  const long hb_s = (env_long("SLUICE_HEARTBEAT_MS", 0) + 999) / 1000;
+  const double bound1 = 5.0 * hb_s * 1000 + 1000;
+  const double rc_ms = 4.096e-3 * static_cast<double>(1L << env_long("NCCL_IB_TIMEOUT", 20)) *
+                       static_cast<double>(env_long("NCCL_IB_RETRY_CNT", 7) + 1);
+  const double bound2 = rc_ms + 2000;
+  ncclResult_t r1 = ncclSuccess, r2 = ncclSuccess;
+  double took1 = -1, took2 = -1;
+  std::string w1, w2;
+  int done1 = 0, done2 = 0;
+  while ((took1 < 0 || took2 < 0) && ms_since(off) < 2 * std::max(bound1, bound2)) {
+    if (took1 < 0) {
+      r1 = n.test(req1, &done1, nullptr);
+      if (r1 != ncclSuccess || done1) took1 = ms_since(off), w1 = last_warn();
+    }
+    if (took2 < 0) {
+      r2 = n.test(req2, &done2, nullptr);
+      if (r2 != ncclSuccess || done2) took2 = ms_since(off), w2 = last_warn();
+    }
+    usleep(200);
+  }
+  std::fprintf(stderr, "host0: idle receive failed after %.0f ms (bound %.0f ms): %s\n", took1,
+               bound1, w1.c_str());
+  std::fprintf(stderr, "host0: in-flight send failed after %.0f ms (bound %.0f ms): %s\n", took2,
+               bound2, w2.c_str());
+  const std::string peer = std::getenv("SLUICE_BED_PEER_ADDR");
+  CHECK_OR(40, took1 >= 0 && r1 == ncclRemoteError && !done1, "idle receive: %d done %d", r1,
+           done1);
+  CHECK_OR(41, took1 <= bound1, "idle receive: %.0f ms > %.0f ms", took1, bound1);
+  CHECK_OR(42,
+           contains(w1, "stopped answering") && contains(w1, "SLUICE_HEARTBEAT_MS") &&
+               contains(w1, "qpn ") && contains(w1, peer) && contains(w1, props.name),
+           "idle receive WARN: %s", w1.c_str());
+  CHECK_OR(43, took2 >= 0 && r2 != ncclSuccess && !done2, "in-flight send: %d done %d", r2, done2);
+  CHECK_OR(44, took2 <= bound2, "in-flight send: %.0f ms > %.0f ms", took2, bound2);
+  CHECK_OR(45,
+           contains(w2, "retry counter exceeded") && contains(w2, "qpn ") && contains(w2, peer) &&
+               contains(w2, props.name) && contains(w2, "likely cause"),
+           "in-flight send WARN: %s", w2.c_str());
+  CHECK_OR(46, g_warns.load() == warns0 + 2, "%d WARNs, expected one per comm",
+           g_warns.load() - warns0);
+  // Failed comms keep failing fast with the same reason: the same call again raises no new WARN;
+  // another call fails with the same reason (the plugin WARNs it once under that call's name).
+  auto reason = [](const std::string& w, const char* from) {
+    const size_t p = w.find(from);
+    return p == std::string::npos ? w : w.substr(p);
+  };
+  const auto again = Clock::now();
+  CHECK_OR(47, n.test(req1, &done1, nullptr) == r1 && n.test(req2, &done2, nullptr) == r2,
+           "test again: another result");
+  CHECK_OR(47, g_warns.load() == warns0 + 2, "test again WARNed again: %s", last_warn().c_str());
+  void* q = nullptr;
+  CHECK_OR(47, n.irecv(rc, 1, &data, &cap, &tag, &mh, &q) != ncclSuccess, "irecv after failure");
+  CHECK_OR(47, reason(last_warn(), "peer ") == reason(w1, "peer "), "irecv: another reason: %s",
+           last_warn().c_str());
+  CHECK_OR(47, n.isend(sc, sbuf.data(), 4096, kTag, sbuf.mh(), &q) != ncclSuccess,
+           "isend after failure");
+  CHECK_OR(47, reason(last_warn(), "send completion") == reason(w2, "send completion"),
+           "isend: another reason: %s", last_warn().c_str());
+  CHECK_OR(47, ms_since(again) < 100, "failing again took %.0f ms", ms_since(again));
+  // Close, bounded; every verbs object released.
+  const auto closing = Clock::now();
+  buf.reset();
+  sbuf.reset();
+  const ncclResult_t c1 = n.close_recv(rc), c2 = n.close_send(sc);
+  const double close_ms = ms_since(closing);
+  std::fprintf(stderr, "host0: closed both comms in %.0f ms (closeRecv %d, closeSend %d)\n",
+               close_ms, c1, c2);
+  CHECK_OR(48, close_ms < 10000, "close took %.0f ms", close_ms);
+  const Counts0 after{rdma_resource_count("qp"), rdma_resource_count("cq"),
+                      rdma_resource_count("mr")};
+  CHECK_OR(
+      49,
+      before.qp < 0 || (after.qp == before.qp && after.cq == before.cq && after.mr == before.mr),
+      "verbs objects leaked: qp %d -> %d, cq %d -> %d, mr %d -> %d", before.qp, after.qp, before.cq,
+      after.cq, before.mr, after.mr);
+  CHECK_OR(50, n.finalize() == ncclSuccess, "finalize");
+  return 0;
+}
+
+int host1_stream(int side) {
+  Net n(12);
+  CHECK_OR(3, n.init(0x2e71) == ncclSuccess, "init");
+  char handle[NCCL_NET_HANDLE_MAXSIZE];
+  CHECK_OR(4, read_full(side, handle, sizeof handle, wait_limit()), "no handle from host0");
+  void* sc = nullptr;
+  const auto deadline = Clock::now() + wait_limit();
+  while (sc == nullptr && Clock::now() < deadline)
+    CHECK_OR(4, n.connect(0, handle, &sc) == ncclSuccess, "connect: %s", last_warn().c_str());
+  CHECK_OR(4, sc != nullptr, "no comm to host0");
+  RegBuf buf;
+  CHECK_OR(4, buf.allocate(&n, sc, kWindow * kMaxMsg), "regMr");
+  if (int r = send_stream(n, sc, buf, 0)) return r;
+  char b = 0;
+  CHECK_OR(10, read_full(side, &b, 1, wait_limit()) && b == 'N', "no netem request");
+  const std::string add =
+      "modprobe sch_netem && tc qdisc replace dev eth0 root netem " + netem_spec();
+  CHECK_OR(10, shell(add) == 0, "netem could not be set up on host1");
+  b = 'n';
+  CHECK_OR(10, write_full(side, &b, 1), "side");
+  if (int r = send_stream(n, sc, buf, 1)) return r;
+  CHECK_OR(11, read_full(side, &b, 1, wait_limit()) && b == 'C', "no netem removal request");
+  const long dropped = netem_dropped();
+  CHECK_OR(11, shell("tc qdisc del dev eth0 root") == 0, "netem not removed on host1");
+  CHECK_OR(11, write_full(side, &dropped, sizeof dropped), "side");
+  buf.reset();
+  CHECK_OR(12, n.close_send(sc) == ncclSuccess, "closeSend: %s", last_warn().c_str());
+  CHECK_OR(12, n.finalize() == ncclSuccess, "finalize");
+  return 0;
+}
+
+// Phase 3: host0's comm 1 (this side sends nothing on it) and a receive comm for host0's
+// in-flight send, its clear-to-send published; then the VM powers off.
+int host1_poweroff(int side) {
+  Net n(12);
+  CHECK_OR(3, n.init(0x2e73) == ncclSuccess, "init");
+  char handle[NCCL_NET_HANDLE_MAXSIZE];
+  CHECK_OR(4, read_full(side, handle, sizeof handle, wait_limit()), "no handle from host0");
+  void* sc = nullptr;
+  const auto deadline = Clock::now() + wait_limit();
+  while (sc == nullptr && Clock::now() < deadline)
+    CHECK_OR(4, n.connect(0, handle, &sc) == ncclSuccess, "connect: %s", last_warn().c_str());
+  CHECK_OR(4, sc != nullptr, "no comm to host0");
+  char b = 0;
+  char handle2[NCCL_NET_HANDLE_MAXSIZE] = {};
+  void* lc = nullptr;
+  CHECK_OR(14,
+           n.listen(0, handle2, &lc) == ncclSuccess && write_full(side, handle2, sizeof handle2),
+           "listen");
+  void* rc = nullptr;
+  while (rc == nullptr && Clock::now() < deadline)
+    CHECK_OR(14, n.accept(lc, &rc) == ncclSuccess, "accept: %s", last_warn().c_str());
+  CHECK_OR(14, rc != nullptr, "no comm from host0");
+  RegBuf rbuf;
+  CHECK_OR(14, rbuf.allocate(&n, rc, kInFlight), "regMr");
+  void* data = rbuf.data();
+  void* mh = rbuf.mh();
+  size_t cap = kInFlight;
+  int tag = kTag;
+  void* req = nullptr;
+  CHECK_OR(14,
+           post_until("irecv", &req,
+                      [&](void** q) { return n.irecv(rc, 1, &data, &cap, &tag, &mh, q); }),
+           "irecv");
+  int done = 0;
+  CHECK_OR(14, n.test(req, &done, nullptr) == ncclSuccess, "publish");
+  // The bed's helper records this host's status now (slow: 9p syncs), before host0's send starts.
+  std::fflush(nullptr);
+  CHECK_OR(16, std::system(SLUICE_SOURCE_DIR "/scripts/bed/poweroff --record-only 0") == 0,
+           "scripts/bed/poweroff --record-only failed");
+  const int trigger = open("/proc/sysrq-trigger", O_WRONLY | O_CLOEXEC);
+  CHECK_OR(16, trigger >= 0, "open /proc/sysrq-trigger: %s", std::strerror(errno));
+  b = 'R';
+  CHECK_OR(14, write_full(side, &b, 1), "side");
+  CHECK_OR(15, read_full(side, &b, 1, wait_limit()) && b == 'G', "no go");
+  // Gone, comms open and a receive being written: the VM powers off with no FIN; host0 is told
+  // the moment first.
+  b = 'P';
+  CHECK_OR(16, write_full(side, &b, 1), "side");
+  usleep(50 * 1000);  // let the byte leave
+  std::fprintf(stderr, "host1: powering the VM off now (sysrq o)\n");
+  std::fflush(nullptr);
+  if (write(trigger, "o", 1) != 1) std::fprintf(stderr, "host1: sysrq: %s\n", std::strerror(errno));
+  sleep(30);
+  std::fprintf(stderr, "host1: the VM did not power off\n");
+  std::_Exit(16);
+}
+
+}  // namespace
+}  // namespace nettest
+
+int main(int argc, char** argv) {
+  const std::string phase = argc == 5 ? argv[4] : "";
+  if (argc != 5 || std::string(argv[1]) != "--host" || std::string(argv[3]) != "--phase" ||
+      (phase != "stream" && phase != "poweroff")) {
+    std::fprintf(stderr,
+                 "usage: %s --host 0|1 --phase stream|poweroff (run by scripts/rdma-bed "
+                 "--two-host)\n",
+                 argv[0]);
+    return 2;
+  }
+  using namespace nettest;
+  g_host = std::atoi(argv[2]);
+  const bool stream = phase == "stream";
+  const int side = side_socket(g_host, stream ? kSidePort : kSidePort + 1);
+  if (side < 0) return std::fprintf(stderr, "host%d: no side connection\n", g_host), 2;
+  if (g_host == 0) return stream ? host0_stream(side) : host0_poweroff(side);
+  return stream ? host1_stream(side) : host1_poweroff(side);
+}
