@@ -142,6 +142,22 @@ class CoreTeardown : public ::testing::Test {
     ASSERT_GE(dev_a_, 0);
     ASSERT_GE(dev_b_, 0);
     std::printf("ports: %s\n", pair.describe().c_str());
+    // librdmacm opens a device's verbs context (file descriptors) the first time the process uses
+    // rdma_cm on it and keeps it until the library is unloaded: one connection before any test
+    // takes its baseline, so the baselines count what Sluice holds, not librdmacm's cache.
+    static bool warmed = false;
+    if (!warmed) {
+      warmed = true;
+      char h[kHandleSize];
+      ListenComm* l = nullptr;
+      ASSERT_TRUE(listen(dev_b_, h, &l).is_ok());
+      SendComm* s = nullptr;
+      RecvComm* r = nullptr;
+      ASSERT_NO_FATAL_FAILURE(connect_pair(l, h, &s, &r));
+      EXPECT_TRUE(close_send(s).is_ok());
+      EXPECT_TRUE(close_recv(r).is_ok());
+      EXPECT_TRUE(close_listen(l).is_ok());
+    }
   }
   void TearDown() override {
     if (acquired_) engine_release();
@@ -276,9 +292,15 @@ TEST_F(CoreTeardown, RefusedSendsTellTheReceiver) {
 // read), the acceptor built its comm and waits for the ready byte.
 void abandon_handshake(int dev_a, ListenComm* l, char* handle, long qp0) {
   SendComm* s = nullptr;
-  ASSERT_TRUE(connect(dev_a, handle, CommConfig{}, &s).is_ok());
-  ASSERT_EQ(s, nullptr);
-  const long qp_connector = count_own("qp");
+  // The connector builds its QPs once it knows its connection manager (with SLUICE_CM=auto and a
+  // listener that has an rdma_cm port, after a route lookup): poll until it has.
+  long qp_connector = qp0;
+  for (const auto t = Clock::now(); qp_connector == qp0; qp_connector = count_own("qp")) {
+    ASSERT_LT(Clock::now(), t + std::chrono::seconds(10)) << "the connect built no QPs";
+    ASSERT_TRUE(connect(dev_a, handle, CommConfig{}, &s).is_ok());
+    ASSERT_EQ(s, nullptr);
+    if (count_own("qp") == qp0) std::this_thread::sleep_for(milliseconds(5));
+  }
   ASSERT_GT(qp_connector, qp0) << "the connect built no QPs";
   const auto t0 = Clock::now();
   // The connector sends its metadata within its first calls; the acceptor builds its QPs on it.
