@@ -172,7 +172,16 @@ TEST(Lifecycle, OpenCloseCyclesDoNotLeak) {
       "RSS %.1f -> %.1f MiB\n",
       cycles, per_cycle_ms, warmup, base_fds, fds, base_rss / 1048576.0, rss / 1048576.0);
   EXPECT_EQ(fds, base_fds) << "file descriptors leaked";
+#if defined(__SANITIZE_ADDRESS__)
+  // ASan keeps freed memory in its quarantine (256 MiB by default), so RSS grows with the cycles
+  // whether or not anything leaks (measured: +47 MiB over 1,000 cycles); LeakSanitizer checks for
+  // leaks when the process exits instead, and the plain build checks RSS.
+  std::printf(
+      "lifecycle: RSS not compared under AddressSanitizer (its quarantine holds freed "
+      "memory); LeakSanitizer checks at exit\n");
+#else
   EXPECT_LT(rss - base_rss, 16L << 20) << "RSS grew by " << (rss - base_rss) << " bytes";
+#endif
   const struct {
     const char* kind;
     int base;
