@@ -39,6 +39,8 @@
 
 namespace {
 
+using sluice::rdmatest::count_own;
+
 using namespace sluice;
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
@@ -59,25 +61,6 @@ void sink(int level, unsigned long, const char* file, int line, const char* fmt,
   if (level <= kLogWarn) {
     std::fprintf(stderr, "%ssluice WARN %s:%d %s\n", rdmatest::warn_prefix(), file, line, msg);
   }
-}
-
-// Verbs objects of this process per `rdma resource show`; -1 when the tool fails.
-long count_own(const char* what) {
-  const std::string cmd = std::string("rdma resource show ") + what + " 2>/dev/null";
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return -1;
-  const std::string me = std::to_string(getpid());
-  long n = 0;
-  char line[1024];
-  while (std::fgets(line, sizeof line, p) != nullptr) {
-    std::istringstream in(line);
-    std::string prev, tok;
-    while (in >> tok) {
-      if (prev == "pid" && tok == me) ++n;
-      prev = tok;
-    }
-  }
-  return pclose(p) == 0 ? n : -1;
 }
 
 int fd_count() {

@@ -30,6 +30,8 @@
 
 namespace {
 
+using sluice::rdmatest::count_own;
+
 using namespace sluice;
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
@@ -81,25 +83,6 @@ int warn_count() {
   int n = 0;
   for (const LogLine& l : g_log) n += l.level == kLogWarn;
   return n;
-}
-
-// Verbs objects (`rdma resource show qp|cq|mr`) owned by this process; -1 when the tool fails.
-long count_own(const char* what) {
-  const std::string cmd = std::string("rdma resource show ") + what + " 2>/dev/null";
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return -1;
-  const std::string me = std::to_string(getpid());
-  long n = 0;
-  char line[1024];
-  while (std::fgets(line, sizeof line, p) != nullptr) {
-    std::istringstream in(line);
-    std::string prev, tok;
-    while (in >> tok) {
-      if (prev == "pid" && tok == me) ++n;
-      prev = tok;
-    }
-  }
-  return pclose(p) == 0 ? n : -1;
 }
 
 // The engine with the capture sink, and the test pair as core's device indices.

@@ -13,10 +13,13 @@
 
 #include <gtest/gtest.h>
 #include <infiniband/verbs.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -166,6 +169,26 @@ class ExpectWarns {
 // The prefix for a WARN line logged now: kExpectedPrefix inside an ExpectWarns scope, else "".
 inline const char* warn_prefix() {
   return g_expecting_warns.load() > 0 ? kExpectedPrefix : "";
+}
+
+// Verbs objects of `what` (qp, cq, mr, pd) that this process owns per `rdma resource show`; -1 when
+// the tool fails.
+inline long count_own(const char* what) {
+  const std::string cmd = std::string("rdma resource show ") + what + " 2>/dev/null";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return -1;
+  const std::string me = std::to_string(getpid());
+  long n = 0;
+  char line[1024];
+  while (std::fgets(line, sizeof line, p) != nullptr) {
+    std::istringstream in(line);
+    std::string prev, tok;
+    while (in >> tok) {
+      if (prev == "pid" && tok == me) ++n;
+      prev = tok;
+    }
+  }
+  return pclose(p) == 0 ? n : -1;
 }
 
 }  // namespace sluice::rdmatest
