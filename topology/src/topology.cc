@@ -411,6 +411,20 @@ bool is_hwloc_bitmap(std::string_view v) {
   }
 }
 
+// The quoted value (' or ") of an attribute whose name ends just before `p` in `text`: optional
+// whitespace, '=', optional whitespace, then the quoted value. nullopt when that is not what
+// follows.
+std::optional<std::string_view> quoted_value_after(std::string_view text, size_t p) {
+  while (p < text.size() && std::isspace(static_cast<unsigned char>(text[p]))) ++p;
+  if (p >= text.size() || text[p] != '=') return std::nullopt;
+  ++p;
+  while (p < text.size() && std::isspace(static_cast<unsigned char>(text[p]))) ++p;
+  if (p >= text.size() || (text[p] != '"' && text[p] != '\'')) return std::nullopt;
+  const size_t end = text.find(text[p], p + 1);
+  if (end == std::string_view::npos) return std::nullopt;  // unterminated: hwloc refuses it
+  return text.substr(p + 1, end - p - 1);
+}
+
 // hwloc 2.9 asserts (abort()) in hwloc_bitmap_sscanf on a bitmap that starts with a comma (found by
 // the topology_xml fuzz target: complete_cpuset=",x00000008",
 // fuzz/corpus/topology_xml/hwloc-assert-bitmap-leading-comma.xml). Every attribute whose name ends
@@ -424,20 +438,12 @@ Status check_bitmap_attributes(std::string_view xml, const std::string& source) 
              (std::isalpha(static_cast<unsigned char>(xml[start - 1])) || xml[start - 1] == '_'))
         --start;
       if (start == 0 || !std::isspace(static_cast<unsigned char>(xml[start - 1]))) continue;
-      size_t p = i + suffix.size();
-      while (p < xml.size() && std::isspace(static_cast<unsigned char>(xml[p]))) ++p;
-      if (p >= xml.size() || xml[p] != '=') continue;
-      ++p;
-      while (p < xml.size() && std::isspace(static_cast<unsigned char>(xml[p]))) ++p;
-      if (p >= xml.size() || (xml[p] != '"' && xml[p] != '\'')) continue;
-      const size_t end = xml.find(xml[p], p + 1);
-      if (end == std::string_view::npos) continue;  // unterminated: hwloc's parser refuses it
-      const std::string_view value = xml.substr(p + 1, end - p - 1);
-      if (!is_hwloc_bitmap(value)) {
+      const std::optional<std::string_view> value = quoted_value_after(xml, i + suffix.size());
+      if (value && !is_hwloc_bitmap(*value)) {
         const std::string name(xml.substr(start, i + suffix.size() - start));
         return Status(Code::kInvalidArgument,
                       "hwloc XML " + source + ": attribute " + name + "=\"" +
-                          std::string(value.substr(0, 64)) +
+                          std::string(value->substr(0, 64)) +
                           "\" is not a bitmap as hwloc writes one (0x-prefixed hex groups "
                           "separated by commas; corrupt file)");
       }
@@ -451,15 +457,7 @@ Status check_bitmap_attributes(std::string_view xml, const std::string& source) 
 std::optional<std::string_view> attribute(std::string_view tag, std::string_view name) {
   for (size_t i = tag.find(name); i != std::string_view::npos; i = tag.find(name, i + 1)) {
     if (i == 0 || !std::isspace(static_cast<unsigned char>(tag[i - 1]))) continue;
-    size_t p = i + name.size();
-    while (p < tag.size() && std::isspace(static_cast<unsigned char>(tag[p]))) ++p;
-    if (p >= tag.size() || tag[p] != '=') continue;
-    ++p;
-    while (p < tag.size() && std::isspace(static_cast<unsigned char>(tag[p]))) ++p;
-    if (p >= tag.size() || (tag[p] != '"' && tag[p] != '\'')) continue;
-    const size_t end = tag.find(tag[p], p + 1);
-    if (end == std::string_view::npos) continue;
-    return tag.substr(p + 1, end - p - 1);
+    if (auto value = quoted_value_after(tag, i + name.size())) return value;
   }
   return std::nullopt;
 }
