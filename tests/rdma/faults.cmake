@@ -65,3 +65,20 @@ add_test(NAME plugin_lossy_two_host
 set_tests_properties(plugin_lossy_two_host PROPERTIES LABELS "rdma;faults;bed" TIMEOUT 600
                      SKIP_RETURN_CODE 77   # 77: nested inside a VM bed, cannot boot VMs there
                      ENVIRONMENT "SLUICE_LIVENESS_POLL_MS=100;SLUICE_HEARTBEAT_MS=1000;SLUICE_TEST_DEADLINE_S=180")
+# The progress watchdog (labels rdma, faults, bed: it drops the bed's RoCE packets with tc): every
+# RoCE v2 packet dropped with a send in flight, NCCL_IB_RETRY_CNT=7 (infinite on rxe): the sender
+# fails within 4.096 us x 2^14 x 8 x 1.5 + 1 s = 1806 ms (+ one poll + 2 s margin), the waiting
+# receiver does not, another comm works once the path is back, nothing leaks; and the control: a
+# healthy stream of 1 MiB messages for 3 bounds raises nothing.
+add_executable(plugin_stall_test ${CMAKE_CURRENT_LIST_DIR}/plugin_stall_test.cc)
+target_include_directories(plugin_stall_test PRIVATE ${CMAKE_CURRENT_LIST_DIR})
+target_link_libraries(plugin_stall_test PRIVATE sluice_nccl_abi GTest::gtest Threads::Threads
+                                                PkgConfig::IBVERBS ${CMAKE_DL_LIBS})
+target_compile_definitions(plugin_stall_test PRIVATE
+                           SLUICE_PLUGIN_PATH="$<TARGET_FILE:nccl-net-sluice>")
+add_dependencies(plugin_stall_test nccl-net-sluice)
+sluice_add_rdma_test(NAME plugin_stall COMMAND $<TARGET_FILE:plugin_stall_test> TIMEOUT 300)
+set_property(TEST plugin_stall APPEND PROPERTY LABELS faults bed)
+set_property(TEST plugin_stall APPEND PROPERTY ENVIRONMENT NCCL_IB_TIMEOUT=14 NCCL_IB_RETRY_CNT=7
+                                                        SLUICE_LIVENESS_POLL_MS=100
+                                                        SLUICE_TEST_DEADLINE_S=30)
