@@ -59,13 +59,16 @@ Status check_progress(Conn& c) {
     return Status::ok();
   }
   const Config& cfg = e->config();
-  const long long bound = progress_bound_ms(cfg.ib_timeout, cfg.retry_cnt);
+  const long long bound = cfg.progress_timeout_ms > 0
+                              ? cfg.progress_timeout_ms
+                              : progress_bound_ms(cfg.ib_timeout, cfg.retry_cnt);
   long long waited = 0;
   const int q =
       progress_check(c.progress.since_ns, outstanding, c.nqps, c.progress.now_ns, bound, &waited);
   if (q < 0) return Status::ok();
-  return fail(c, Status(Code::kRemoteError, progress_reason(c.describe_qp(q), what, waited, bound,
-                                                            cfg.ib_timeout, cfg.retry_cnt)));
+  return fail(c, Status(Code::kRemoteError,
+                        progress_reason(c.describe_qp(q), what, waited, bound, cfg.ib_timeout,
+                                        cfg.retry_cnt, cfg.progress_timeout_ms > 0)));
 }
 
 int qp_index(const Conn& c, uint32_t qpn) {

@@ -17,8 +17,10 @@
 // poll cadence (SLUICE_LIVENESS_POLL_MS, rate-limited like liveness.cc: no syscall per test).
 // A QP whose clock ran past the bound fails its comm:
 //   bound = 4.096 us x 2^NCCL_IB_TIMEOUT x (NCCL_IB_RETRY_CNT + 1) x 1.5 + 1 s
-// (a retry count of 7 counts as 7). The error is noticed within bound + one poll period of the
-// last completion, at the comm's next test/isend/irecv.
+// (a retry count of 7 counts as 7), or SLUICE_PROGRESS_TIMEOUT_MS when set. The error is noticed
+// within bound + one poll period of the last completion, at the comm's next test/isend/irecv.
+// Progress is seen per work request, not per packet: on a link so slow that one message takes
+// longer than the bound (the emulated bed at short NCCL_IB_TIMEOUT), set the knob higher.
 #pragma once
 
 #include <cstdint>
@@ -52,8 +54,10 @@ int progress_check(int64_t* since_ns, const bool* outstanding, int nqps, int64_t
                    long long bound_ms, long long* waited_ms);
 
 // The failure text. qp: describe_qp of the stuck QP (names the peer, device and QPs); what: the
-// watched work ("isend data/closing WRITE_WITH_IMM" or "clear-to-send WRITE").
+// watched work ("isend data/closing WRITE_WITH_IMM" or "clear-to-send WRITE"); from_knob: the bound
+// is SLUICE_PROGRESS_TIMEOUT_MS, not derived.
 std::string progress_reason(const std::string& qp, const char* what, long long waited_ms,
-                            long long bound_ms, int ib_timeout, int retry_cnt);
+                            long long bound_ms, int ib_timeout, int retry_cnt,
+                            bool from_knob = false);
 
 }  // namespace sluice

@@ -94,6 +94,15 @@ TEST(ProgressReason, NamesWhatWaitedTheBoundAndTheCause) {
                    "or the peer's NIC is stuck"),
             std::string::npos)
       << m;
+  EXPECT_NE(m.find("x 1.5 + 1 s)"), std::string::npos) << m;
+  EXPECT_EQ(m.find("SLUICE_PROGRESS_TIMEOUT_MS"), std::string::npos) << m;
+  const std::string k = progress_reason("qpn 17", "clear-to-send RDMA WRITE", 61000, 60000, 20, 7,
+                                        /*from_knob=*/true);
+  EXPECT_NE(k.find("posted clear-to-send RDMA WRITE waited 61000 ms with no completion, bound "
+                   "60000 ms (SLUICE_PROGRESS_TIMEOUT_MS; RC retry bound 34359.7 ms"),
+            std::string::npos)
+      << k;
+  EXPECT_EQ(k.find("x 1.5"), std::string::npos) << k;
 }
 
 }  // namespace
