@@ -232,6 +232,15 @@ TEST(Stall, SenderFailsWithinTheRcBoundReceiverWaitsOtherCommsWork) {
     EXPECT_EQ(net().isend(a.send, s.data(), kMsg, kTag, s.mh(), &s3), ncclRemoteError);
     EXPECT_LT(duration_cast<milliseconds>(Clock::now() - again).count(), 100);
     EXPECT_TRUE(drop.remove());
+    // The path is back: the failed sender's QP (not moved to ERROR until close or deregMr) is still
+    // retrying, so the receive completes with the right bytes and its buffer can be deregistered.
+    const auto back = Clock::now();
+    if (!rdone) {
+      EXPECT_TRUE(wait_done(net(), "recv 2 after the path is back", r2, nullptr)) << last_warn();
+    }
+    std::fprintf(stderr, "receive 2 completed %lld ms after the filter was removed\n",
+                 static_cast<long long>(duration_cast<milliseconds>(Clock::now() - back).count()));
+    EXPECT_EQ(std::memcmp(r.data(), s.data(), 2 * kMsg), 0) << "received bytes differ";
   }
   // The path is back: another comm moves bytes and verifies.
   {
