@@ -17,8 +17,9 @@
 // poll cadence (SLUICE_LIVENESS_POLL_MS, rate-limited like liveness.cc: no syscall per test).
 // A QP whose clock ran past the bound fails its comm:
 //   bound = 4.096 us x 2^NCCL_IB_TIMEOUT x (NCCL_IB_RETRY_CNT + 1) x 1.5 + 1 s
-// (a retry count of 7 counts as 7), or SLUICE_PROGRESS_TIMEOUT_MS when set. The error is noticed
-// within bound + one poll period of the last completion, at the comm's next test/isend/irecv.
+// (a retry count of 7 counts as 7), or SLUICE_PROGRESS_TIMEOUT_MS when set. The clock starts at
+// most one poll period after the work was posted (or last completed) and fires at the first check
+// past the bound: the comm fails at its next test/isend/irecv within bound + two poll periods.
 // Progress is seen per work request, not per packet: on a link so slow that one message takes
 // longer than the bound (the emulated bed at short NCCL_IB_TIMEOUT), set the knob higher.
 #pragma once
