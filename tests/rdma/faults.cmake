@@ -69,7 +69,7 @@ set_tests_properties(plugin_lossy_two_host PROPERTIES LABELS "rdma;faults;bed" T
                      ENVIRONMENT "SLUICE_LIVENESS_POLL_MS=100;SLUICE_HEARTBEAT_MS=1000;SLUICE_TEST_DEADLINE_S=180;SLUICE_PROGRESS_TIMEOUT_MS=60000")
 # The progress watchdog (labels rdma, faults, bed: it drops the bed's RoCE packets with tc): every
 # RoCE v2 packet dropped with a send in flight, NCCL_IB_RETRY_CNT=7 (infinite on rxe): the sender
-# fails within 4.096 us x 2^14 x 8 x 1.5 + 1 s = 1806 ms (+ two polls + 2 s margin), the waiting
+# fails within 4.096 us x 2^14 x 8 x 1.5 + 1 s = 1806 ms (+ two polls + 3 s margin), the waiting
 # receiver does not, another comm works once the path is back, nothing leaks; and the control: a
 # healthy stream of 1 MiB messages for 3 bounds raises nothing.
 add_executable(plugin_stall_test ${CMAKE_CURRENT_LIST_DIR}/plugin_stall_test.cc)
