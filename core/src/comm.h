@@ -22,6 +22,7 @@
 #include "cts_match.h"
 #include "engine.h"
 #include "liveness.h"
+#include "progress.h"
 #include "sluice/core/api.h"
 #include "sluice/core/verbs.h"
 #include "sluice/core/wire.h"
@@ -161,6 +162,7 @@ struct Conn {
   std::string pending_work;
   Status failure;             // sticky: once set every call fails with it
   PeerWatch watch;            // the peer's liveness and async-event failures (liveness.h)
+  ProgressWatch progress;     // posted work without completion (progress.h)
   CommBase* owner = nullptr;  // the SendComm or RecvComm this is a member of
   std::unique_ptr<CmLink, CmLinkDeleter> cm;  // rdmacm mode only; null in oob mode
   bool retired = false;  // finalize released its verbs objects (retire_comm); dev is null

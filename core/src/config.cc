@@ -138,6 +138,10 @@ const std::vector<Param>& table() {
      .doc = "TCP keepalive on the connection socket: probe after this much silence (whole "
             "seconds, rounded up), give up 4x after the last answer (TCP_USER_TIMEOUT): a "
             "silent peer host is noticed within 5x; 0 = off"},
+    {.name = "SLUICE_PROGRESS_TIMEOUT_MS", .type = Type::kInt,
+     .field = &Config::progress_timeout_ms, .min = 0, .max = 86400000,
+     .doc = "Progress watchdog: a comm whose posted send-side work has had no completion on a "
+            "QP for this long fails; 0 = derive from NCCL_IB_TIMEOUT and NCCL_IB_RETRY_CNT"},
     {.name = "SLUICE_CM", .type = Type::kEnum, .field = &Config::cm_mode,
      .choices = {{"auto", 0}, {"oob", 1}, {"rdmacm", 2}}, .default_text = "auto",
      .doc = "Connection manager: oob = TCP handshake and manual QP bring-up; rdmacm = QPs "

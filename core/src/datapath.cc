@@ -30,9 +30,45 @@ Status fail(Conn& c, Status st) {
 Status check_device(Conn& c, bool new_work) {
   if (c.failed()) return c.failure;  // a retired comm has no device any more
   Adapter* a = c.dev->adapter;
-  if (!a->fatal.load(std::memory_order_relaxed)) return liveness_check(c, new_work);
+  if (!a->fatal.load(std::memory_order_relaxed)) {
+    SLUICE_RETURN_IF_ERROR(liveness_check(c, new_work));
+    return c.progress.due ? check_progress(c) : Status::ok();
+  }
   std::lock_guard<std::mutex> lk(a->fatal_mu);
   return fail(c, Status(Code::kSystemError, a->fatal_reason + "; comm " + c.describe_qp(0)));
+}
+
+Status check_progress(Conn& c) {
+  c.progress.due = false;
+  const Engine* e = engine();
+  if (e == nullptr || c.owner == nullptr) return Status::ok();
+  bool outstanding[wire::kMaxQps] = {};
+  const char* what = nullptr;
+  if (c.owner->kind == CommKind::kSend) {
+    auto& s = *static_cast<SendComm*>(c.owner);
+    SLUICE_RETURN_IF_ERROR(poll_send(s));
+    for (int q = 0; q < c.nqps; ++q) outstanding[q] = s.sq_used[q] > 0;
+    what = "isend RDMA WRITE / WRITE_WITH_IMM";
+  } else if (c.owner->kind == CommKind::kRecv) {
+    auto& r = *static_cast<RecvComm*>(c.owner);
+    SLUICE_RETURN_IF_ERROR(poll_recv(r));
+    // Only a signaled CTS write reports a completion; the unsignaled ones after it never do.
+    for (int q = 0; q < c.nqps; ++q) outstanding[q] = r.cts_outstanding[q] > r.cts_unsignaled[q];
+    what = "clear-to-send RDMA WRITE";
+  } else {
+    return Status::ok();
+  }
+  const Config& cfg = e->config();
+  const long long bound = cfg.progress_timeout_ms > 0
+                              ? cfg.progress_timeout_ms
+                              : progress_bound_ms(cfg.ib_timeout, cfg.retry_cnt);
+  long long waited = 0;
+  const int q =
+      progress_check(c.progress.since_ns, outstanding, c.nqps, c.progress.now_ns, bound, &waited);
+  if (q < 0) return Status::ok();
+  return fail(c, Status(Code::kRemoteError,
+                        progress_reason(c.describe_qp(q), what, waited, bound, cfg.ib_timeout,
+                                        cfg.retry_cnt, cfg.progress_timeout_ms > 0)));
 }
 
 int qp_index(const Conn& c, uint32_t qpn) {

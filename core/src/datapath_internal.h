@@ -24,6 +24,10 @@ Status fail(Conn& c, Status st);
 // A fatal device, an async-event failure, or (rate limited, liveness.h) a peer that is gone.
 // new_work: isend/irecv (fail once the peer is gone); false: test of a pending request.
 Status check_device(Conn& c, bool new_work = true);
+// The progress watchdog (progress.h), when a liveness poll made it due: polls the comm's CQ, then
+// fails the comm when a QP's watched work has had no completion for longer than the bound. For a
+// receive comm the caller holds its mu.
+Status check_progress(Conn& c);
 int qp_index(const Conn& c, uint32_t qpn);
 Status completion_error(Conn& c, const ibv_wc& wc, const char* side);
 bool valid_mh(const Conn& c, const MemHandle* mh);

@@ -223,7 +223,12 @@ Status liveness_check(Conn& c, bool new_work) {
   if (!c.watch.started) return Status::ok();
   const Engine* e = engine();
   const int period = e ? e->config().liveness_poll_ms : 1000;
-  if (poll_due(now_ns(), &c.watch.next_poll_ns, period)) poll_socket(c);
+  const int64_t now = now_ns();
+  if (poll_due(now, &c.watch.next_poll_ns, period)) {
+    poll_socket(c);
+    c.progress.due = true;  // the data path's progress watchdog (progress.h) runs at this cadence
+    c.progress.now_ns = now;
+  }
   if (new_work && c.watch.state != PeerWatch::kAlive) return fail_with(c, gone_status(c));
   return Status::ok();
 }

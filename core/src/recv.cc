@@ -197,6 +197,7 @@ Status poll_recv(RecvComm& r) {
     if (w.wr_id & kWrCts) {
       uint32_t q = static_cast<uint32_t>(w.wr_id >> 32) & 0xffu;
       r.cts_outstanding[q] -= static_cast<uint32_t>(w.wr_id & 0xffffffffu);
+      if (q < wire::kMaxQps) r.c.progress.since_ns[q] = 0;  // progress on that QP (progress.h)
       continue;
     }
     RecvReq& req = r.pool[w.wr_id % wire::kFifoSlots];

@@ -240,6 +240,7 @@ Status poll_send(SendComm& s) {
     if (wc[k].status != IBV_WC_SUCCESS) return fail(s.c, completion_error(s.c, wc[k], "send"));
     if (wc[k].wr_id & kWrUnsignaled) continue;
     const int q = qp_index(s.c, wc[k].qp_num);
+    if (q >= 0) s.c.progress.since_ns[q] = 0;  // progress on that QP (progress.h)
     if (wc[k].wr_id & kWrReject) {
       if (q >= 0) s.sq_used[q] -= 1;
       continue;

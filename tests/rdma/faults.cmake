@@ -46,7 +46,9 @@ set_property(TEST core_faults APPEND PROPERTY ENVIRONMENT SLUICE_CONNECT_TIMEOUT
 # phase "poweroff" powers host1's VM off (scripts/bed/poweroff, no FIN) with an idle receive and a
 # send in flight on host0: keepalive bound 5 x SLUICE_HEARTBEAT_MS + 1 s, RC bound 4.096 us x
 # 2^NCCL_IB_TIMEOUT x (NCCL_IB_RETRY_CNT + 1) (rxe treats a retry count of 7 as infinite, so 6
-# there) + 2 s.
+# there) + 2 s. SLUICE_PROGRESS_TIMEOUT_MS=60000: on this link one 4 MiB message under 5 % loss, or
+# the 16 MiB send in flight, takes longer than the watchdog's derived bound at these short timers
+# (1.8 / 2.4 s) although it progresses; this test is about loss recovery and RC retries.
 add_executable(plugin_lossy_two_host_test ${CMAKE_CURRENT_LIST_DIR}/plugin_lossy_two_host_test.cc)
 target_include_directories(plugin_lossy_two_host_test PRIVATE ${CMAKE_CURRENT_LIST_DIR})
 target_link_libraries(plugin_lossy_two_host_test PRIVATE sluice_nccl_abi GTest::gtest Threads::Threads
@@ -64,4 +66,21 @@ add_test(NAME plugin_lossy_two_host
     "${lossy_stream} --host 1 --phase stream && ${lossy_off} --host 1 --phase poweroff")
 set_tests_properties(plugin_lossy_two_host PROPERTIES LABELS "rdma;faults;bed" TIMEOUT 600
                      SKIP_RETURN_CODE 77   # 77: nested inside a VM bed, cannot boot VMs there
-                     ENVIRONMENT "SLUICE_LIVENESS_POLL_MS=100;SLUICE_HEARTBEAT_MS=1000;SLUICE_TEST_DEADLINE_S=180")
+                     ENVIRONMENT "SLUICE_LIVENESS_POLL_MS=100;SLUICE_HEARTBEAT_MS=1000;SLUICE_TEST_DEADLINE_S=180;SLUICE_PROGRESS_TIMEOUT_MS=60000")
+# The progress watchdog (labels rdma, faults, bed: it drops the bed's RoCE packets with tc): every
+# RoCE v2 packet dropped with a send in flight, NCCL_IB_RETRY_CNT=7 (infinite on rxe): the sender
+# fails within 4.096 us x 2^14 x 8 x 1.5 + 1 s = 1806 ms (+ two polls + 3 s margin), the waiting
+# receiver does not, another comm works once the path is back, nothing leaks; and the control: a
+# healthy stream of 1 MiB messages for 3 bounds raises nothing.
+add_executable(plugin_stall_test ${CMAKE_CURRENT_LIST_DIR}/plugin_stall_test.cc)
+target_include_directories(plugin_stall_test PRIVATE ${CMAKE_CURRENT_LIST_DIR})
+target_link_libraries(plugin_stall_test PRIVATE sluice_nccl_abi GTest::gtest Threads::Threads
+                                                PkgConfig::IBVERBS ${CMAKE_DL_LIBS})
+target_compile_definitions(plugin_stall_test PRIVATE
+                           SLUICE_PLUGIN_PATH="$<TARGET_FILE:nccl-net-sluice>")
+add_dependencies(plugin_stall_test nccl-net-sluice)
+sluice_add_rdma_test(NAME plugin_stall COMMAND $<TARGET_FILE:plugin_stall_test> TIMEOUT 300)
+set_property(TEST plugin_stall APPEND PROPERTY LABELS faults bed)
+set_property(TEST plugin_stall APPEND PROPERTY ENVIRONMENT NCCL_IB_TIMEOUT=14 NCCL_IB_RETRY_CNT=7
+                                                        SLUICE_LIVENESS_POLL_MS=100
+                                                        SLUICE_TEST_DEADLINE_S=30)

@@ -97,6 +97,7 @@ TEST(Config, EveryParameterReachesItsField) {
       {"SLUICE_HANDSHAKE_TIMEOUT_MS", "1500"},
       {"SLUICE_LIVENESS_POLL_MS", "250"},
       {"SLUICE_HEARTBEAT_MS", "0"},
+      {"SLUICE_PROGRESS_TIMEOUT_MS", "60000"},
       {"SLUICE_CM", "rdmacm"},
       {"NCCL_GDR_FLUSH_DISABLE", "1"},
       {"NCCL_DMABUF_ENABLE", "0"},
@@ -133,6 +134,7 @@ TEST(Config, EveryParameterReachesItsField) {
   EXPECT_EQ(c.handshake_timeout_ms, 1500);
   EXPECT_EQ(c.liveness_poll_ms, 250);
   EXPECT_EQ(c.heartbeat_ms, 0);
+  EXPECT_EQ(c.progress_timeout_ms, 60000);
   EXPECT_EQ(c.cm_mode, 2);
   EXPECT_TRUE(c.gdr_flush_disable);
   EXPECT_FALSE(c.dmabuf_enable);
@@ -393,7 +395,7 @@ TEST(Config, LogLevelForTheLoggerUsesTheTableRow) {
 
 TEST(ParamDocs, OneRowPerParameterWithEverythingFilledIn) {
   const auto& docs = param_docs();
-  EXPECT_EQ(docs.size(), 33u);
+  EXPECT_EQ(docs.size(), 34u);
   std::set<std::string> names;
   for (const ParamDoc& d : docs) {
     SCOPED_TRACE(d.name);

@@ -1,0 +1,349 @@
+// The progress watchdog through the exported plugin tables (labels rdma, faults and bed; run inside
+// scripts/rdma-bed's single VM). Soft-RoCE treats NCCL_IB_RETRY_CNT=7 as "retry forever", so a
+// send whose packets are all lost never completes nor errors, and the peer host (and the TCP
+// liveness socket) stays fine: the "unexplained stall" of docs/benchmarks.md. The test drops every
+// RoCE v2 packet (UDP port 4791) with a `tc` u32 filter on the egress of `lo` and of the test
+// ports' netdevs (rxe sends between two local addresses through `lo`) while a send is in flight:
+//  * the sender's comm fails within the watchdog's bound, derived from the test's environment:
+//    4.096 us x 2^NCCL_IB_TIMEOUT x (NCCL_IB_RETRY_CNT + 1) x 1.5 + 1 s, plus two
+//    SLUICE_LIVENESS_POLL_MS and a scheduling margin, and not before the bound;
+//  * the WARN names the peer, the device, the QP, how long the work waited, the bound and the
+//    likely cause; the comm keeps failing with the same reason;
+//  * the receiver, waiting for data with nothing of its own on the wire, does not fail;
+//  * after the filter is gone another comm works, and closing releases every verbs object.
+// The control: a healthy link under load (a stream of 1 MiB messages, several in flight, and an
+// idle receive) for several bounds raises nothing.
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "plugin_bed.h"
+
+namespace nettest {
+namespace {
+
+using std::chrono::duration_cast;
+using std::chrono::milliseconds;
+
+constexpr size_t kMsg = 65537;
+constexpr int kTag = 9;
+
+bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+// The watchdog's bound as documented (core/src/progress.h), from this process's environment.
+long long watchdog_bound_ms() {
+  const long t = env_long("NCCL_IB_TIMEOUT", 20);
+  const long r = env_long("NCCL_IB_RETRY_CNT", 7);
+  return static_cast<long long>(std::ceil(4.096e-3 * std::ldexp(1.0, static_cast<int>(t)) *
+                                          static_cast<double>(r + 1) * 1.5)) +
+         1000;
+}
+long long poll_ms() {
+  return env_long("SLUICE_LIVENESS_POLL_MS", 1000);
+}
+// Margin for a loaded 2-core host running TCG (the check runs at the sender's next test after
+// a poll came due).
+constexpr long long kSlackMs = 3000;
+
+std::string read_line(const std::string& path) {
+  FILE* f = std::fopen(path.c_str(), "r");
+  if (f == nullptr) return {};
+  char buf[256] = {};
+  if (std::fgets(buf, sizeof buf, f) == nullptr) buf[0] = '\0';
+  std::fclose(f);
+  std::string s = buf;
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+int run(const std::string& cmd) {
+  std::fprintf(stderr, "+ %s\n", cmd.c_str());
+  return std::system(cmd.c_str());
+}
+
+// Drops RoCE v2 (UDP 4791, IPv4 and IPv6) leaving `lo` and the test ports' netdevs.
+class RoceDrop {
+ public:
+  ::testing::AssertionResult install() {
+    const auto pair = sluice::rdmatest::test_pair();
+    std::set<std::string> devs{"lo"};
+    for (const auto& p : pair.ports) {
+      const std::string nd = read_line("/sys/class/infiniband/" + p.dev + "/ports/" +
+                                       std::to_string(p.port) + "/gid_attrs/ndevs/0");
+      if (nd.empty()) return ::testing::AssertionFailure() << "no netdev for " << p.label();
+      devs.insert(nd);
+    }
+    for (const char* m : {"sch_ingress", "cls_u32", "act_gact"}) {
+      if (run(std::string("modprobe ") + m) != 0)
+        return ::testing::AssertionFailure() << "modprobe " << m << " failed";
+    }
+    for (const auto& d : devs) {
+      const std::string f = "tc filter add dev " + d + " egress ";
+      if (run("tc qdisc add dev " + d + " clsact") != 0 ||
+          run(f + "protocol ipv6 prio 1 u32 match ip6 protocol 17 0xff match ip6 dport 4791 0xffff "
+                  "action drop") != 0 ||
+          run(f + "protocol ip prio 2 u32 match ip protocol 17 0xff match ip dport 4791 0xffff "
+                  "action drop") != 0) {
+        devs_.push_back(d);
+        return ::testing::AssertionFailure() << "tc filter on " << d << " failed";
+      }
+      devs_.push_back(d);
+    }
+    return ::testing::AssertionSuccess();
+  }
+  // Packets the filters dropped so far ("dropped N" of each gact action).
+  long dropped() const {
+    long sum = 0;
+    for (const auto& d : devs_) {
+      FILE* p = popen(("tc -s filter show dev " + d + " egress 2>/dev/null").c_str(), "r");
+      if (p == nullptr) continue;
+      char line[512];
+      while (std::fgets(line, sizeof line, p) != nullptr) {
+        const char* x = std::strstr(line, "(dropped ");
+        if (x != nullptr) sum += std::strtol(x + 9, nullptr, 10);
+      }
+      pclose(p);
+    }
+    return sum;
+  }
+  bool remove() {
+    bool ok = true;
+    for (const auto& d : devs_) ok = run("tc qdisc del dev " + d + " clsact") == 0 && ok;
+    devs_.clear();
+    return ok;
+  }
+  ~RoceDrop() { remove(); }
+
+ private:
+  std::vector<std::string> devs_;
+};
+
+struct Counts {
+  int qp = 0, cq = 0, mr = 0;
+  static Counts now() {
+    return {rdma_resource_count("qp"), rdma_resource_count("cq"), rdma_resource_count("mr")};
+  }
+};
+
+void expect_released(const Counts& before) {
+  Counts after = Counts::now();
+  if (before.qp < 0 || after.qp < 0) {
+    std::fprintf(stderr, "rdma resource show unavailable: verbs object counts not checked\n");
+    return;
+  }
+  EXPECT_EQ(after.qp, before.qp);
+  EXPECT_EQ(after.cq, before.cq);
+  EXPECT_EQ(after.mr, before.mr);
+}
+
+void* post_recv(void* rc, RegBuf& buf, size_t off) {
+  void* data = buf.data() + off;
+  void* mh = buf.mh();
+  size_t cap = kMsg;
+  int tag = kTag;
+  void* req = nullptr;
+  EXPECT_TRUE(post_until("irecv", &req,
+                         [&](void** r) { return net().irecv(rc, 1, &data, &cap, &tag, &mh, r); }));
+  return req;
+}
+
+void* post_send(void* sc, RegBuf& buf, size_t off) {
+  void* req = nullptr;
+  EXPECT_TRUE(post_until("isend", &req, [&](void** r) {
+    return net().isend(sc, buf.data() + off, kMsg, kTag, buf.mh(), r);
+  }));
+  return req;
+}
+
+void require_root_in_bed() {
+  if (geteuid() != 0) GTEST_FAIL() << "needs root inside scripts/rdma-bed (tc filters)";
+}
+
+// ---- The stall: every RoCE packet lost with a send in flight
+// ----------------------------------------------------------------------------------------------
+
+TEST(Stall, SenderFailsWithinTheRcBoundReceiverWaitsOtherCommsWork) {
+  REQUIRE_BED();
+  require_root_in_bed();
+  if (HasFatalFailure()) return;
+  const long long bound = watchdog_bound_ms();
+  std::fprintf(stderr, "watchdog bound %lld ms (NCCL_IB_TIMEOUT=%ld NCCL_IB_RETRY_CNT=%ld)\n",
+               bound, env_long("NCCL_IB_TIMEOUT", 20), env_long("NCCL_IB_RETRY_CNT", 7));
+  const Counts before = Counts::now();
+  Conn a, other;
+  ASSERT_TRUE(open_conn(net(), bed().dev_a, bed().dev_b, &a));
+  ASSERT_TRUE(open_conn(net(), bed().dev_a, bed().dev_b, &other));
+  {
+    RegBuf s, r;
+    ASSERT_TRUE(s.allocate(&net(), a.send, 2 * kMsg));
+    ASSERT_TRUE(r.allocate(&net(), a.recv, 2 * kMsg));
+    fill_pattern(s.data(), 2 * kMsg, 31);
+    // Two receives published by one clear-to-send write; the first send completes, so the
+    // sender holds the second receive's entry before the path goes away.
+    void* r1 = post_recv(a.recv, r, 0);
+    void* r2 = post_recv(a.recv, r, kMsg);
+    void* s1 = post_send(a.send, s, 0);
+    ASSERT_TRUE(wait_done(net(), "send 1", s1, nullptr));
+    ASSERT_TRUE(wait_done(net(), "recv 1", r1, nullptr));
+    RoceDrop drop;
+    ASSERT_TRUE(drop.install());
+    sluice::rdmatest::ExpectWarns expect;
+    const auto posted = Clock::now();
+    void* s2 = post_send(a.send, s, kMsg);  // on the wire at once: its entry is already here
+    ncclResult_t res = ncclSuccess;
+    int sdone = 0, rdone = 0;
+    ncclResult_t rres = ncclSuccess;
+    const auto limit = milliseconds(2 * (bound + 2 * poll_ms() + kSlackMs));
+    while (res == ncclSuccess && !sdone && Clock::now() - posted < limit) {
+      res = net().test(s2, &sdone, nullptr);
+      if (rres == ncclSuccess && !rdone) rres = net().test(r2, &rdone, nullptr);
+      usleep(500);
+    }
+    const long long took = duration_cast<milliseconds>(Clock::now() - posted).count();
+    const long dropped = drop.dropped();
+    const std::string w = last_warn();
+    std::fprintf(stderr, "sender failed after %lld ms (bound %lld ms), %ld packets dropped: %s\n",
+                 took, bound, dropped, w.c_str());
+    EXPECT_GT(dropped, 0) << "the filter dropped nothing: the test did not cut the path";
+    EXPECT_EQ(sdone, 0) << "the send completed although its packets were dropped";
+    EXPECT_EQ(res, ncclRemoteError);
+    EXPECT_GE(took, bound) << "fired before the bound";
+    EXPECT_LE(took, bound + 2 * poll_ms() + kSlackMs);
+    EXPECT_TRUE(contains(w, "no progress on qpn ")) << w;
+    EXPECT_TRUE(contains(w, bed().props[bed().dev_a].name)) << w;
+    EXPECT_TRUE(contains(w, " at ")) << w;  // the peer's address
+    EXPECT_TRUE(contains(w, "with no completion, bound " + std::to_string(bound) + " ms")) << w;
+    EXPECT_TRUE(contains(w, "Soft-RoCE retries forever at NCCL_IB_RETRY_CNT=7")) << w;
+    // The receiver waited for data with nothing of its own outstanding: not failed.
+    EXPECT_EQ(rres, ncclSuccess) << last_warn();
+    // The failed comm keeps failing fast with the same reason.
+    const auto again = Clock::now();
+    int d = 0;
+    EXPECT_EQ(net().test(s2, &d, nullptr), ncclRemoteError);
+    void* s3 = nullptr;
+    EXPECT_EQ(net().isend(a.send, s.data(), kMsg, kTag, s.mh(), &s3), ncclRemoteError);
+    EXPECT_LT(duration_cast<milliseconds>(Clock::now() - again).count(), 100);
+    EXPECT_TRUE(drop.remove());
+    // The path is back: the failed sender's QP (not moved to ERROR until close or deregMr) is still
+    // retrying, so the receive completes with the right bytes and its buffer can be deregistered.
+    const auto back = Clock::now();
+    if (!rdone) {
+      EXPECT_TRUE(wait_done(net(), "recv 2 after the path is back", r2, nullptr)) << last_warn();
+    }
+    std::fprintf(stderr, "receive 2 completed %lld ms after the filter was removed\n",
+                 static_cast<long long>(duration_cast<milliseconds>(Clock::now() - back).count()));
+    EXPECT_EQ(std::memcmp(r.data(), s.data(), 2 * kMsg), 0) << "received bytes differ";
+  }
+  // The path is back: another comm moves bytes and verifies.
+  {
+    RegBuf s, r;
+    ASSERT_TRUE(s.allocate(&net(), other.send, 4096));
+    ASSERT_TRUE(r.allocate(&net(), other.recv, 4096));
+    fill_pattern(s.data(), 4096, 77);
+    int got = -1;
+    ASSERT_TRUE(send_recv(net(), other, s, 4096, r, 4096, 3, &got));
+    EXPECT_EQ(got, 4096);
+    EXPECT_EQ(check_pattern(r.data(), 4096, 77), "");
+  }
+  {
+    sluice::rdmatest::ExpectWarns expect;  // the failed comm's close may name what it left
+    EXPECT_TRUE(close_conn(net(), &a));
+  }
+  EXPECT_TRUE(close_conn(net(), &other));
+  expect_released(before);
+}
+
+// ---- Control: a healthy link under load never fires
+// ----------------------------------------------------------------------------------------------
+
+TEST(Stall, HealthyLinkUnderLoadNeverFires) {
+  REQUIRE_BED();
+  const long long bound = watchdog_bound_ms();
+  const auto run_for = milliseconds(3 * bound);
+  const int warns0 = g_warns.load();
+  const Counts before = Counts::now();
+  Conn c, idle;
+  ASSERT_TRUE(open_conn(net(), bed().dev_a, bed().dev_b, &c));
+  ASSERT_TRUE(open_conn(net(), bed().dev_a, bed().dev_b, &idle));
+  {
+    constexpr size_t kBig = size_t{1} << 20;
+    constexpr int kInFlight = 4;
+    RegBuf s, r, is, ir;
+    ASSERT_TRUE(s.allocate(&net(), c.send, kInFlight * kBig));
+    ASSERT_TRUE(r.allocate(&net(), c.recv, kInFlight * kBig));
+    ASSERT_TRUE(is.allocate(&net(), idle.send, 4096));
+    ASSERT_TRUE(ir.allocate(&net(), idle.recv, 4096));
+    // An idle receive for the whole run: its peer sends only at the end.
+    void* idata = ir.data();
+    void* imh = ir.mh();
+    size_t icap = 4096;
+    int itag = 5;
+    void* ireq = nullptr;
+    ASSERT_TRUE(post_until("irecv", &ireq, [&](void** q) {
+      return net().irecv(idle.recv, 1, &idata, &icap, &itag, &imh, q);
+    }));
+    const auto start = Clock::now();
+    long messages = 0;
+    uint64_t it = 0;
+    while (Clock::now() - start < run_for) {
+      void* rq[kInFlight] = {};
+      void* sq[kInFlight] = {};
+      for (int i = 0; i < kInFlight; ++i) {
+        void* data = r.data() + i * kBig;
+        void* mh = r.mh();
+        size_t cap = kBig;
+        int tag = i;
+        ASSERT_TRUE(post_until("irecv", &rq[i], [&](void** q) {
+          return net().irecv(c.recv, 1, &data, &cap, &tag, &mh, q);
+        }));
+      }
+      for (int i = 0; i < kInFlight; ++i) {
+        fill_pattern(s.data() + i * kBig, kBig, pattern_seed(kBig, it, i));
+        ASSERT_TRUE(post_until("isend", &sq[i], [&](void** q) {
+          return net().isend(c.send, s.data() + i * kBig, kBig, i, s.mh(), q);
+        }));
+      }
+      for (int i = 0; i < kInFlight; ++i) {
+        ASSERT_TRUE(wait_done(net(), "send", sq[i], nullptr)) << last_warn();
+        ASSERT_TRUE(wait_done(net(), "recv", rq[i], nullptr)) << last_warn();
+        ASSERT_EQ(check_pattern(r.data() + i * kBig, kBig, pattern_seed(kBig, it, i)), "");
+      }
+      int d = 0;
+      ASSERT_EQ(net().test(ireq, &d, nullptr), ncclSuccess) << last_warn();
+      ASSERT_EQ(d, 0);
+      messages += kInFlight;
+      ++it;
+    }
+    void* isq = nullptr;
+    fill_pattern(is.data(), 4096, 5);
+    ASSERT_TRUE(post_until("isend", &isq, [&](void** q) {
+      return net().isend(idle.send, is.data(), 4096, 5, is.mh(), q);
+    }));
+    ASSERT_TRUE(wait_done(net(), "idle send", isq, nullptr)) << last_warn();
+    ASSERT_TRUE(wait_done(net(), "idle recv", ireq, nullptr)) << last_warn();
+    const long long took = duration_cast<milliseconds>(Clock::now() - start).count();
+    std::fprintf(stderr, "healthy: %ld x 1 MiB in %lld ms (%d in flight), bound %lld ms\n",
+                 messages, took, kInFlight, bound);
+  }
+  EXPECT_EQ(g_warns.load(), warns0) << last_warn();
+  EXPECT_TRUE(close_conn(net(), &c));
+  EXPECT_TRUE(close_conn(net(), &idle));
+  expect_released(before);
+}
+
+}  // namespace
+}  // namespace nettest
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  ::testing::AddGlobalTestEnvironment(new nettest::BedEnvironment);
+  return RUN_ALL_TESTS();
+}
