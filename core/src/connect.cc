@@ -192,6 +192,7 @@ Status connect_step(ConnectState& s, SendComm** out) {
         sockaddr_storage cm_addr = s.addr;  // the port is at the same offset in v4 and v6
         reinterpret_cast<sockaddr_in*>(&cm_addr)->sin_port = s.handle.cm_port;
         SLUICE_RETURN_IF_ERROR(s.cm.decide(*e->device(s.dev), cm_addr, remaining_ms(s)));
+        s.gid_route.reuse(*e->device(s.dev), s.addr, s.cm.facts, "connect");
         s.phase = s.cm.rdmacm ? ConnectState::kStart : ConnectState::kGidRoute;
         continue;
       }

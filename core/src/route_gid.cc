@@ -215,6 +215,18 @@ Status RouteGid::step(const Device& d, const sockaddr_storage& peer, int budget_
   return Status::ok();
 }
 
+void RouteGid::reuse(const Device& d, const sockaddr_storage& peer, const CmFacts& cm,
+                     const char* side) {
+  if (decided_ || !d.roce) return;
+  if (cm.route != CmFacts::Route::kOtherDevice && cm.route != CmFacts::Route::kFailed) return;
+  started_ = true;
+  facts_.peer = ip_text(peer);
+  facts_.failure = cm.route == CmFacts::Route::kOtherDevice
+                       ? "it goes through " + cm.route_detail + ", not this port"
+                       : cm.route_detail;
+  finish(d, side);
+}
+
 void RouteGid::apply(wire::Meta* m) const {
   if (!decided_) return;
   m->gid_index = static_cast<uint8_t>(choice_.index);

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "comm.h"
+#include "sluice/core/cm_choice.h"
 #include "sluice/core/gid_route.h"
 #include "sluice/core/status.h"
 #include "sluice/core/wire.h"
@@ -34,6 +35,10 @@ class RouteGid {
   // disagrees), again while resolving. `budget_ms` is what is left of the caller's bound. An
   // InfiniBand port decides at once (LID routing: nothing to check).
   Status step(const Device& d, const sockaddr_storage& peer, int budget_ms, const char* side);
+  // Connect side, auto mode: rdma_cm has just resolved the listener's address for the choice of
+  // connection manager (cm_choice.h). When that found no route through `d`, decides at once with
+  // the table's guess (the same resolution would fail again); otherwise step() resolves.
+  void reuse(const Device& d, const sockaddr_storage& peer, const CmFacts& cm, const char* side);
   // Writes the chosen GID into our metadata (after fill_local_meta). Needs step() ok.
   void apply(wire::Meta* m) const;
   // After the metadata exchange: WARN (naming both GIDs and the fix) when the two sides' GIDs
