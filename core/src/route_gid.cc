@@ -35,6 +35,13 @@ GidBytes gid_of(const sockaddr_storage& sa) {
   return g;
 }
 
+bool is_loopback(const sockaddr_storage& sa) {
+  if (sa.ss_family == AF_INET)
+    return (ntohl(reinterpret_cast<const sockaddr_in*>(&sa)->sin_addr.s_addr) >> 24) == 127;
+  return sa.ss_family == AF_INET6 &&
+         IN6_IS_ADDR_LOOPBACK(&reinterpret_cast<const sockaddr_in6*>(&sa)->sin6_addr);
+}
+
 std::string ip_text(const sockaddr_storage& sa) {
   std::string s = sockaddr_text(sa);  // "a.b.c.d:port" / "[v6]:port"
   const auto colon = s.rfind(':');
@@ -135,6 +142,11 @@ Status RouteGid::step(const Device& d, const sockaddr_storage& peer, int budget_
   if (!started_) {
     started_ = true;
     facts_.peer = ip_text(peer);
+    if (is_loopback(peer)) {  // rdma_cm binds a loopback address to any device's first GID
+      facts_.failure = "the peer's address is a loopback address";
+      finish(d, side);
+      return Status::ok();
+    }
     timeout_ms_ = std::max(1, std::min(budget_ms, kRouteGidTimeoutMs));
     deadline_ = Clock::now() + std::chrono::milliseconds(timeout_ms_);
     channel_ = rdma_create_event_channel();
