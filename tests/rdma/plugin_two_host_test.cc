@@ -150,7 +150,7 @@ std::string check_route_gids(int host, int nconn) {
   int good = 0;
   std::string seen;
   for (const std::string& line : kept_info()) {
-    if (!contains(line, " GID index ") || line.rfind(side, 0) != 0) continue;
+    if (!contains(line, " GID index ") || !contains(line, side)) continue;
     if (seen.empty()) seen = line;
     if (contains(line, want) && contains(line, "the table alone would pick index")) ++good;
   }
