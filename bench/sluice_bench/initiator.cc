@@ -3,6 +3,7 @@
 // message in packets and work requests, and the targets with verdicts that respect the spread.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #include "sluice_bench.h"
@@ -333,6 +334,15 @@ struct Initiator {
   void conn_table() {
     std::vector<double> est, rss_s, rss_r, close_s, close_r;
     SideStats me, peer;
+    // The knob as this process sees it (both sides should run with the same), and what the
+    // connections really used, told by the rdma_cm channels the connecting side held (the
+    // connector decides; a listener holds a channel of its own whatever was chosen).
+    const char* knob = std::getenv("SLUICE_CM");
+    auto used = [&](const SideStats& x) -> std::string {
+      if (x.cm_channels < 0) return "?";
+      if (x.cm_channels == 0) return "oob";
+      return x.cm_channels >= static_cast<int32_t>(o.conn_count) ? "rdmacm" : "mixed";
+    };
     const double n = o.conn_count;
     auto kib = [&](const SideStats& x) {
       return (static_cast<double>(x.rss_after) - static_cast<double>(x.rss_before)) / n / 1024;
@@ -351,13 +361,15 @@ struct Initiator {
       close_r.push_back(peer.close_s);
     }
     auto per = [&](const SideStats& x, int64_t v) { return x.verbs_valid ? v / n : NAN; };
-    Table t("conn", {"conns", "establish_s_min", "establish_s", "establish_s_max", "ms/conn",
-                     "rss_KiB/conn_send", "rss_KiB/conn_recv", "qps/conn_send", "qps/conn_recv",
-                     "cqs/conn_send", "cqs/conn_recv", "cqes/conn_send", "cqes/conn_recv",
-                     "mrs/conn_send", "mrs/conn_recv", "close_s_send", "close_s_recv"});
+    Table t("conn",
+            {"SLUICE_CM", "cm_used", "conns", "establish_s_min", "establish_s", "establish_s_max",
+             "ms/conn", "rss_KiB/conn_send", "rss_KiB/conn_recv", "qps/conn_send", "qps/conn_recv",
+             "cqs/conn_send", "cqs/conn_recv", "cqes/conn_send", "cqes/conn_recv", "mrs/conn_send",
+             "mrs/conn_recv", "close_s_send", "close_s_recv"});
     conn_time = spread(est);
     Spread rs = spread(rss_s), rr = spread(rss_r);
-    t.add({Table::integer(o.conn_count), Table::num(conn_time.lo, "%.3f"),
+    t.add({Table::text(knob != nullptr && *knob != '\0' ? knob : "auto"), Table::text(used(me)),
+           Table::integer(o.conn_count), Table::num(conn_time.lo, "%.3f"),
            Table::num(conn_time.med, "%.3f"), Table::num(conn_time.hi, "%.3f"),
            Table::num(conn_time.med * 1e3 / n, "%.3f"), Table::num(rs.med, "%.1f"),
            Table::num(rr.med, "%.1f"), Table::num(per(me, me.qps)), Table::num(per(peer, peer.qps)),

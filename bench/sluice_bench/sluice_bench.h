@@ -46,7 +46,9 @@ struct SideStats {
   uint64_t rss_before = 0, rss_after = 0;
   int64_t qps = 0, cqs = 0, cqes = 0, mrs = 0, pds = 0;
   int32_t verbs_valid = 0;
-  int32_t pad = 0;
+  // conn: rdma_cm event channels this process held with every connection up (SLUICE_CM=rdmacm:
+  // one per comm; oob: none), which tells the connection manager the plugin really used.
+  int32_t cm_channels = 0;
   uint64_t bad_bytes = 0;  // verification failures (bytes that differ) + size mismatches
   uint64_t messages = 0;
   // kCountWire: packets this side's device sent over the counted phase (wire_valid = 0: no

@@ -1,5 +1,6 @@
 // The plugin-driven halves of each sluice-bench test. Every loop is bounded by the command's
 // timeout; a peer that stops making progress fails the run with the phase named.
+#include <dirent.h>
 #include <sched.h>
 #include <unistd.h>
 
@@ -527,6 +528,23 @@ SideStats lat_pong(Side& s, const Cmd& c) {
 }
 
 // Resident memory and verbs objects now, as growth since `v0` (taken with st->rss_before).
+// Open rdma_cm event channels (/dev/infiniband/rdma_cm) of this process.
+int32_t rdma_cm_channels() {
+  int32_t n = 0;
+  DIR* d = opendir("/proc/self/fd");
+  if (d == nullptr) return -1;
+  char target[64];
+  while (const dirent* e = readdir(d)) {
+    const std::string path = std::string("/proc/self/fd/") + e->d_name;
+    const ssize_t len = readlink(path.c_str(), target, sizeof target - 1);
+    if (len <= 0) continue;
+    target[len] = '\0';
+    if (std::strcmp(target, "/dev/infiniband/rdma_cm") == 0) ++n;
+  }
+  closedir(d);
+  return n;
+}
+
 void record_growth(SideStats* st, const VerbsObjects& v0) {
   st->rss_after = rss_bytes();
   VerbsObjects v1 = VerbsObjects::of_pid(getpid());
@@ -557,6 +575,7 @@ SideStats conn_accept(Side& s, const Cmd& c) {
   std::vector<void*> rcs = accept_all(*s.net, lcs, dl);
   st.elapsed_s = now_s() - t0;
   record_growth(&st, v0);
+  st.cm_channels = rdma_cm_channels();
   s.ch->send_pod(st, dl);
   wait_go(*s.ch, dl);
   double tc = now_s();
@@ -581,6 +600,7 @@ SideStats conn_connect(Side& s, const Cmd& c) {
   // Wall time of the whole setup (both sides done), measured on one clock.
   st.elapsed_s = std::max(now_s(), t_connected) - t0;
   record_growth(&st, v0);
+  st.cm_channels = rdma_cm_channels();
   (void)peer;
   send_go(*s.ch, dl);
   double tc = now_s();

@@ -18,6 +18,7 @@
 #include "comm.h"
 #include "comm_setup.h"
 #include "oob_socket.h"
+#include "route_gid.h"
 #include "sluice/core/log.h"
 #include "sluice/core/qp.h"
 
@@ -30,9 +31,11 @@ using Clock = std::chrono::steady_clock;
 // ---- connect side -------------------------------------------------------------------------------
 
 struct ConnectState {
-  // rdmacm mode (cm_rdmacm.h) adds kCmResolve before kStart and kCmConnect after kRecvMeta.
+  // rdmacm mode (cm_rdmacm.h) adds kCmResolve before kStart and kCmConnect after kRecvMeta; oob
+  // mode checks its GID against the route to the listener in kGidRoute (route_gid.h).
   enum Phase {
     kCmResolve,
+    kGidRoute,
     kStart,
     kTcpWait,
     kSendMeta,
@@ -55,7 +58,8 @@ struct ConnectState {
   bool busy = false;  // a connect call is driving it right now (guarded by the registry's mu)
   Clock::time_point last_poll;  // the last connect call on it (guarded by the registry's mu)
   uint8_t tc = 0, sl = 0;
-  CmConnector cm;  // SLUICE_CM's choice, and the rdma_cm ids in rdmacm mode (cm_rdmacm.h)
+  CmConnector cm;      // SLUICE_CM's choice, and the rdma_cm ids in rdmacm mode (cm_rdmacm.h)
+  RouteGid gid_route;  // oob: our GID as the route to the listener says (route_gid.h)
 };
 
 int remaining_ms(const ConnectState& s) {
@@ -188,13 +192,20 @@ Status connect_step(ConnectState& s, SendComm** out) {
         sockaddr_storage cm_addr = s.addr;  // the port is at the same offset in v4 and v6
         reinterpret_cast<sockaddr_in*>(&cm_addr)->sin_port = s.handle.cm_port;
         SLUICE_RETURN_IF_ERROR(s.cm.decide(*e->device(s.dev), cm_addr, remaining_ms(s)));
-        s.phase = ConnectState::kStart;
+        s.gid_route.reuse(*e->device(s.dev), s.addr, s.cm.facts, "connect");
+        s.phase = s.cm.rdmacm ? ConnectState::kStart : ConnectState::kGidRoute;
         continue;
       }
+      case ConnectState::kGidRoute:
+        SLUICE_RETURN_IF_ERROR(
+            s.gid_route.step(*e->device(s.dev), s.addr, remaining_ms(s), "connect"));
+        s.phase = ConnectState::kStart;
+        continue;
       case ConnectState::kStart: {
         if (Clock::now() < s.next_retry) return Status::again();
         if (!s.comm->c.dev) {
           SLUICE_RETURN_IF_ERROR(build_send_comm(s));
+          s.gid_route.apply(&s.local);
           if (s.cm.rdmacm) {
             s.local.cm = wire::kMetaCmRdmacm;
             s.cm.link->tc = s.tc;
@@ -256,6 +267,7 @@ Status connect_step(ConnectState& s, SendComm** out) {
           s.phase = ConnectState::kCmConnect;
           continue;
         }
+        s.gid_route.check_pair(*c.c.dev, s.local, s.remote, s.peer);
         SLUICE_RETURN_IF_ERROR(connect_qps(c.c, s.local, s.remote, s.tc, s.sl));
         s.phase = ConnectState::kSendReady;
         continue;
@@ -320,7 +332,7 @@ Status connect(int dev, void* handle, const CommConfig& cfg, SendComm** out) {
     st->comm = std::make_unique<SendComm>();
     auto resolve = st->cm.begin(*e->device(dev), h.cm_port != 0, st->peer);
     if (!resolve.is_ok()) return resolve.status().with_context("connect to " + st->peer);
-    if (resolve.value()) st->phase = ConnectState::kCmResolve;
+    st->phase = resolve.value() ? ConnectState::kCmResolve : ConnectState::kGidRoute;
     uint64_t id = g.next_id++;
     h.connect_state = id;
     h.connect_check = id ^ h.nonce ^ wire::kHandleMagic;

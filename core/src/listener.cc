@@ -25,6 +25,7 @@
 #include "comm.h"
 #include "comm_setup.h"
 #include "oob_socket.h"
+#include "route_gid.h"
 #include "sluice/core/log.h"
 
 namespace sluice {
@@ -75,17 +76,19 @@ uint64_t random_u64() {
 }  // namespace
 
 struct ListenComm::Pending {
-  enum Phase { kRecvMeta, kSendMeta, kRecvReady } phase = kRecvMeta;
+  enum Phase { kRecvMeta, kGidRoute, kSendMeta, kRecvReady } phase = kRecvMeta;
   bool identified =
       false;  // its metadata passed wire::validate_meta: a Sluice peer of this listener
   int fd = -1;
   std::string peer;
+  sockaddr_storage peer_addr{};
   Clock::time_point deadline;
   std::unique_ptr<RecvComm> comm;
   wire::Meta local{}, remote{};
   size_t io = 0;
   uint8_t ready = 0;
   std::unique_ptr<CmLink> cm;  // the connector chose rdmacm: its QPs' ids (cm_rdmacm.h)
+  RouteGid gid_route;          // oob: our GID as the route to the connector says (route_gid.h)
   ~Pending() {
     if (fd >= 0) close(fd);
   }
@@ -121,6 +124,7 @@ Status build_recv_comm(ListenComm& l, ListenComm::Pending& p) {
       register_comm_memory(*d, comm->mem, stage_bytes + rec_bytes, &comm->mem_mr));
   // Requests are constructed on first use (datapath.cc).
   fill_local_meta(*d, 1, l.nonce, &p.local);
+  p.gid_route.apply(&p.local);
   int nqps = p.remote.nqps;  // the connector decides; both sides must agree
   uint32_t inline_bytes = cfg.cts_inline ? kCtsInlineBytes : 0;
   QpCaps caps{kRecvSqDepth, kRecvRqDepth, 1, 1, inline_bytes};
@@ -141,6 +145,7 @@ Status build_recv_comm(ListenComm& l, ListenComm::Pending& p) {
     SLUICE_RETURN_IF_ERROR(cm_accept_prepare(&p.cm, nqps, tc, p.remote.service_level));
     p.local.cm = wire::kMetaCmRdmacm;
   } else {
+    p.gid_route.check_pair(*d, p.local, p.remote, p.peer);
     SLUICE_RETURN_IF_ERROR(connect_qps(comm->c, p.local, p.remote, tc, p.remote.service_level));
   }
   comm->remote_fifo = p.remote.buf_addr;
@@ -249,6 +254,17 @@ Step step(ListenComm& l, ListenComm::Pending& p, Clock::time_point now, RecvComm
           return Step::kDrop;
         }
         p.identified = true;
+        p.phase = ListenComm::Pending::kGidRoute;
+        continue;
+      }
+      case ListenComm::Pending::kGidRoute: {
+        if (p.remote.cm != wire::kMetaCmRdmacm) {
+          const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(p.deadline - now);
+          Status r =
+              p.gid_route.step(*l.dev, route_target_of(p.remote, p.peer_addr),
+                               static_cast<int>(std::max<long long>(1, left.count())), "accept");
+          if (r.is_again()) break;
+        }
         Status b = build_recv_comm(l, p);
         if (!b.is_ok()) {
           *why = b;
@@ -295,6 +311,8 @@ Step step(ListenComm& l, ListenComm::Pending& p, Clock::time_point now, RecvComm
     std::string got = p.phase == ListenComm::Pending::kRecvMeta
                           ? "received " + std::to_string(p.io) + " of " +
                                 std::to_string(sizeof p.remote) + " metadata bytes"
+                      : p.phase == ListenComm::Pending::kGidRoute
+                          ? "checking the route to the peer for our GID"
                       : p.phase == ListenComm::Pending::kSendMeta
                           ? "our metadata is not sent yet (peer not reading)"
                       : p.cm && p.io == 1 ? "rdma_cm: " + p.cm->progress
@@ -366,6 +384,7 @@ Status accept_new(ListenComm& l, Clock::time_point now) {
     auto p = std::make_unique<ListenComm::Pending>();
     p->fd = fd;
     p->peer = sockaddr_text(sa);
+    p->peer_addr = sa;
     p->deadline = now + std::chrono::milliseconds(cfg.handshake_timeout_ms);
     Status st = set_nonblocking(fd);
     if (!st.is_ok()) {

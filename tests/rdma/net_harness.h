@@ -61,11 +61,23 @@ inline std::string last_warn() {
   return g_last_warn;
 }
 
+// INFO lines are kept (besides the level shown) while g_keep_info is set: tests that assert what
+// the plugin logged at INFO read them with kept_info().
+inline std::atomic<bool> g_keep_info{false};
+inline std::mutex g_info_mu;
+inline std::vector<std::string> g_info;  // guarded by g_info_mu
+
+inline std::vector<std::string> kept_info() {
+  std::lock_guard<std::mutex> lk(g_info_mu);
+  return g_info;
+}
+
 inline void test_logger(ncclDebugLogLevel level, unsigned long /*flags*/, const char* file,
                         int line, const char* fmt, ...) {
   static const int max_level = env_long("SLUICE_TEST_LOG_LEVEL", NCCL_LOG_WARN);
   if (level == NCCL_LOG_WARN) g_warns.fetch_add(1);
-  if (level > max_level && level != NCCL_LOG_WARN) return;
+  const bool keep = level == NCCL_LOG_INFO && g_keep_info.load();
+  if (level > max_level && level != NCCL_LOG_WARN && !keep) return;
   char msg[2048];
   va_list ap;
   va_start(ap, fmt);
@@ -74,6 +86,10 @@ inline void test_logger(ncclDebugLogLevel level, unsigned long /*flags*/, const 
   if (level == NCCL_LOG_WARN) {
     std::lock_guard<std::mutex> lk(g_last_warn_mu);
     g_last_warn = msg;
+  }
+  if (keep) {
+    std::lock_guard<std::mutex> lk(g_info_mu);
+    g_info.emplace_back(msg);
   }
   if (level > max_level) return;
   // A WARN that the running test provokes on purpose (ExpectWarns scope) reads "[expected] ...".

@@ -12,6 +12,10 @@
 // every other connection. With EXPECT=rdmacm and SLUICE_CM=rdmacm also two failures, each within
 // SLUICE_CONNECT_TIMEOUT_MS and with the rdma_cm event named in the WARN: a connect request to a
 // port where nothing listens (REJECTED), and a listener address that does not answer.
+// With SLUICE_TEST_ROUTE_GID=1 (oob, after tests/rdma/second_address.sh gave each host a second
+// address whose GIDs come first in the table), every connection on both sides must log at INFO
+// that the route to the peer chose the GID of the host's bed address (SLUICE_BED_ADDR), and that
+// the table alone would have picked another; the data-path matrix then runs over those GIDs.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -134,7 +138,30 @@ long long connect_until_error(Net& n, char* handle, std::string* warn) {
   return -1;
 }
 
+// The GID choices logged at INFO (route_gid.cc): one per connection on each side, each the route's
+// GID for this host's bed address, unlike the table's guess. "" when so, else what is wrong.
+std::string check_route_gids(int host, int nconn) {
+  const char* self = std::getenv("SLUICE_BED_ADDR");
+  const char* peer = std::getenv("SLUICE_BED_PEER_ADDR");
+  if (self == nullptr || peer == nullptr) return "SLUICE_BED_ADDR/SLUICE_BED_PEER_ADDR not set";
+  const std::string side = host == 1 ? "connect on " : "accept on ";
+  const std::string want =
+      "(::ffff:" + std::string(self) + ", RoCE v2) chosen by the route to " + peer;
+  int good = 0;
+  std::string seen;
+  for (const std::string& line : kept_info()) {
+    if (!contains(line, " GID index ") || !contains(line, side)) continue;
+    if (seen.empty()) seen = line;
+    if (contains(line, want) && contains(line, "the table alone would pick index")) ++good;
+  }
+  if (good == nconn) return {};
+  return std::to_string(good) + " of " + std::to_string(nconn) + " connections logged \"" + want +
+         "\" with another table guess; first GID line: " + (seen.empty() ? "none" : seen);
+}
+
 int run(int host, const std::string& expect) {
+  const bool route_gid = env_long("SLUICE_TEST_ROUTE_GID", 0) == 1;
+  g_keep_info = route_gid;
   const int side = side_socket(host);
   if (side < 0) return fail(host, 2, "no side connection");
   const int nconn = static_cast<int>(env_long("SLUICE_TEST_CONNS", 16));
@@ -188,6 +215,12 @@ int run(int host, const std::string& expect) {
                     " comms: not rdmacm");
   if (expect == "oob" && cm_fds != 0)
     return fail(host, 5, std::to_string(cm_fds) + " rdma_cm channels open in oob mode");
+  if (route_gid) {
+    const std::string bad = check_route_gids(host, nconn);
+    if (!bad.empty()) return fail(host, 10, "route-checked GID: " + bad);
+    std::fprintf(stderr, "host%d: every connection uses the GID of %s, chosen by the route\n", host,
+                 std::getenv("SLUICE_BED_ADDR"));
+  }
 
   // The data-path matrix on connection 0, one message on every other.
   RegBuf buf;

@@ -4,7 +4,9 @@
 #     pick rdmacm; 2 QPs per connection, split data: every QP gets its own rdma_cm connection.
 #  2. SLUICE_CM=rdmacm: the same, plus a REJECTED and an unreachable connect, each failing within
 #     SLUICE_CONNECT_TIMEOUT_MS with the rdma_cm event named.
-#  3. SLUICE_CM=oob: today's handshake; no rdma_cm channel may be open.
+#  3. SLUICE_CM=oob: today's handshake; no rdma_cm channel may be open. Before it, each host gets a
+#     second address that routes nowhere and holds the lower GID indexes (second_address.sh): every
+#     connection must log that the route chose its bed address's GID (SLUICE_TEST_ROUTE_GID=1).
 # Each run prints its connection setup time ("N connections set up in X ms").
 add_executable(plugin_two_host_test ${CMAKE_CURRENT_LIST_DIR}/plugin_two_host_test.cc)
 target_include_directories(plugin_two_host_test PRIVATE ${CMAKE_CURRENT_LIST_DIR})
@@ -15,10 +17,11 @@ target_compile_definitions(plugin_two_host_test PRIVATE
                            SLUICE_PLUGIN_PATH="$<TARGET_FILE:nccl-net-sluice>")
 add_dependencies(plugin_two_host_test nccl-net-sluice)
 set(_t $<TARGET_FILE:plugin_two_host_test>)
+set(_oob "sleep 1 && ${CMAKE_CURRENT_LIST_DIR}/second_address.sh && SLUICE_CM=oob SLUICE_TEST_ROUTE_GID=1")
 add_test(NAME plugin_cm_two_host
   COMMAND ${SLUICE_SKIP_STATUS} ${PROJECT_SOURCE_DIR}/scripts/rdma-bed --two-host --timeout 400 --
-    "${_t} 0 rdmacm && SLUICE_CM=rdmacm ${_t} 0 rdmacm && SLUICE_CM=oob ${_t} 0 oob"
-    "${_t} 1 rdmacm && SLUICE_CM=rdmacm ${_t} 1 rdmacm && SLUICE_CM=oob ${_t} 1 oob")
+    "${_t} 0 rdmacm && SLUICE_CM=rdmacm ${_t} 0 rdmacm && ${_oob} ${_t} 0 oob"
+    "${_t} 1 rdmacm && SLUICE_CM=rdmacm ${_t} 1 rdmacm && ${_oob} ${_t} 1 oob")
 set_tests_properties(plugin_cm_two_host PROPERTIES LABELS "rdma;bed" TIMEOUT 420
                      SKIP_RETURN_CODE 77   # 77: nested inside a VM bed, cannot boot VMs there
                      ENVIRONMENT "NCCL_IB_QPS_PER_CONNECTION=2;NCCL_IB_SPLIT_DATA_ON_QPS=1;SLUICE_CONNECT_TIMEOUT_MS=8000;SLUICE_HANDSHAKE_TIMEOUT_MS=4000;SLUICE_TEST_DEADLINE_S=60")
