@@ -52,6 +52,9 @@ static_assert(kCtsBudget >= 2, "a publication may need two writes (FIFO wrap)");
 inline constexpr uint32_t kCtsInlineBytes = sizeof(wire::CtsEntry);
 static_assert(kSendSqDepth >= 2 * (wire::kEntriesPerSlot + 1), "two full groups must fit");
 static_assert(kCtsBudget + kCtsSignalEvery <= kRecvSqDepth);
+// The watchdog's CTS probe (progress.h) is posted only when no signaled CTS write is outstanding,
+// so behind at most kCtsSignalEvery - 1 unsignaled ones: it always fits the CTS budget.
+static_assert(kCtsSignalEvery - 1 + 1 <= kCtsBudget);
 static_assert(kRecvRqDepth >= wire::kFifoSlots);
 
 // Anonymous memory preferring a NUMA node (mbind MPOL_PREFERRED, best effort), page aligned,
@@ -90,6 +93,7 @@ struct StatCell {
 };
 struct CommCounters {
   StatCell messages, wrs, doorbells, cts_writes, cts_entries;
+  StatCell cts_probes;  // the watchdog's zero-length CTS probes (progress.h), also in wrs
 };
 
 struct CommBase {
@@ -228,7 +232,14 @@ class RecvComm : public CommBase {
   bool registered = false;               // in the process-wide publication registry
   uint32_t cts_unsignaled[wire::kMaxQps] = {};   // CTS writes since the last signaled one
   uint32_t cts_outstanding[wire::kMaxQps] = {};  // CTS writes whose send-queue slot is in use
-  RecvReq* pool = nullptr;  // kFifoSlots requests in `mem`; receive k uses k % kFifoSlots
+  // The progress watchdog's view of the unsignaled CTS tail (progress.h): the first receive of
+  // each QP's latest CTS write, a probe outstanding per QP, and the receives completed.
+  uint64_t cts_tail_from[wire::kMaxQps] = {};
+  bool cts_probing[wire::kMaxQps] = {};
+  uint64_t completed = 0;       // receives completed
+  uint64_t completed_hi = 0;    // 1 + the highest seq of a completed receive (0: none)
+  uint64_t completed_seen = 0;  // `completed` at the watchdog's previous check
+  RecvReq* pool = nullptr;      // kFifoSlots requests in `mem`; receive k uses k % kFifoSlots
   Conn c;
   std::unique_ptr<Flush, FlushDeleter> flush;  // loopback QP for iflush; null until needed
 };

@@ -42,6 +42,10 @@ Status check_progress(Conn& c) {
   c.progress.due = false;
   const Engine* e = engine();
   if (e == nullptr || c.owner == nullptr) return Status::ok();
+  const Config& cfg = e->config();
+  const long long bound = cfg.progress_timeout_ms > 0
+                              ? cfg.progress_timeout_ms
+                              : progress_bound_ms(cfg.ib_timeout, cfg.retry_cnt);
   bool outstanding[wire::kMaxQps] = {};
   const char* what = nullptr;
   if (c.owner->kind == CommKind::kSend) {
@@ -52,20 +56,31 @@ Status check_progress(Conn& c) {
   } else if (c.owner->kind == CommKind::kRecv) {
     auto& r = *static_cast<RecvComm*>(c.owner);
     SLUICE_RETURN_IF_ERROR(poll_recv(r));
-    // Only a signaled CTS write reports a completion; the unsignaled ones after it never do.
-    for (int q = 0; q < c.nqps; ++q) outstanding[q] = r.cts_outstanding[q] > r.cts_unsignaled[q];
+    // Signaled CTS writes report their completion; an unsignaled tail is watched while unproven,
+    // and probed once its clock ran half the bound (progress.h).
+    const bool received = r.completed != r.completed_seen;
+    r.completed_seen = r.completed;
+    for (int q = 0; q < c.nqps; ++q) {
+      const CtsTail t{r.cts_outstanding[q], r.cts_unsignaled[q], r.cts_tail_from[q]};
+      if (cts_tail_check(t, r.completed_hi, received, c.progress.now_ns, bound,
+                         &c.progress.since_ns[q], &outstanding[q])) {
+        SLUICE_RETURN_IF_ERROR(post_cts_probe(r, q));
+        c.progress.since_ns[q] = cts_probe_posted(c.progress.since_ns[q], c.progress.now_ns, bound);
+      }
+    }
     what = "clear-to-send RDMA WRITE";
   } else {
     return Status::ok();
   }
-  const Config& cfg = e->config();
-  const long long bound = cfg.progress_timeout_ms > 0
-                              ? cfg.progress_timeout_ms
-                              : progress_bound_ms(cfg.ib_timeout, cfg.retry_cnt);
   long long waited = 0;
   const int q =
       progress_check(c.progress.since_ns, outstanding, c.nqps, c.progress.now_ns, bound, &waited);
   if (q < 0) return Status::ok();
+  if (c.owner->kind == CommKind::kRecv && static_cast<RecvComm*>(c.owner)->cts_probing[q]) {
+    what =
+        "clear-to-send RDMA WRITE (the clear-to-send never completed: the signaled zero-length "
+        "probe WRITE posted behind it did not complete either, so the sender never got it)";
+  }
   return fail(c, Status(Code::kRemoteError,
                         progress_reason(c.describe_qp(q), what, waited, bound, cfg.ib_timeout,
                                         cfg.retry_cnt, cfg.progress_timeout_ms > 0)));
@@ -197,6 +212,7 @@ Status comm_stats(void* comm, CommStats* out) {
   out->doorbells = c->stats.doorbells.get();
   out->cts_writes = c->stats.cts_writes.get();
   out->cts_entries = c->stats.cts_entries.get();
+  out->cts_probes = c->stats.cts_probes.get();
   return Status::ok();
 }
 

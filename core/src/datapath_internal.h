@@ -38,6 +38,8 @@ Status on_qp(const Conn& c, int q, const Status& st);
 
 Status poll_send(SendComm& s);
 Status poll_recv(RecvComm& r);  // caller holds r.mu
+// The watchdog's probe behind QP q's unsignaled CTS writes (progress.h); caller holds r.mu.
+Status post_cts_probe(RecvComm& r, int q);
 
 // Clear-to-send publication (recv.cc). publish(): posts r's staged receives (receive WRs, then the
 // CTS WRITEs); caller holds r.mu. publish_all(): publishes every comm's staged receives that

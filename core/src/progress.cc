@@ -37,6 +37,28 @@ int progress_check(int64_t* since_ns, const bool* outstanding, int nqps, int64_t
   return worst;
 }
 
+bool cts_tail_unproven(const CtsTail& t, uint64_t completed_hi) {
+  return t.unsignaled > 0 && t.outstanding == t.unsignaled && completed_hi <= t.from;
+}
+
+bool cts_tail_check(const CtsTail& t, uint64_t completed_hi, bool received, int64_t now_ns,
+                    long long bound_ms, int64_t* since_ns, bool* watched) {
+  if (t.outstanding > t.unsignaled) {  // signaled work (a CTS write or a probe): its completion
+    *watched = true;
+    return false;
+  }
+  *watched = cts_tail_unproven(t, completed_hi);
+  if (!*watched) return false;
+  if (received) *since_ns = 0;  // progress: progress_check restarts the clock at now
+  if (*since_ns == 0) return false;
+  return (now_ns - *since_ns) / 1000000 >= cts_probe_after_ms(bound_ms);
+}
+
+int64_t cts_probe_posted(int64_t since_ns, int64_t now_ns, long long bound_ms) {
+  const int64_t latest = now_ns - cts_probe_after_ms(bound_ms) * 1000000;
+  return since_ns > latest ? since_ns : latest;
+}
+
 std::string progress_reason(const std::string& qp, const char* what, long long waited_ms,
                             long long bound_ms, int ib_timeout, int retry_cnt, bool from_knob) {
   char rc[32];

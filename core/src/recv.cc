@@ -111,6 +111,7 @@ Status write_cts(RecvComm& r, uint64_t from, uint64_t to) {
                                             " failed: " + std::strerror(rc)));
   }
   r.cts_unsignaled[q] = signal ? 0 : r.cts_unsignaled[q] + 1;
+  r.cts_tail_from[q] = from;
   ++r.cts_outstanding[q];
   r.c.stats.wrs.add(1);
   r.c.stats.doorbells.add(1);
@@ -131,6 +132,30 @@ Status cts_room(RecvComm& r, uint64_t from, bool* fits) {
 }
 
 }  // namespace
+
+Status post_cts_probe(RecvComm& r, int q) {
+  // Zero bytes at the peer's FIFO (its address and rkey, valid whatever the provider checks):
+  // nothing is written, but the WR completes only after every earlier WR of the QP did.
+  ibv_send_wr w{};
+  w.wr_id = kWrCts | (static_cast<uint64_t>(q) << 32) | (r.cts_unsignaled[q] + 1);
+  w.opcode = IBV_WR_RDMA_WRITE;
+  w.send_flags = IBV_SEND_SIGNALED;
+  w.wr.rdma.remote_addr = r.remote_fifo;
+  w.wr.rdma.rkey = r.remote_fifo_rkey;
+  ibv_send_wr* bad = nullptr;
+  if (int rc = ibv_post_send(r.c.qps[q].get(), &w, &bad); rc != 0) {
+    return fail(
+        r.c, Status(Code::kSystemError, "ibv_post_send (clear-to-send probe) on " +
+                                            r.c.describe_qp(q) + " failed: " + std::strerror(rc)));
+  }
+  r.cts_unsignaled[q] = 0;
+  ++r.cts_outstanding[q];
+  r.cts_probing[q] = true;
+  r.c.stats.wrs.add(1);
+  r.c.stats.doorbells.add(1);
+  r.c.stats.cts_probes.add(1);
+  return Status::ok();
+}
 
 namespace {
 
@@ -197,7 +222,10 @@ Status poll_recv(RecvComm& r) {
     if (w.wr_id & kWrCts) {
       uint32_t q = static_cast<uint32_t>(w.wr_id >> 32) & 0xffu;
       r.cts_outstanding[q] -= static_cast<uint32_t>(w.wr_id & 0xffffffffu);
-      if (q < wire::kMaxQps) r.c.progress.since_ns[q] = 0;  // progress on that QP (progress.h)
+      if (q < wire::kMaxQps) {
+        r.c.progress.since_ns[q] = 0;  // progress on that QP (progress.h)
+        r.cts_probing[q] = false;      // the first signaled completion after a probe is its own
+      }
       continue;
     }
     RecvReq& req = r.pool[w.wr_id % wire::kFifoSlots];
@@ -214,6 +242,8 @@ Status poll_recv(RecvComm& r) {
       if (!st.is_ok()) return fail(r.c, on_qp(r.c, q, st));
     }
     req.done = true;
+    ++r.completed;
+    r.completed_hi = std::max(r.completed_hi, req.seq + 1);
     r.c.stats.messages.add(1);
   }
   return Status::ok();

@@ -618,6 +618,7 @@ int comm_stats(void* comm, sluiceCommStats_v1_t* out) noexcept {
     out->doorbells = st.doorbells;
     out->ctsWrites = st.cts_writes;
     out->ctsEntries = st.cts_entries;
+    out->ctsProbes = st.cts_probes;
     return 0;
   } catch (...) {
     return 1;

@@ -6,10 +6,12 @@
 //    a wrong rkey. The sender's comm fails (isend or test) with an error naming what was wrong (the
 //    text the plugin WARNs), keeps failing fast with the same reason, nothing crashes (ASan runs
 //    this binary in CI's sanitizer pass), nothing hangs, and closing releases every verbs object.
-//    The "peer" is this test: it writes the entries into the sender's FIFO memory (core internals:
-//    SendComm::fifo), exactly the bytes a peer's RDMA WRITE would leave there; the sender reads
-//    them as it reads every clear-to-send. For the size and rkey cases the NIC then really rejects
-//    the sender's RDMA WRITE.
+//    The "peer" is this test, through the NIC: it posts an RDMA WRITE of the bad entries on the
+//    receive comm's QP (the QP the receiver's own clear-to-send WRITEs use) to the sender's FIFO
+//    address with its rkey (core internals: RecvComm::remote_fifo / remote_fifo_rkey), from a small
+//    buffer registered on the receive comm, and waits for that WRITE's completion before the
+//    sender reads the slot as it reads every clear-to-send. For the size and rkey cases the NIC
+//    then really rejects the sender's RDMA WRITE.
 //  * Connect to a listener that is gone (its port refuses) and to an address that does not answer:
 //    connect fails within SLUICE_CONNECT_TIMEOUT_MS with a message naming the address and the knob,
 //    leaving no fd and no verbs object behind.
@@ -193,13 +195,45 @@ class CtsRewrite : public CoreFaults, public ::testing::WithParamInterface<BadCa
 INSTANTIATE_TEST_SUITE_P(Faults, CtsRewrite, ::testing::ValuesIn(bad_cases()),
                          [](const ::testing::TestParamInfo<BadCase>& i) { return i.param.name; });
 
-// The peer's write of one entry: the fields first, seq (the publication flag) last.
-void peer_writes(wire::CtsEntry* slot_entry, const wire::CtsEntry& e) {
-  wire::CtsEntry copy = e;
-  const uint64_t seq = copy.seq;
-  copy.seq = 0;
-  std::memcpy(slot_entry, &copy, offsetof(wire::CtsEntry, seq));
-  std::atomic_ref<uint64_t>(slot_entry->seq).store(seq, std::memory_order_release);
+// The misbehaving peer's RDMA WRITE of n entries into the sender's FIFO from entry `first` of slot
+// 0: posted on the receive comm's QP 0 (slot 0's clear-to-send goes there, so on RC this WRITE
+// lands after the receiver's own), from `stage` (registered on the receive comm, mh), to the
+// FIFO address and rkey the receiver's clear-to-send WRITEs use. Returns once its completion is
+// polled from the receive comm's CQ (nothing else of the receiver completes meanwhile: its
+// clear-to-send is unsignaled and no data has been sent).
+constexpr uint64_t kPeerWrId = 0x7065657277726974ull;  // "peerwrit"
+::testing::AssertionResult peer_rdma_writes(RecvComm* r, MemHandle* mh, wire::CtsEntry* stage,
+                                            int first, const wire::CtsEntry* e, int n) {
+  std::memcpy(stage, e, n * sizeof(wire::CtsEntry));
+  ibv_sge sge{reinterpret_cast<uintptr_t>(stage), static_cast<uint32_t>(n * sizeof(*e)), mh->lkey};
+  ibv_send_wr w{};
+  w.wr_id = kPeerWrId;
+  w.sg_list = &sge;
+  w.num_sge = 1;
+  w.opcode = IBV_WR_RDMA_WRITE;
+  w.send_flags = IBV_SEND_SIGNALED;
+  w.wr.rdma.remote_addr = r->remote_fifo + first * sizeof(wire::CtsEntry);
+  w.wr.rdma.rkey = r->remote_fifo_rkey;
+  ibv_send_wr* bad = nullptr;
+  if (int rc = ibv_post_send(r->c.qps[0].get(), &w, &bad); rc != 0)
+    return ::testing::AssertionFailure() << "ibv_post_send of the peer's write: " << rc;
+  const auto t0 = Clock::now();
+  while (ms_since(t0) < 10000) {
+    ibv_wc wc{};
+    const int got = ibv_poll_cq(r->c.cq.get(), 1, &wc);
+    if (got < 0) return ::testing::AssertionFailure() << "ibv_poll_cq failed";
+    if (got == 0) {
+      usleep(100);
+      continue;
+    }
+    if (wc.wr_id != kPeerWrId)
+      return ::testing::AssertionFailure() << "unexpected completion, wr_id " << wc.wr_id;
+    if (wc.status != IBV_WC_SUCCESS)
+      return ::testing::AssertionFailure()
+             << "the peer's write failed: " << ibv_wc_status_str(wc.status);
+    return ::testing::AssertionSuccess();
+  }
+  return ::testing::AssertionFailure() << "the peer's write did not complete within 10 s";
 }
 
 TEST_P(CtsRewrite, SenderFailsNamingWhatWasWrong) {
@@ -214,9 +248,13 @@ TEST_P(CtsRewrite, SenderFailsNamingWhatWasWrong) {
   ASSERT_TRUE(rbuf != nullptr && sbuf != nullptr);
   std::memset(rbuf, 0, kMsg);
   std::memset(sbuf, 0x5a, kMsg);
-  MemHandle *rmh = nullptr, *smh = nullptr;
+  // The peer's staging buffer for its bad entries, registered on the receive comm.
+  auto* stage = static_cast<wire::CtsEntry*>(std::aligned_alloc(4096, 4096));
+  ASSERT_TRUE(stage != nullptr);
+  MemHandle *rmh = nullptr, *smh = nullptr, *pmh = nullptr;
   ASSERT_TRUE(reg_mr(r, rbuf, 16384, MemType::kHost, &rmh).is_ok());
   ASSERT_TRUE(reg_mr(s, sbuf, kMsg, MemType::kHost, &smh).is_ok());
+  ASSERT_TRUE(reg_mr(r, stage, 4096, MemType::kHost, &pmh).is_ok());
   wire::CtsEntry* slot = s->fifo;  // head 0: slot 0, the receive with seq 1
   Request* rq = nullptr;
   const bool nic_case = bc.kind == Bad::kSizeBeyondRegion || bc.kind == Bad::kWrongRkey;
@@ -241,7 +279,8 @@ TEST_P(CtsRewrite, SenderFailsNamingWhatWasWrong) {
     } else {
       e.rkey ^= 0x5a5a00;
     }
-    peer_writes(&slot[0], e);
+    ASSERT_TRUE(peer_rdma_writes(r, pmh, stage, 0, &e, 1));
+    ASSERT_EQ(std::memcmp(&slot[0], &e, sizeof e), 0) << "the peer's write did not land";
   } else {
     wire::CtsEntry e{};
     e.addr = reinterpret_cast<uintptr_t>(rbuf);
@@ -256,14 +295,9 @@ TEST_P(CtsRewrite, SenderFailsNamingWhatWasWrong) {
       case Bad::kCountAboveLimit:
         e.nreqs = wire::kEntriesPerSlot + 1;
         break;
-      case Bad::kIndexOutOfRange: {
-        wire::CtsEntry e1 = e;
-        e1.nreqs = 2;
-        e1.index = wire::kEntriesPerSlot;
-        peer_writes(&slot[1], e1);
+      case Bad::kIndexOutOfRange:
         e.nreqs = 2;
         break;
-      }
       case Bad::kWrongSeq:
         e.nreqs = 1;
         e.seq = 5;  // neither 1 (this receive) nor 0 (the fresh slot)
@@ -271,7 +305,12 @@ TEST_P(CtsRewrite, SenderFailsNamingWhatWasWrong) {
       default:
         break;
     }
-    peer_writes(&slot[0], e);
+    wire::CtsEntry two[2] = {e, e};  // entry 1 only for kIndexOutOfRange
+    two[1].index = wire::kEntriesPerSlot;
+    const int n = bc.kind == Bad::kIndexOutOfRange ? 2 : 1;
+    ASSERT_TRUE(peer_rdma_writes(r, pmh, stage, 0, two, n));
+    ASSERT_EQ(std::memcmp(slot, two, n * sizeof(wire::CtsEntry)), 0)
+        << "the peer's write did not land";
   }
   const size_t size = nic_case ? (bc.kind == Bad::kSizeBeyondRegion ? kMsg : 4096) : 4096;
   std::string reason;
@@ -332,6 +371,7 @@ TEST_P(CtsRewrite, SenderFailsNamingWhatWasWrong) {
       EXPECT_EQ(done, 0);
     }
     EXPECT_TRUE(dereg_mr(r, rmh).is_ok());
+    EXPECT_TRUE(dereg_mr(r, pmh).is_ok());
     if (s != nullptr) {
       EXPECT_TRUE(close_send(s).is_ok());
     }
@@ -339,6 +379,7 @@ TEST_P(CtsRewrite, SenderFailsNamingWhatWasWrong) {
   }
   std::free(rbuf);
   std::free(sbuf);
+  std::free(stage);
   before.expect_same();
 }
 

@@ -70,8 +70,10 @@ set_tests_properties(plugin_lossy_two_host PROPERTIES LABELS "rdma;faults;bed" T
 # The progress watchdog (labels rdma, faults, bed: it drops the bed's RoCE packets with tc): every
 # RoCE v2 packet dropped with a send in flight, NCCL_IB_RETRY_CNT=7 (infinite on rxe): the sender
 # fails within 4.096 us x 2^14 x 8 x 1.5 + 1 s = 1806 ms (+ two polls + 3 s margin), the waiting
-# receiver does not, another comm works once the path is back, nothing leaks; and the control: a
-# healthy stream of 1 MiB messages for 3 bounds raises nothing.
+# receiver does not, another comm works once the path is back, nothing leaks; the same drop before
+# a receive is posted (only its clear-to-send is lost): the receiver fails within the same bound,
+# after one probe; and the control: a healthy stream of 1 MiB messages for 3 bounds raises
+# nothing and posts no probe (WRs counted), the idle receive beside it exactly one.
 add_executable(plugin_stall_test ${CMAKE_CURRENT_LIST_DIR}/plugin_stall_test.cc)
 target_include_directories(plugin_stall_test PRIVATE ${CMAKE_CURRENT_LIST_DIR})
 target_link_libraries(plugin_stall_test PRIVATE sluice_nccl_abi GTest::gtest Threads::Threads

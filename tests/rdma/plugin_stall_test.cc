@@ -11,8 +11,13 @@
 //    likely cause; the comm keeps failing with the same reason;
 //  * the receiver, waiting for data with nothing of its own on the wire, does not fail;
 //  * after the filter is gone another comm works, and closing releases every verbs object.
+// The receiver's blind spot: the filter is in place before a receive is posted, so only its
+// clear-to-send WRITE (unsignaled) is lost and the sender never learns of the receive: the
+// receiver's test() fails within the same bound, after one zero-length probe WRITE behind the lost
+// clear-to-send did not complete, with a WARN that the clear-to-send never completed.
 // The control: a healthy link under load (a stream of 1 MiB messages, several in flight, and an
-// idle receive) for several bounds raises nothing.
+// idle receive) for several bounds raises nothing; the busy receive comm posts no probe (its WRs
+// counted), the idle one exactly one, which completes.
 #include <unistd.h>
 
 #include <cmath>
@@ -24,6 +29,7 @@
 #include <vector>
 
 #include "plugin_bed.h"
+#include "sluice/sluice_ext.h"
 
 namespace nettest {
 namespace {
@@ -163,6 +169,17 @@ void* post_send(void* sc, RegBuf& buf, size_t off) {
   return req;
 }
 
+sluiceCommStats_v1_t stats(void* comm) {
+  static const auto* ext =
+      static_cast<const sluiceExt_v1_t*>(dlsym(Lib::get().handle, SLUICE_EXT_SYMBOL));
+  sluiceCommStats_v1_t s{};
+  EXPECT_NE(ext, nullptr) << "sluiceExt_v1 not exported";
+  if (ext != nullptr) {
+    EXPECT_EQ(ext->commStats(comm, &s), 0);
+  }
+  return s;
+}
+
 void require_root_in_bed() {
   if (geteuid() != 0) GTEST_FAIL() << "needs root inside scripts/rdma-bed (tc filters)";
 }
@@ -261,6 +278,81 @@ TEST(Stall, SenderFailsWithinTheRcBoundReceiverWaitsOtherCommsWork) {
   expect_released(before);
 }
 
+// ---- The receiver's blind spot: its clear-to-send lost before the sender heard of the receive
+// ----------------------------------------------------------------------------------------------
+
+TEST(Stall, LostClearToSendFailsTheReceiverWithinTheBound) {
+  REQUIRE_BED();
+  require_root_in_bed();
+  if (HasFatalFailure()) return;
+  const long long bound = watchdog_bound_ms();
+  const Counts before = Counts::now();
+  Conn a;
+  ASSERT_TRUE(open_conn(net(), bed().dev_a, bed().dev_b, &a));
+  {
+    RegBuf r;
+    ASSERT_TRUE(r.allocate(&net(), a.recv, kMsg));
+    RoceDrop drop;
+    ASSERT_TRUE(drop.install());
+    sluice::rdmatest::ExpectWarns expect;
+    const sluiceCommStats_v1_t st0 = stats(a.recv);
+    const auto posted = Clock::now();
+    void* rq = post_recv(a.recv, r, 0);  // its clear-to-send goes out at the first test: lost
+    ncclResult_t res = ncclSuccess;
+    int done = 0;
+    const auto limit = milliseconds(2 * (bound + 2 * poll_ms() + kSlackMs));
+    while (res == ncclSuccess && !done && Clock::now() - posted < limit) {
+      res = net().test(rq, &done, nullptr);
+      usleep(500);
+    }
+    const long long took = duration_cast<milliseconds>(Clock::now() - posted).count();
+    const sluiceCommStats_v1_t st1 = stats(a.recv);
+    const long dropped = drop.dropped();
+    const std::string w = last_warn();
+    std::fprintf(stderr,
+                 "receiver failed after %lld ms (bound %lld ms), %ld packets dropped, %llu CTS "
+                 "write(s), %llu probe(s): %s\n",
+                 took, bound, dropped,
+                 static_cast<unsigned long long>(st1.ctsWrites - st0.ctsWrites),
+                 static_cast<unsigned long long>(st1.ctsProbes - st0.ctsProbes), w.c_str());
+    EXPECT_GT(dropped, 0) << "the filter dropped nothing: the test did not cut the path";
+    EXPECT_EQ(done, 0) << "the receive completed although no packet got through";
+    EXPECT_EQ(res, ncclRemoteError) << "the receiver waited " << took << " ms without failing";
+    EXPECT_GE(took, bound) << "fired before the bound";
+    EXPECT_LE(took, bound + 2 * poll_ms() + kSlackMs);
+    EXPECT_EQ(st1.ctsWrites - st0.ctsWrites, 1u);
+    EXPECT_EQ(st1.ctsProbes - st0.ctsProbes, 1u) << "one probe behind the lost clear-to-send";
+    EXPECT_TRUE(contains(w, "no progress on qpn ")) << w;
+    EXPECT_TRUE(contains(w, bed().props[bed().dev_b].name)) << w;  // the receiver's device
+    EXPECT_TRUE(contains(w, " at ")) << w;                         // the peer's address
+    EXPECT_TRUE(contains(w, "clear-to-send RDMA WRITE")) << w;
+    EXPECT_TRUE(contains(w, "the clear-to-send never completed")) << w;
+    EXPECT_TRUE(contains(w, "with no completion, bound " + std::to_string(bound) + " ms")) << w;
+    // The failed comm keeps failing fast with the same reason.
+    const auto again = Clock::now();
+    int d = 0;
+    EXPECT_EQ(net().test(rq, &d, nullptr), ncclRemoteError);
+    void* data = r.data();
+    void* mh = r.mh();
+    size_t cap = kMsg;
+    int tag = kTag;
+    void* rq2 = nullptr;
+    EXPECT_EQ(net().irecv(a.recv, 1, &data, &cap, &tag, &mh, &rq2), ncclRemoteError);
+    const auto reason = [](const std::string& m) {  // past the call's name ("test: ", "irecv: ")
+      const size_t at = m.find("no progress on");
+      return at == std::string::npos ? m : m.substr(at);
+    };
+    EXPECT_EQ(reason(last_warn()), reason(w)) << "the same reason";
+    EXPECT_LT(duration_cast<milliseconds>(Clock::now() - again).count(), 100);
+    EXPECT_TRUE(drop.remove());
+  }
+  {
+    sluice::rdmatest::ExpectWarns expect;  // the failed comm's close may name what it left
+    EXPECT_TRUE(close_conn(net(), &a));
+  }
+  expect_released(before);
+}
+
 // ---- Control: a healthy link under load never fires
 // ----------------------------------------------------------------------------------------------
 
@@ -332,6 +424,24 @@ TEST(Stall, HealthyLinkUnderLoadNeverFires) {
     const long long took = duration_cast<milliseconds>(Clock::now() - start).count();
     std::fprintf(stderr, "healthy: %ld x 1 MiB in %lld ms (%d in flight), bound %lld ms\n",
                  messages, took, kInFlight, bound);
+    // WRs of the busy receive comm: receive WRs (one per receive per lane) and clear-to-send
+    // WRITEs, and no probe; the idle one, waiting 3 bounds behind a delivered clear-to-send,
+    // probed exactly once (the probe completed: no failure).
+    const sluiceCommStats_v1_t busy = stats(c.recv), quiet = stats(idle.recv);
+    std::fprintf(
+        stderr,
+        "busy receive comm: %llu receives, %llu WRs = %llu receive WRs + %llu CTS "
+        "writes + %llu probes; idle receive comm: %llu WRs, %llu probe(s)\n",
+        static_cast<unsigned long long>(busy.messages), static_cast<unsigned long long>(busy.wrs),
+        static_cast<unsigned long long>(busy.wrs - busy.ctsWrites - busy.ctsProbes),
+        static_cast<unsigned long long>(busy.ctsWrites),
+        static_cast<unsigned long long>(busy.ctsProbes), static_cast<unsigned long long>(quiet.wrs),
+        static_cast<unsigned long long>(quiet.ctsProbes));
+    EXPECT_EQ(busy.messages, static_cast<uint64_t>(messages));
+    EXPECT_EQ(busy.ctsProbes, 0u) << "a probe on a healthy busy stream";
+    const uint64_t rq_wrs = busy.wrs - busy.ctsWrites;  // every receive posts `lanes` WRs
+    EXPECT_EQ(rq_wrs % busy.messages, 0u) << "WRs other than receive WRs and CTS writes";
+    EXPECT_EQ(quiet.ctsProbes, 1u) << "the idle receive's delivered clear-to-send: one probe";
   }
   EXPECT_EQ(g_warns.load(), warns0) << last_warn();
   EXPECT_TRUE(close_conn(net(), &c));

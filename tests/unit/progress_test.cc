@@ -1,6 +1,7 @@
 // Pure logic of the progress watchdog (core/src/progress.cc): the bound derived from
 // NCCL_IB_TIMEOUT and NCCL_IB_RETRY_CNT, the per-QP clock (starts at the first check that sees
-// work outstanding, stops on progress, fires only past the bound) and the reason text.
+// work outstanding, stops on progress, fires only past the bound), the receiver's unsignaled
+// clear-to-send tail and its probe, and the reason text.
 #include "../../core/src/progress.h"
 
 #include <gtest/gtest.h>
@@ -77,6 +78,135 @@ TEST(ProgressCheck, NamesTheQpThatWaitedLongest) {
   EXPECT_EQ(progress_check(since, out, 3, 1200 * kMs, 1000, &waited), 2);
   EXPECT_EQ(waited, 1150);
   EXPECT_EQ(since[0], 1200 * kMs);
+}
+
+// ---- The receiver's unsignaled clear-to-send tail ----------------------------------------------
+
+// One receive QP driven through checks as check_progress does: cts_tail_check, a probe when due
+// (counted as a signaled CTS write covering the tail, as post_cts_probe does), progress_check.
+struct RecvQp {
+  CtsTail t;
+  uint64_t completed_hi = 0;
+  int64_t since = 0;
+  int probes = 0;
+  // Returns progress_check's verdict (0: this QP fired).
+  int check(int64_t now, long long bound, bool received = false, long long* waited = nullptr) {
+    bool watched = false;
+    if (cts_tail_check(t, completed_hi, received, now, bound, &since, &watched)) {
+      ++probes;
+      t.outstanding += 1;
+      t.unsignaled = 0;
+      since = cts_probe_posted(since, now, bound);
+    }
+    long long w = 0;
+    const int q = progress_check(&since, &watched, 1, now, bound, &w);
+    if (waited) *waited = w;
+    return q;
+  }
+  void cts_write(uint64_t from) {  // an unsignaled CTS write publishing receives from `from`
+    ++t.outstanding;
+    ++t.unsignaled;
+    t.from = from;
+  }
+  void signaled_completion() {  // the probe's (or a signaled write's) completion was polled
+    t.outstanding -= t.outstanding - t.unsignaled;
+    since = 0;
+  }
+};
+
+TEST(CtsTail, UnprovenOnlyWithUnsignaledWritesNoSignaledAfterAndNoReceiveDone) {
+  EXPECT_FALSE(cts_tail_unproven({0, 0, 0}, 0));  // nothing written
+  EXPECT_TRUE(cts_tail_unproven({1, 1, 0}, 0));   // one write, nothing received
+  EXPECT_FALSE(cts_tail_unproven({2, 1, 0}, 0));  // a signaled write is out: watched
+  EXPECT_TRUE(cts_tail_unproven({3, 3, 4}, 4));   // receives 0..3 done, write from 4
+  EXPECT_FALSE(cts_tail_unproven({3, 3, 4}, 5));  // receive 4 done: that write landed
+  EXPECT_FALSE(cts_tail_unproven({1, 1, 0}, 1));  // the receive it published is done
+}
+
+TEST(CtsTail, LostClearToSendProbedOnceThenFailsAtTheBound) {
+  const long long bound = 1000;
+  RecvQp qp;
+  qp.cts_write(0);  // the receive's clear-to-send, lost for good
+  int64_t t = 7 * kMs;
+  EXPECT_EQ(qp.check(t, bound), -1);  // the clock starts
+  EXPECT_EQ(qp.since, t);
+  for (int i = 1; i < 5; ++i) EXPECT_EQ(qp.check(t + i * 100 * kMs, bound), -1);  // < bound/2
+  EXPECT_EQ(qp.probes, 0);
+  EXPECT_EQ(qp.check(t + 500 * kMs, bound), -1);  // bound/2: the probe, behind the lost write
+  EXPECT_EQ(qp.probes, 1);
+  EXPECT_EQ(qp.t.outstanding, 2u);
+  EXPECT_EQ(qp.t.unsignaled, 0u);
+  EXPECT_EQ(qp.since, t) << "the clock keeps the tail's start";
+  for (int i = 6; i <= 10; ++i) EXPECT_EQ(qp.check(t + i * 100 * kMs, bound), -1);
+  long long waited = 0;
+  EXPECT_EQ(qp.check(t + 1100 * kMs, bound, false, &waited), 0);  // past the bound: fails
+  EXPECT_EQ(waited, 1100);
+  EXPECT_EQ(qp.probes, 1) << "at most one probe outstanding per QP";
+}
+
+TEST(CtsTail, DeliveredClearToSendSlowSenderProbesOnceAndNeverFails) {
+  const long long bound = 1000;
+  RecvQp qp;
+  qp.cts_write(0);
+  int64_t t = 1 * kMs;
+  for (int i = 0; i < 600; ++i, t += 100 * kMs) {  // a minute of waiting for a slow sender
+    EXPECT_EQ(qp.check(t, bound), -1) << "check " << i;
+    if (qp.t.outstanding > qp.t.unsignaled) qp.signaled_completion();  // the probe's ACK came
+  }
+  EXPECT_EQ(qp.probes, 1);
+  EXPECT_EQ(qp.t.outstanding, 0u);
+}
+
+TEST(CtsTail, BusyHealthyStreamNeverProbes) {
+  // Receives complete between checks while new clear-to-send writes keep the tail unproven (a
+  // message may take several checks, but less than half the bound).
+  const long long bound = 1000;
+  RecvQp qp;
+  int64_t t = 1 * kMs;
+  uint64_t seq = 0;
+  for (int i = 0; i < 600; ++i, t += 100 * kMs) {
+    qp.cts_write(seq);  // four receives published together, unproven until the first completes
+    seq += 4;
+    if (qp.t.unsignaled == 7) qp.t.unsignaled = 0;  // every 8th write is signaled...
+    if (qp.t.outstanding > qp.t.unsignaled) qp.signaled_completion();  // ...and completes
+    const bool received = i % 4 == 3;         // a completion every 400 ms: each restarts the clock
+    if (received) qp.completed_hi = seq - 4;  // not yet the latest write's receives
+    EXPECT_EQ(qp.check(t, bound, received), -1) << "check " << i;
+  }
+  EXPECT_EQ(qp.probes, 0);
+}
+
+TEST(CtsTail, ProvenTailIsNotWatched) {
+  // The sender's data for a receive of the latest write arrived: its clear-to-send landed, and
+  // the receiver then waits for the rest with nothing of its own in doubt (the path may be cut).
+  RecvQp qp;
+  qp.cts_write(0);
+  qp.completed_hi = 1;  // receive 0 done; receive 1 (same write) still waits
+  for (int64_t t = 1; t < 60000; t += 100) EXPECT_EQ(qp.check(t * kMs, 1000), -1);
+  EXPECT_EQ(qp.probes, 0);
+  EXPECT_EQ(qp.since, 0);
+}
+
+TEST(CtsTail, SignaledWorkOutstandingIsWatchedWithoutProbe) {
+  RecvQp qp;
+  qp.t = {8, 0, 0};  // the 8th write is signaled and out
+  EXPECT_EQ(qp.check(1 * kMs, 1000), -1);
+  EXPECT_EQ(qp.check(900 * kMs, 1000), -1);
+  EXPECT_EQ(qp.check(1002 * kMs, 1000), 0);
+  EXPECT_EQ(qp.probes, 0);
+}
+
+TEST(CtsTail, ALateCheckGivesTheProbeHalfTheBound) {
+  const long long bound = 1000;
+  RecvQp qp;
+  qp.cts_write(0);
+  EXPECT_EQ(qp.check(1 * kMs, bound), -1);
+  EXPECT_EQ(qp.check(10001 * kMs, bound), -1);  // nobody called for 10 s: probe now, no failure
+  EXPECT_EQ(qp.probes, 1);
+  EXPECT_EQ(qp.since, 9501 * kMs);
+  EXPECT_EQ(qp.check(10400 * kMs, bound), -1);
+  EXPECT_EQ(qp.check(10502 * kMs, bound), 0);  // the probe did not complete in half the bound
+  EXPECT_EQ(cts_probe_posted(5 * kMs, 100 * kMs, bound), 5 * kMs);  // on time: unchanged
 }
 
 TEST(ProgressReason, NamesWhatWaitedTheBoundAndTheCause) {

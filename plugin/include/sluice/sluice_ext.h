@@ -20,7 +20,9 @@ typedef struct {
   uint64_t doorbells; /* ibv_post_send/ibv_post_recv calls */
   uint64_t ctsWrites; /* clear-to-send RDMA WRITEs (receive comm) */
   uint64_t ctsEntries; /* receives those writes published (receive comm) */
-  uint64_t reserved[3];
+  uint64_t ctsProbes;  /* the progress watchdog's zero-length clear-to-send probes (receive comm;
+                          counted in wrs, not in ctsWrites); was reserved[0], always 0 before */
+  uint64_t reserved[2];
 } sluiceCommStats_v1_t;
 
 typedef struct {

@@ -130,6 +130,7 @@ struct CommStats {
   uint64_t doorbells = 0;    // ibv_post_send / ibv_post_recv calls
   uint64_t cts_writes = 0;   // clear-to-send RDMA WRITEs (receive comm)
   uint64_t cts_entries = 0;  // receives those writes published (receive comm)
+  uint64_t cts_probes = 0;   // progress watchdog's zero-length CTS probes (receive comm; in wrs)
 };
 Status comm_stats(void* comm, CommStats* out);
 
