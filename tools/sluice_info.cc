@@ -54,20 +54,14 @@ struct Port {
   std::vector<Gid> gids;
   std::string chosen;  // "index 3: reason" or "error: ..."
   int chosen_index = -1;
-  std::vector<std::pair<std::string, int>> ips;  // IP address, GID index (-1: IPoIB netdev)
+  std::vector<std::pair<std::string, int>> ips;  // IP address, GID index (-1: netdev: IPoIB, iWARP)
   std::string cm, cm_reason;                     // what SLUICE_CM=auto|... picks, and why
+  std::string transport;                         // InfiniBand (IB and RoCE), iWARP, ...
 };
 
-// IP addresses of the IPoIB netdevs of an InfiniBand device (sysfs device/net/*).
-std::vector<std::string> ipoib_addresses(const std::string& dev) {
+// IP addresses of the network interfaces `nets`.
+std::vector<std::string> addresses_of(const std::vector<std::string>& nets) {
   std::vector<std::string> out;
-  std::vector<std::string> nets;
-  const std::string dir = "/sys/class/infiniband/" + dev + "/device/net";
-  if (DIR* d = opendir(dir.c_str())) {
-    while (dirent* e = readdir(d))
-      if (e->d_name[0] != '.') nets.push_back(e->d_name);
-    closedir(d);
-  }
   ifaddrs* ifa = nullptr;
   if (nets.empty() || getifaddrs(&ifa) != 0) return out;
   for (ifaddrs* a = ifa; a != nullptr; a = a->ifa_next) {
@@ -84,6 +78,28 @@ std::vector<std::string> ipoib_addresses(const std::string& dev) {
   }
   freeifaddrs(ifa);
   return out;
+}
+
+// IP addresses of the IPoIB netdevs of an InfiniBand device (sysfs device/net/*).
+std::vector<std::string> ipoib_addresses(const std::string& dev) {
+  std::vector<std::string> nets;
+  const std::string dir = "/sys/class/infiniband/" + dev + "/device/net";
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d))
+      if (e->d_name[0] != '.') nets.push_back(e->d_name);
+    closedir(d);
+  }
+  return addresses_of(nets);
+}
+
+// IP addresses of the netdev a port is bound to (sysfs gid_attrs/ndevs/0: iWARP ports, whose GID
+// is the MAC, not an address).
+std::vector<std::string> port_netdev_addresses(const std::string& dev, int port) {
+  std::ifstream f("/sys/class/infiniband/" + dev + "/ports/" + std::to_string(port) +
+                  "/gid_attrs/ndevs/0");
+  std::string net;
+  if (!f || !std::getline(f, net) || net.empty()) return {};
+  return addresses_of({net});
 }
 
 struct Device {
@@ -167,7 +183,12 @@ std::vector<Device> list_verbs_devices(const Topology* topo, const Config& cfg,
             read_gid_table(ctx, d.name, static_cast<uint8_t>(pn), pa.gid_tbl_len);
         for (const GidEntry& e : entries)
           p.gids.push_back({e.index, gid_to_string(e.gid), gid_type_text(d.name, pn, e.index), e});
-        if (pa.link_layer == IBV_LINK_LAYER_ETHERNET) {
+        p.transport = transport_name(list[i]->transport_type);
+        const std::string blocker = unusable_transport_reason(list[i]->transport_type, d.name);
+        if (!blocker.empty()) {  // not offered by the engine (engine.cc); its netdev's addresses
+          p.chosen = "none: " + blocker;
+          for (const std::string& ip : port_netdev_addresses(d.name, pn)) p.ips.push_back({ip, -1});
+        } else if (pa.link_layer == IBV_LINK_LAYER_ETHERNET) {
           auto c = choose_roce_gid(entries, policy);
           if (c.is_ok()) {
             p.chosen_index = c.value().index;
@@ -506,7 +527,8 @@ int main(int argc, char** argv) {
       for (size_t k = 0; k < d.ports.size(); ++k) {
         const auto& p = d.ports[k];
         o << (k ? ", " : "") << "{\"port\": " << p.num << ", \"state\": " << json_str(p.state)
-          << ", \"link_layer\": " << json_str(p.link_layer) << ", \"speed_gbps\": " << p.speed_gbps
+          << ", \"link_layer\": " << json_str(p.link_layer)
+          << ", \"transport\": " << json_str(p.transport) << ", \"speed_gbps\": " << p.speed_gbps
           << ", \"active_mtu\": " << p.active_mtu << ", \"max_mtu\": " << p.max_mtu
           << ", \"chosen_gid_index\": " << p.chosen_index
           << ", \"chosen_gid\": " << json_str(p.chosen) << ", \"cm\": " << json_str(p.cm)
@@ -616,16 +638,17 @@ int main(int argc, char** argv) {
     for (const auto& p : d.ports) {
       o << "    port " << p.num << ": " << p.state;
       if (!p.link_layer.empty())
-        o << ", " << p.link_layer << ", " << p.speed_gbps << " Gb/s, MTU " << p.active_mtu
-          << " (max " << p.max_mtu << ")";
+        o << ", " << p.link_layer << (p.transport.empty() ? "" : ", transport " + p.transport)
+          << ", " << p.speed_gbps << " Gb/s, MTU " << p.active_mtu << " (max " << p.max_mtu << ")";
       o << "\n";
       for (const auto& gd : p.gids)
         o << "      gid[" << gd.index << "] " << gd.text << "  "
           << (gd.type.empty() ? "?" : gd.type) << "\n";
       if (!p.chosen.empty()) o << "      Sluice would use: " << p.chosen << "\n";
+      const char* netdev = p.link_layer == "InfiniBand" ? "  (IPoIB)" : "  (netdev)";
       for (const auto& [ip, gid] : p.ips)
-        o << "      ip " << ip
-          << (gid >= 0 ? "  = gid[" + std::to_string(gid) + "]" : std::string("  (IPoIB)")) << "\n";
+        o << "      ip " << ip << (gid >= 0 ? "  = gid[" + std::to_string(gid) + "]" : netdev)
+          << "\n";
       if (!p.cm.empty()) o << "      connection manager: " << p.cm << " (" << p.cm_reason << ")\n";
     }
   }

@@ -88,6 +88,31 @@ std::vector<GidEntry> read_gid_table(ibv_context* ctx, const std::string& dev, u
   return out;
 }
 
+const char* transport_name(ibv_transport_type t) {
+  switch (t) {
+    case IBV_TRANSPORT_IB:
+      return "InfiniBand";
+    case IBV_TRANSPORT_IWARP:
+      return "iWARP";
+    case IBV_TRANSPORT_USNIC:
+      return "usNIC";
+    case IBV_TRANSPORT_USNIC_UDP:
+      return "usNIC UDP";
+    case IBV_TRANSPORT_UNSPECIFIED:
+      return "unspecified";
+    default:
+      return "unknown";
+  }
+}
+
+std::string unusable_transport_reason(ibv_transport_type t, const std::string& dev) {
+  if (t != IBV_TRANSPORT_IWARP) return "";
+  return dev +
+         " is an iWARP device: it has no RDMA WRITE with immediate data, with which Sluice "
+         "completes every receive, so Sluice does not use it; use a RoCE or InfiniBand port "
+         "(NCCL_IB_HCA), or NCCL's socket transport (NCCL_NET=Socket) over its Ethernet interface";
+}
+
 GidPolicy gid_policy(const Config& cfg) {
   GidPolicy p;
   p.forced_index = cfg.gid_index;

@@ -127,11 +127,19 @@ Status Engine::discover(const LocalityProvider& locality) {
       continue;
     }
     std::vector<std::unique_ptr<Device>> ports;
+    const std::string blocker = unusable_transport_reason(list.get()[i]->transport_type, dname);
+    bool blocker_said = false;
     for (int p = 1; p <= da.phys_port_cnt; ++p) {
       seen_ports.emplace_back(dname, p);
       std::string pname = dname + ":" + std::to_string(p);
       if (!filter.value().accepts(dname, p)) {
         dropped.push_back(pname + ": excluded by NCCL_IB_HCA=" + cfg_.ib_hca);
+        continue;
+      }
+      if (!blocker.empty()) {  // said once per device, as a WARN: hardware Sluice leaves unused
+        if (!blocker_said) SLUICE_WARN("%s", blocker.c_str());
+        blocker_said = true;
+        dropped.push_back(pname + ": " + blocker);
         continue;
       }
       auto d = std::make_unique<Device>();

@@ -23,6 +23,16 @@ int roce_version_of(const std::string& type_text);
 std::vector<GidEntry> read_gid_table(ibv_context* ctx, const std::string& dev, uint8_t port,
                                      int tbl_len);
 
+// "InfiniBand" (IB and RoCE ports), "iWARP", "usNIC", ... as ibv_devinfo names the transport.
+const char* transport_name(ibv_transport_type t);
+
+// Why Sluice cannot use a device of verbs transport `t`, "" when it can: the one decision, made by
+// the engine's discovery (such a device is not offered to NCCL, with a WARN) and shown by
+// sluice-info. iWARP: Sluice ends every message with RDMA WRITE with immediate data, whose
+// immediate value completes the receiver's posted receive; iWARP (RDMAP, RFC 5040) has no such
+// operation (siw rejects the opcode), and no iWARP data path exists yet. `dev` names the device.
+std::string unusable_transport_reason(ibv_transport_type t, const std::string& dev);
+
 // The automatic GID choice's policy from the configuration (NCCL_IB_GID_INDEX, _ADDR_FAMILY,
 // _ADDR_RANGE, _ROCE_VERSION_NUM).
 GidPolicy gid_policy(const Config& cfg);
