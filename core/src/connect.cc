@@ -17,6 +17,7 @@
 #include "cm_rdmacm.h"
 #include "comm.h"
 #include "comm_setup.h"
+#include "liveness.h"
 #include "oob_socket.h"
 #include "route_gid.h"
 #include "sluice/core/log.h"
@@ -171,8 +172,8 @@ std::string timeout_cause(const ConnectState& s) {
     return "the listener did not answer the rdma_cm connect requests (its process stalled, or "
            "rdma_cm traffic is filtered); check that both sides can `rping` each other";
   }
-  return "the peer is not reachable on that address or did not accept; check NCCL_SOCKET_IFNAME "
-         "and firewalls";
+  return "the peer is not reachable on that address (host down, its link down, or packets "
+         "filtered) or did not accept; check NCCL_SOCKET_IFNAME and firewalls";
 }
 
 // One step of the connector. ok() with *out set = connected; again = call later.
@@ -358,7 +359,17 @@ Status connect(int dev, void* handle, const CommConfig& cfg, SendComm** out) {
   std::memcpy(handle, &h, sizeof h);
   if (!st.is_ok()) {
     *out = nullptr;
-    return st.with_context("connect to " + s->peer + " from " + e->device(dev)->name);
+    const Device& d = *e->device(dev);
+    ibv_port_attr pa{};  // a port that went down explains any failure above best
+    std::string down;
+    if (ibv_query_port(d.adapter->ctx.get(), d.port, &pa) == 0) {
+      const bool named_with_port = d.name.find(':') != std::string::npos;  // "dev:port"
+      down = local_port_hint(named_with_port ? d.name : d.name + ":" + std::to_string(d.port),
+                             pa.state);
+    }
+    if (!down.empty())
+      st = Status(Code::kRemoteError, down + " (what failed: " + st.message() + ")");
+    return st.with_context("connect to " + s->peer + " from " + d.name);
   }
   return st;
 }

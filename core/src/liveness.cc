@@ -78,6 +78,16 @@ AsyncEventInfo async_event_info(ibv_event_type t) {
   }
 }
 
+std::string local_port_hint(const std::string& port, ibv_port_state state) {
+  if (state == IBV_PORT_ACTIVE) return {};
+  const std::string what = state == IBV_PORT_DOWN
+                               ? "is DOWN"
+                               : "is not ACTIVE (" + std::string(ibv_port_state_str(state)) + ")";
+  return "the local port " + port + " " + what +
+         ": likely cause: its link is down (cable pulled, switch port down, or its netdev set down "
+         "with `ip link`); connections over it fail until the port is ACTIVE again";
+}
+
 std::string peer_gone_reason(SocketSeen seen, int err, bool said_goodbye, const std::string& peer,
                              int heartbeat_ms) {
   if (said_goodbye) {

@@ -78,6 +78,12 @@ struct AsyncEventInfo {
 };
 AsyncEventInfo async_event_info(ibv_event_type t);
 
+// The reason of a connection setup failure while the local port `port` (e.g. "rxe0:1") is in
+// `state`: empty when ACTIVE (the failure has another cause), else what a port that is not ACTIVE
+// means (link down) and that connections over it fail until it is up again. It explains whatever
+// failed (a route that no longer exists, a TCP connect that timed out) better than that failure.
+std::string local_port_hint(const std::string& port, ibv_port_state state);
+
 // The reason text for a peer that is gone; `seen` and `err` as from classify_read.
 std::string peer_gone_reason(SocketSeen seen, int err, bool said_goodbye, const std::string& peer,
                              int heartbeat_ms);

@@ -7,7 +7,8 @@
 //
 // The peer is this binary re-run by posix_spawn ("--faults-child ROLE DEV"), with a pipe each way:
 // child fd 3 = from the parent (a listen handle), child fd 4 = to the parent (a listen handle,
-// progress bytes).
+// progress bytes). The same binary runs the two-host link faults ("--two-host-peer HOST [PHASE]",
+// plugin_faults_two_host.cc).
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -606,99 +607,19 @@ TEST(PortDown, CommsOnThePortFailNewCommsWorkAfterUp) {
   expect_released(before);
 }
 
-// ---- Two hosts: the peer's link goes down with nothing in flight
-// ----------------------------------------------------------------
-
-// Run by scripts/rdma-bed --two-host (tests/rdma/faults.cmake), one process per VM, exit status =
-// result. A side TCP socket (port kSidePort) carries the listen handle and two sync bytes. host0
-// receives one message, publishes a second receive (mid-stream, idle: its clear-to-send is
-// acknowledged) and waits; host1 sent the message, then takes its eth0 down and stays alive.
-// host0's pending test must fail with the keepalive reason within 5 x SLUICE_HEARTBEAT_MS + slack.
-constexpr uint16_t kSidePort = 47123;
-
-int two_host_main(int host) {
-  const int side = side_socket(host, kSidePort);
-  if (side < 0) return std::fprintf(stderr, "host%d: no side connection\n", host), 2;
-  Net n(12);
-  if (n.init(0x2405 + host) != ncclSuccess) return 3;
-  RegBuf buf;
-  void* comm = nullptr;
-  const auto deadline = Clock::now() + wait_limit();
-  if (host == 0) {
-    char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
-    void* lc = nullptr;
-    if (n.listen(0, handle, &lc) != ncclSuccess || !write_full(side, handle, sizeof handle))
-      return 4;
-    while (comm == nullptr && Clock::now() < deadline)
-      if (n.accept(lc, &comm) != ncclSuccess) return 4;
-    n.close_listen(lc);
-    if (comm == nullptr || !buf.allocate(&n, comm, 2 * kMsg)) return 4;
-    void* data = buf.data();
-    void* mh = buf.mh();
-    size_t cap = kMsg;
-    int tag = kTag;
-    void* req = nullptr;
-    if (!post_until("irecv", &req,
-                    [&](void** r) { return n.irecv(comm, 1, &data, &cap, &tag, &mh, r); }) ||
-        !wait_done(n, "recv", req, nullptr) || !check_pattern(buf.data(), kMsg, seed_of(1)).empty())
-      return 5;
-    data = buf.data() + kMsg;
-    if (!post_until("irecv", &req,
-                    [&](void** r) { return n.irecv(comm, 1, &data, &cap, &tag, &mh, r); }))
-      return 5;
-    int done = 0;
-    if (n.test(req, &done, nullptr) != ncclSuccess || done) return 5;  // publishes
-    char b = kReady;
-    if (!write_full(side, &b, 1) || !read_full(side, &b, 1, wait_limit())) return 6;
-    sluice::rdmatest::ExpectWarns expect;
-    const auto down = Clock::now();  // host1 is taking its link down now
-    ncclResult_t r = call_test_until_error(req, down, &done);
-    const auto took = duration_cast<milliseconds>(Clock::now() - down);
-    const std::string w = last_warn();
-    const long hb = env_long("SLUICE_HEARTBEAT_MS", 0);
-    const long bound = 5 * ((hb + 999) / 1000) * 1000 + 2000;  // keepalive bound + poll + slack
-    std::fprintf(stderr, "host0: link down seen after %lld ms (bound %ld ms): %s\n",
-                 static_cast<long long>(took.count()), bound, w.c_str());
-    int rc = 0;
-    if (r != ncclRemoteError || done) rc = 7;
-    if (took.count() > bound) rc = 8;
-    if (!contains(w, "stopped answering") || !contains(w, "SLUICE_HEARTBEAT_MS") ||
-        !contains(w, "qpn ") || !contains(w, std::string(std::getenv("SLUICE_BED_PEER_ADDR"))))
-      rc = 9;
-    buf.reset();
-    if (n.close_recv(comm) != ncclSuccess) rc = rc ? rc : 10;
-    return rc;
-  }
-  char handle[NCCL_NET_HANDLE_MAXSIZE];
-  if (!read_full(side, handle, sizeof handle, wait_limit())) return 4;
-  while (comm == nullptr && Clock::now() < deadline)
-    if (n.connect(0, handle, &comm) != ncclSuccess) return 4;
-  if (comm == nullptr || !buf.allocate(&n, comm, kMsg)) return 4;
-  fill_pattern(buf.data(), kMsg, seed_of(1));
-  void* req = nullptr;
-  if (!post_until("isend", &req,
-                  [&](void** r) { return n.isend(comm, buf.data(), kMsg, kTag, buf.mh(), r); }) ||
-      !wait_done(n, "send", req, nullptr))
-    return 5;
-  char b = 0;
-  if (!read_full(side, &b, 1, wait_limit()) || b != kReady) return 6;
-  b = 'D';
-  if (!write_full(side, &b, 1)) return 6;
-  usleep(100 * 1000);  // let the byte leave before the link goes
-  if (std::system("ip link set eth0 down") != 0) return 7;
-  sleep(15);  // alive, comm open, link down: host0 must notice by keepalive alone
-  std::_Exit(0);
-}
-
 }  // namespace
+
+// Two hosts, link down and up (plugin_faults_two_host.cc).
+int two_host_main(int host, const std::string& phase);
+
 }  // namespace nettest
 
 int main(int argc, char** argv) {
   if (argc == 4 && std::string(argv[1]) == "--faults-child") {
     return nettest::child_main(argv[2], std::atoi(argv[3]));
   }
-  if (argc == 3 && std::string(argv[1]) == "--two-host-peer") {
-    return nettest::two_host_main(std::atoi(argv[2]));
+  if ((argc == 3 || argc == 4) && std::string(argv[1]) == "--two-host-peer") {
+    return nettest::two_host_main(std::atoi(argv[2]), argc == 4 ? argv[3] : "idle");
   }
   ::testing::InitGoogleTest(&argc, argv);
   ::testing::AddGlobalTestEnvironment(new nettest::BedEnvironment);

@@ -123,3 +123,14 @@ TEST(AsyncEvents, BenignOnesFailNothing) {
 
 }  // namespace
 }  // namespace sluice
+
+// A connect that failed while its local port was not ACTIVE says so first (the likely cause of any
+// failure then); an ACTIVE port gives no reason.
+TEST(LocalPort, HintOnlyWhenNotActive) {
+  EXPECT_EQ(sluice::local_port_hint("dev0:1", IBV_PORT_ACTIVE), "");
+  const std::string down = sluice::local_port_hint("dev0:1", IBV_PORT_DOWN);
+  EXPECT_EQ(down.find("the local port dev0:1 is DOWN: "), 0u) << down;
+  EXPECT_NE(down.find("likely cause: its link is down"), std::string::npos) << down;
+  const std::string init = sluice::local_port_hint("dev0:2", IBV_PORT_INIT);
+  EXPECT_NE(init.find("dev0:2 is not ACTIVE (init)"), std::string::npos) << init;
+}
