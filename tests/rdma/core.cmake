@@ -6,6 +6,7 @@ sluice_add_rdma_test(NAME qp_bringup COMMAND $<TARGET_FILE:qp_bringup_test> TIME
 add_executable(core_datapath_test ${CMAKE_CURRENT_LIST_DIR}/core_datapath_test.cc)
 target_link_libraries(core_datapath_test PRIVATE sluice_core GTest::gtest_main)
 sluice_add_rdma_test(NAME core_datapath COMMAND $<TARGET_FILE:core_datapath_test> TIMEOUT 900)
+set_property(TEST core_datapath APPEND PROPERTY ENVIRONMENT SLUICE_CM=oob)  # rdmacm: rdmacm.cmake
 # Both NCCL_IB_SPLIT_DATA_ON_QPS modes on 4 QPs (with one QP they are the same path).
 foreach(split 0 1)
   sluice_add_rdma_test(NAME core_datapath_qps4_split${split}

@@ -27,12 +27,14 @@ void test_sink(int level, unsigned long, const char* file, int line, const char*
     std::string s = v != nullptr ? v : "warn";
     return s == "none" ? kLogNone : s == "info" ? kLogInfo : s == "trace" ? kLogTrace : kLogWarn;
   }();
-  if (level > max_level) return;
+  if (level > max_level && level != kLogInfo) return;
   char msg[2048];
   va_list ap;
   va_start(ap, fmt);
   std::vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
+  if (level == kLogInfo) rdmatest::count_cm_choice(msg);  // SLUICE_CM checks (check_cm_used)
+  if (level > max_level) return;
   std::fprintf(stderr, "%ssluice %s %s:%d %s\n", level == kLogWarn ? rdmatest::warn_prefix() : "",
                level == kLogWarn ? "WARN" : "INFO", file, line, msg);
 }
@@ -64,6 +66,7 @@ class CoreDatapath : public ::testing::Test {
 
   // Connects dev_s -> dev_r; fails the test after 60 s.
   void open_pair(int dev_s, int dev_r, SendComm** s, RecvComm** r) {
+    const rdmatest::CmCounts cm_before = rdmatest::cm_counts();
     char handle[kHandleSize];
     ListenComm* l = nullptr;
     Status st = listen(dev_r, handle, &l);
@@ -83,6 +86,7 @@ class CoreDatapath : public ::testing::Test {
       }
     }
     ASSERT_TRUE(close_listen(l).is_ok());
+    EXPECT_EQ(rdmatest::check_cm_used(cm_before), "");
   }
 
   // Waits for a request; returns the status of the failing test() call, if any.

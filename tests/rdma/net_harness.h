@@ -77,12 +77,14 @@ inline void test_logger(ncclDebugLogLevel level, unsigned long /*flags*/, const 
   static const int max_level = env_long("SLUICE_TEST_LOG_LEVEL", NCCL_LOG_WARN);
   if (level == NCCL_LOG_WARN) g_warns.fetch_add(1);
   const bool keep = level == NCCL_LOG_INFO && g_keep_info.load();
-  if (level > max_level && level != NCCL_LOG_WARN && !keep) return;
+  if (level > max_level && level != NCCL_LOG_WARN && level != NCCL_LOG_INFO) return;
   char msg[2048];
   va_list ap;
   va_start(ap, fmt);
   std::vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
+  if (level == NCCL_LOG_INFO) sluice::rdmatest::count_cm_choice(msg);
+  if (level > max_level && level != NCCL_LOG_WARN && !keep) return;
   if (level == NCCL_LOG_WARN) {
     std::lock_guard<std::mutex> lk(g_last_warn_mu);
     g_last_warn = msg;
@@ -485,6 +487,7 @@ struct Conn {
 // listen on recv_dev, then connect/accept alternately in this thread until both exist (the same
 // pattern as NCCL's GDR probe: neither call may block).
 inline ::testing::AssertionResult open_conn(Net& net, int send_dev, int recv_dev, Conn* out) {
+  const sluice::rdmatest::CmCounts cm_before = sluice::rdmatest::cm_counts();
   char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
   void* lc = nullptr;
   ncclResult_t r = net.listen(recv_dev, handle, &lc);
@@ -525,6 +528,8 @@ inline ::testing::AssertionResult open_conn(Net& net, int send_dev, int recv_dev
   r = net.close_listen(lc);
   if (r != ncclSuccess) return ::testing::AssertionFailure() << "closeListen returned " << r;
   *out = c;
+  const std::string cm = sluice::rdmatest::check_cm_used(cm_before);
+  if (!cm.empty()) return ::testing::AssertionFailure() << cm;
   return ::testing::AssertionSuccess();
 }
 

@@ -44,7 +44,10 @@ set(SLUICE_PLUGIN_DATA_TESTS
 sluice_add_rdma_test(NAME plugin_rdma_qps1
                      COMMAND $<TARGET_FILE:plugin_rdma_test>
                              --gtest_filter=-Stress*:Lifecycle*)
-set_property(TEST plugin_rdma_qps1 APPEND PROPERTY ENVIRONMENT NCCL_IB_QPS_PER_CONNECTION=1)
+# SLUICE_CM=oob: the matrix in oob mode, checked per connection (rdma_env.h, check_cm_used);
+# rdmacm.cmake runs it through rdma_cm.
+set_property(TEST plugin_rdma_qps1 APPEND PROPERTY ENVIRONMENT NCCL_IB_QPS_PER_CONNECTION=1
+                                                              SLUICE_CM=oob)
 sluice_add_rdma_test(NAME plugin_rdma_qps4
                      COMMAND $<TARGET_FILE:plugin_rdma_test>
                              --gtest_filter=${SLUICE_PLUGIN_DATA_TESTS})

@@ -11,6 +11,8 @@
 // A SLUICE_TEST_DEVICES that names a missing or inactive port always fails.
 #pragma once
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <infiniband/verbs.h>
 #include <unistd.h>
@@ -19,6 +21,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -189,6 +192,72 @@ inline long count_own(const char* what) {
     }
   }
   return pclose(p) == 0 ? n : -1;
+}
+
+// ---- Which connection manager a connection used, seen from outside
+// Every connect logs its choice at INFO: "connection manager for DEV -> PEER: rdmacm (why)" or
+// ": oob (why)". The tests' log sinks pass every INFO line to count_cm_choice, at any log level.
+inline std::atomic<int> g_cm_rdmacm{0};
+inline std::atomic<int> g_cm_oob{0};
+
+inline void count_cm_choice(const char* msg) {
+  const char* p = std::strstr(msg, "connection manager for ");
+  if (p == nullptr) return;
+  const char* r = std::strstr(p, ": rdmacm (");
+  const char* o = std::strstr(p, ": oob (");
+  if (r != nullptr && (o == nullptr || r < o)) {
+    g_cm_rdmacm.fetch_add(1);
+  } else if (o != nullptr) {
+    g_cm_oob.fetch_add(1);
+  }
+}
+
+struct CmCounts {
+  int rdmacm = 0, oob = 0;
+};
+inline CmCounts cm_counts() {
+  return {g_cm_rdmacm.load(), g_cm_oob.load()};
+}
+
+// Open rdma_cm event channels (/dev/infiniband/rdma_cm) of this process; -1 when unknown.
+inline int rdma_cm_fd_count() {
+  DIR* d = opendir("/proc/self/fd");
+  if (d == nullptr) return -1;
+  int n = 0;
+  char target[64];
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    const ssize_t len = readlinkat(dirfd(d), e->d_name, target, sizeof target - 1);
+    if (len <= 0) continue;
+    target[len] = '\0';
+    if (std::strcmp(target, "/dev/infiniband/rdma_cm") == 0) ++n;
+  }
+  closedir(d);
+  return n;
+}
+
+// With SLUICE_CM=rdmacm or oob, a connection just set up (one connect, `before`: the counts taken
+// before it) must have used that connection manager: its connect logged that choice once, and with
+// the connection open the process holds at least one rdma_cm event channel (rdmacm) or none (oob).
+// "" when it did, or when SLUICE_CM is unset or auto (the choice then depends on the host's
+// addresses); else what went wrong.
+inline std::string check_cm_used(const CmCounts& before) {
+  const char* v = std::getenv("SLUICE_CM");
+  const std::string mode = v != nullptr ? v : "";
+  if (mode != "rdmacm" && mode != "oob") return "";
+  const bool want_rdmacm = mode == "rdmacm";
+  const CmCounts now = cm_counts();
+  const int rdmacm = now.rdmacm - before.rdmacm, oob = now.oob - before.oob;
+  if (rdmacm != (want_rdmacm ? 1 : 0) || oob != (want_rdmacm ? 0 : 1)) {
+    return "SLUICE_CM=" + mode + ", but the connect logged " + std::to_string(rdmacm) +
+           " rdmacm and " + std::to_string(oob) + " oob choice(s) of its connection manager";
+  }
+  const int fds = rdma_cm_fd_count();
+  if (want_rdmacm ? fds < 1 : fds != 0) {
+    return "SLUICE_CM=" + mode + ", but " + std::to_string(fds) +
+           " rdma_cm event channel(s) are open with the connection up";
+  }
+  return "";
 }
 
 }  // namespace sluice::rdmatest

@@ -1,0 +1,23 @@
+# The data-path matrix with every connection through librdmacm (SLUICE_CM=rdmacm), beside the oob
+# runs of plugin.cmake and core.cmake (plugin_rdma_qps1 and core_datapath force SLUICE_CM=oob): in
+# one bed, the whole of plugin_rdma_test (transfers of every size, posted buffer larger and message
+# larger than posted, 1..8 grouped receives, 32 in flight, two processes, 64 comms, every table
+# version, stress, open/close cycles with nothing leaked, cost counts, validation), the whole of
+# core_datapath_test, and plugin_faults_test as plugin_faults runs it (a killed peer in each
+# direction, idle and with work in flight, and clean closes; the port-down test stays oob only).
+# tests/rdma/rdmacm_loopback.sh puts both ends on the test pair's first port and the listener's
+# address on that port's own interface (in one network namespace rdma_cm resolves any local address
+# to the device that holds it, so two ports there can only meet through oob); the binary checks that
+# every connection logged its rdmacm choice and held an rdma_cm channel (rdma_env.h, check_cm_used).
+# Two QPs per connection, split data: each QP is its own rdma_cm connection. Stress and cycles are
+# shortened (the oob runs keep their full counts).
+sluice_add_rdma_test(NAME plugin_rdma_rdmacm
+                     COMMAND ${CMAKE_CURRENT_LIST_DIR}/rdmacm_loopback.sh
+                             $<TARGET_FILE:plugin_rdma_test> -- $<TARGET_FILE:core_datapath_test>
+                             -- env SLUICE_LIVENESS_POLL_MS=100 SLUICE_HEARTBEAT_MS=2000
+                             SLUICE_TEST_DEADLINE_S=30 $<TARGET_FILE:plugin_faults_test>
+                             --gtest_filter=-PortDown*)
+set_property(TEST plugin_rdma_rdmacm APPEND PROPERTY LABELS faults)
+set_property(TEST plugin_rdma_rdmacm APPEND PROPERTY ENVIRONMENT
+             NCCL_IB_QPS_PER_CONNECTION=2 NCCL_IB_SPLIT_DATA_ON_QPS=1
+             SLUICE_TEST_STRESS_MESSAGES=20000 SLUICE_TEST_CYCLES=100)
