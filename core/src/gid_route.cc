@@ -18,16 +18,6 @@ std::string entry_text(const GidEntry& e) {
          version_text(e.roce_version) + ")";
 }
 
-// True when the first `bits` bits of a and b agree.
-bool same_prefix(const uint8_t* a, const uint8_t* b, int bits) {
-  const int whole = bits / 8;
-  if (std::memcmp(a, b, static_cast<size_t>(whole)) != 0) return false;
-  const int rest = bits % 8;
-  if (rest == 0) return true;
-  const auto mask = static_cast<uint8_t>(0xff << (8 - rest));
-  return (a[whole] & mask) == (b[whole] & mask);
-}
-
 const char* kListFix = "`sluice-info` lists each port's GIDs";
 
 }  // namespace
@@ -130,7 +120,7 @@ std::string gid_pair_problem(int local_index, const GidBytes& local, int local_p
   const uint8_t* a = v4l ? local.data() + 12 : local.data();
   const uint8_t* b = v4l ? remote.data() + 12 : remote.data();
   bits = std::min(bits, v4l ? 32 : 128);
-  if (same_prefix(a, b, bits)) return {};
+  if (prefix_equal(a, b, bits)) return {};
   return "the two sides' GIDs are in different subnets (" + both + "; our prefix is /" +
          std::to_string(bits) +
          ") and no route to the peer's address was checked through this device, so RoCE packets "

@@ -35,7 +35,8 @@ std::string family_name(int family) {
   return "family " + std::to_string(family);
 }
 
-// True when the first `bits` bits of a and b agree.
+}  // namespace
+
 bool prefix_equal(const uint8_t* a, const uint8_t* b, int bits) {
   const int whole = bits / 8;
   if (std::memcmp(a, b, static_cast<size_t>(whole)) != 0) return false;
@@ -44,8 +45,6 @@ bool prefix_equal(const uint8_t* a, const uint8_t* b, int bits) {
   const auto mask = static_cast<uint8_t>(0xff << (8 - rest));
   return (a[whole] & mask) == (b[whole] & mask);
 }
-
-}  // namespace
 
 // ---------------------------------------------------------------------------------------------
 // CIDR and GIDs

@@ -31,6 +31,8 @@ std::string gid_to_string(const GidBytes& gid);
 bool gid_is_zero(const GidBytes& gid);
 bool gid_is_ipv4_mapped(const GidBytes& gid);  // ::ffff:a.b.c.d
 bool gid_is_link_local(const GidBytes& gid);   // fe80::/10
+// True when the first `bits` bits of a and b agree (an address prefix, a subnet).
+bool prefix_equal(const uint8_t* a, const uint8_t* b, int bits);
 
 struct GidEntry {
   int index = 0;
