@@ -656,4 +656,42 @@ inline int rdma_resource_count(const char* kind) {
   return n;
 }
 
+// True when `part` occurs in `s` (WARN texts, log lines).
+inline bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+// The first line of a (sysfs) file without its trailing newline and spaces; "" if unreadable.
+inline std::string read_line(const std::string& path) {
+  FILE* f = std::fopen(path.c_str(), "r");
+  if (f == nullptr) return {};
+  char buf[256] = {};
+  if (std::fgets(buf, sizeof buf, f) == nullptr) buf[0] = '\0';
+  std::fclose(f);
+  std::string s = buf;
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+// This process's QPs, CQs and MRs per `rdma resource show` (-1 each when it is unavailable).
+struct Counts {
+  int qp = 0, cq = 0, mr = 0;
+  static Counts now() {
+    return {rdma_resource_count("qp"), rdma_resource_count("cq"), rdma_resource_count("mr")};
+  }
+};
+
+// Every QP, CQ and MR this process had at `before` and no more (not checked, said so on stderr,
+// when `rdma resource show` is unavailable).
+inline void expect_released(const Counts& before) {
+  Counts after = Counts::now();
+  if (before.qp < 0 || after.qp < 0) {
+    std::fprintf(stderr, "rdma resource show unavailable: verbs object counts not checked\n");
+    return;
+  }
+  EXPECT_EQ(after.qp, before.qp);
+  EXPECT_EQ(after.cq, before.cq);
+  EXPECT_EQ(after.mr, before.mr);
+}
+
 }  // namespace nettest

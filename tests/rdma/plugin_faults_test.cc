@@ -221,17 +221,6 @@ void* post_recv(void* rc, RegBuf& buf, size_t offset) {
   return req;
 }
 
-struct Counts {
-  int qp = 0, cq = 0, mr = 0;
-  static Counts now() {
-    return {rdma_resource_count("qp"), rdma_resource_count("cq"), rdma_resource_count("mr")};
-  }
-};
-
-bool contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
-
 // What every fault test checks after the survivor's call `what` failed with `r` at `took` after
 // the kill: the code, the bound, and that the WARN names device, QP, peer and what was seen.
 void expect_peer_death_reported(ncclResult_t r, std::chrono::milliseconds took, int dev) {
@@ -264,17 +253,6 @@ void expect_other_comm_works(Conn& other) {
   ASSERT_TRUE(send_recv(net(), other, s, 4096, r, 4096, 3, &got));
   EXPECT_EQ(got, 4096);
   EXPECT_EQ(check_pattern(r.data(), 4096, 77), "");
-}
-
-void expect_released(const Counts& before) {
-  Counts after = Counts::now();
-  if (before.qp < 0 || after.qp < 0) {
-    std::fprintf(stderr, "rdma resource show unavailable: verbs object counts not checked\n");
-    return;
-  }
-  EXPECT_EQ(after.qp, before.qp);
-  EXPECT_EQ(after.cq, before.cq);
-  EXPECT_EQ(after.mr, before.mr);
 }
 
 ncclResult_t call_test_until_error(void* req, Clock::time_point since, int* done) {
@@ -528,17 +506,6 @@ TEST(CleanClose, ReceiverClosesFirst) {
 
 // ---- Port down, then up again
 // ---------------------------------------------------------------------------
-
-std::string read_line(const std::string& path) {
-  FILE* f = std::fopen(path.c_str(), "r");
-  if (f == nullptr) return {};
-  char buf[256] = {};
-  if (std::fgets(buf, sizeof buf, f) == nullptr) buf[0] = '\0';
-  std::fclose(f);
-  std::string s = buf;
-  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
-  return s;
-}
 
 bool port_active(const sluice::rdmatest::TestPort& p) {
   for (const auto& a : sluice::rdmatest::active_rdma_ports())

@@ -59,10 +59,6 @@ uint64_t seed_of(int msg) {
   return pattern_seed(kMsg, 500 + msg, kTag);
 }
 
-bool contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
-
 int fail(int host, int code, const std::string& what) {
   std::fprintf(stderr, "host%d: FAILED (%d): %s\n", host, code, what.c_str());
   return code;

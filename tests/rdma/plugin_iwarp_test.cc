@@ -27,10 +27,6 @@ int fail(int rc, const std::string& why) {
   return rc;
 }
 
-bool contains(const std::string& s, const std::string& w) {
-  return s.find(w) != std::string::npos;
-}
-
 // Names of the devices whose transport is iWARP and whose port 1 is ACTIVE.
 std::vector<std::string> iwarp_devices() {
   std::vector<std::string> out;

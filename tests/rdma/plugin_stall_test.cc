@@ -40,10 +40,6 @@ using std::chrono::milliseconds;
 constexpr size_t kMsg = 65537;
 constexpr int kTag = 9;
 
-bool contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
-
 // The watchdog's bound as documented (core/src/progress.h), from this process's environment.
 long long watchdog_bound_ms() {
   const long t = env_long("NCCL_IB_TIMEOUT", 20);
@@ -58,17 +54,6 @@ long long poll_ms() {
 // Margin for a loaded 2-core host running TCG (the check runs at the sender's next test after
 // a poll came due).
 constexpr long long kSlackMs = 3000;
-
-std::string read_line(const std::string& path) {
-  FILE* f = std::fopen(path.c_str(), "r");
-  if (f == nullptr) return {};
-  char buf[256] = {};
-  if (std::fgets(buf, sizeof buf, f) == nullptr) buf[0] = '\0';
-  std::fclose(f);
-  std::string s = buf;
-  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
-  return s;
-}
 
 int run(const std::string& cmd) {
   std::fprintf(stderr, "+ %s\n", cmd.c_str());
@@ -131,24 +116,6 @@ class RoceDrop {
  private:
   std::vector<std::string> devs_;
 };
-
-struct Counts {
-  int qp = 0, cq = 0, mr = 0;
-  static Counts now() {
-    return {rdma_resource_count("qp"), rdma_resource_count("cq"), rdma_resource_count("mr")};
-  }
-};
-
-void expect_released(const Counts& before) {
-  Counts after = Counts::now();
-  if (before.qp < 0 || after.qp < 0) {
-    std::fprintf(stderr, "rdma resource show unavailable: verbs object counts not checked\n");
-    return;
-  }
-  EXPECT_EQ(after.qp, before.qp);
-  EXPECT_EQ(after.cq, before.cq);
-  EXPECT_EQ(after.mr, before.mr);
-}
 
 void* post_recv(void* rc, RegBuf& buf, size_t off) {
   void* data = buf.data() + off;

@@ -41,10 +41,6 @@ constexpr uint16_t kSidePort = 47124;
 constexpr int kTag = 11;
 constexpr char kGo = 'G';
 
-bool contains(const std::string& s, const std::string& w) {
-  return s.find(w) != std::string::npos;
-}
-
 int side_socket(int host) {
   const char* peer = std::getenv("SLUICE_BED_PEER_ADDR");
   const auto deadline = Clock::now() + wait_limit();
