@@ -219,16 +219,21 @@ Status poll_recv(RecvComm& r) {
   for (int k = 0; k < n; ++k) {
     const ibv_wc& w = wc[k];
     if (w.status != IBV_WC_SUCCESS) return fail(r.c, completion_error(r.c, w, "receive"));
+    // A wr_id none of ours could carry is never used as an index (a Sluice bug, or a WR someone
+    // else posted on our QP): the comm fails naming it.
+    const uint32_t cts_q = static_cast<uint32_t>(w.wr_id >> 32) & 0xffu;
+    if ((w.wr_id & kWrCts) ? cts_q >= static_cast<uint32_t>(r.c.nqps)
+                           : w.wr_id >= static_cast<uint64_t>(wire::kFifoSlots))
+      return fail(r.c, Status(Code::kInternalError, "completion with unknown wr_id " +
+                                                        std::to_string(w.wr_id) + " on " +
+                                                        r.c.describe_qp(0)));
     if (w.wr_id & kWrCts) {
-      uint32_t q = static_cast<uint32_t>(w.wr_id >> 32) & 0xffu;
-      r.cts_outstanding[q] -= static_cast<uint32_t>(w.wr_id & 0xffffffffu);
-      if (q < wire::kMaxQps) {
-        r.c.progress.since_ns[q] = 0;  // progress on that QP (progress.h)
-        r.cts_probing[q] = false;      // the first signaled completion after a probe is its own
-      }
+      r.cts_outstanding[cts_q] -= static_cast<uint32_t>(w.wr_id & 0xffffffffu);
+      r.c.progress.since_ns[cts_q] = 0;  // progress on that QP (progress.h)
+      r.cts_probing[cts_q] = false;      // the first signaled completion after a probe is its own
       continue;
     }
-    RecvReq& req = r.pool[w.wr_id % wire::kFifoSlots];
+    RecvReq& req = r.pool[w.wr_id];
     const int q = qp_index(r.c, w.qp_num);
     if (Status st =
             cts::check_imm(ntohl(w.imm_data), req.posted[0], &req.has_record, &req.received[0]);

@@ -245,6 +245,10 @@ Status poll_send(SendComm& s) {
       if (q >= 0) s.sq_used[q] -= 1;
       continue;
     }
+    if (wc[k].wr_id >= static_cast<uint64_t>(SendComm::kPool))  // none of ours: never index by it
+      return fail(s.c, Status(Code::kInternalError, "completion with unknown wr_id " +
+                                                        std::to_string(wc[k].wr_id) + " on " +
+                                                        s.c.describe_qp(q < 0 ? 0 : q)));
     SendReq* leader = &s.pool[wc[k].wr_id];
     // This closing WR completed, so every WR of the group before it on that QP did too. In split
     // mode the lane is the QP; otherwise the group had one lane.
