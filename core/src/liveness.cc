@@ -280,6 +280,7 @@ void liveness_async_event(Adapter& a, const ibv_async_event& ev) {
                              info.meaning + "; likely cause: " + info.cause;
   std::vector<std::string> hit;
   size_t total = 0;
+  size_t already = 0;  // comms this event matches that an earlier event already failed
   {
     std::lock_guard<std::mutex> lk(a.comms_mu);
     for (Conn* c : a.comms) {
@@ -300,12 +301,25 @@ void liveness_async_event(Adapter& a, const ibv_async_event& ev) {
         case AsyncEventInfo::kNone:
           break;
       }
-      if (!match || c->watch.async_failed.load(std::memory_order_relaxed)) continue;
+      if (!match) continue;
+      if (c->watch.async_failed.load(std::memory_order_relaxed)) {
+        ++already;
+        continue;
+      }
       c->watch.async_reason = reason + "; comm " + c->describe_qp(0);
       c->watch.async_failed.store(true, std::memory_order_release);
       if (hit.size() < 4) hit.push_back(c->describe_qp(0));
       ++total;
     }
+  }
+  if (total == 0 && already > 0) {  // logged once: the comms it hits already failed (and WARNed)
+    SLUICE_INFO(kSubNet, "%s; the %zu comm(s) it affects already failed", reason.c_str(), already);
+    return;
+  }
+  if (total == 0 &&
+      (info.scope == AsyncEventInfo::kQp || info.scope == AsyncEventInfo::kCq)) {  // a comm closing
+    SLUICE_INFO(kSubNet, "%s; no open comm uses it (its comm is being closed)", reason.c_str());
+    return;
   }
   std::string list;
   for (const auto& h : hit) list += (list.empty() ? "" : "; ") + h;

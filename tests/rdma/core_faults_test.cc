@@ -12,6 +12,8 @@
 //    buffer registered on the receive comm, and waits for that WRITE's completion before the
 //    sender reads the slot as it reads every clear-to-send. For the size and rkey cases the NIC
 //    then really rejects the sender's RDMA WRITE.
+//  * An IBV_EVENT_CQ_ERR (the receive comm's CQ overrun on purpose) fails that comm, naming it; a
+//    completion with a wr_id that is not Sluice's fails the comm instead of indexing by it.
 //  * Connect to a listener that is gone (its port refuses) and to an address that does not answer:
 //    connect fails within SLUICE_CONNECT_TIMEOUT_MS with a message naming the address and the knob,
 //    leaving no fd and no verbs object behind.
@@ -28,12 +30,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "comm.h"
+#include "datapath_internal.h"
 #include "rdma_env.h"
 #include "sluice/core/api.h"
 #include "sluice/core/config.h"
@@ -527,6 +531,180 @@ TEST_F(CoreFaults, ConnectToAnAddressThatDoesNotAnswerFailsWithinTheBound) {
   EXPECT_TRUE(close_send(s).is_ok());
   EXPECT_TRUE(close_recv(r).is_ok());
   EXPECT_TRUE(close_listen(l).is_ok());
+}
+
+// ---- An asynchronous CQ error, mapped to the comm that owns the CQ
+// --------------------------------------------------------------
+
+// The receive comm's CQ shrunk to one entry (ibv_resize_cq), then four signaled zero-length WRITEs
+// posted on its QP (with the wr_id of a signaled clear-to-send write covering no other write, so
+// that the comm's own polling takes their completions as its own) and never polled: the NIC has
+// more completions than the CQ holds, so it raises IBV_EVENT_CQ_ERR (rxe: "queue full"; a real NIC
+// moves the CQ to error). The plugin's event thread maps the event to the comm that owns the CQ:
+// that comm's next call fails naming the event, keeps failing with the same reason, the send comm
+// of another pair keeps working, and closing the failed comm is bounded and releases every verbs
+// object.
+TEST_F(CoreFaults, CqErrorEventFailsTheCommThatOwnsTheCq) {
+  const Leaks before;
+  SendComm* s = nullptr;
+  RecvComm* r = nullptr;
+  ASSERT_NO_FATAL_FAILURE(open_pair(&s, &r));
+  SendComm* s2 = nullptr;
+  RecvComm* r2 = nullptr;
+  ASSERT_NO_FATAL_FAILURE(open_pair(&s2, &r2));
+  void* buf = std::aligned_alloc(4096, 4096);
+  ASSERT_NE(buf, nullptr);
+  std::memset(buf, 0, 4096);
+  MemHandle* mh = nullptr;
+  ASSERT_TRUE(reg_mr(r, buf, 4096, MemType::kHost, &mh).is_ok());
+  // A pending receive: the failure must reach a request already in flight too.
+  Request* rq = nullptr;
+  void* d = buf;
+  size_t cap = 4096;
+  int tag = kTag;
+  ASSERT_TRUE(irecv(r, 1, &d, &cap, &tag, &mh, &rq).is_ok());
+  ASSERT_NE(rq, nullptr);
+  int done = 0;
+  ASSERT_TRUE(test(rq, &done, nullptr).is_ok());
+  ASSERT_EQ(done, 0);
+  // The event thread WARNs as soon as the CQ overruns.
+  auto expecting = std::make_unique<rdmatest::ExpectWarns>();
+  int rc = ibv_resize_cq(r->c.cq.get(), 1);
+  if (rc != 0) {
+    ADD_FAILURE() << "ibv_resize_cq(1) failed (" << rc << "): cannot overrun the CQ on this NIC";
+  } else {
+    std::printf("the receive comm's CQ now holds %d entries\n", r->c.cq.get()->cqe);
+    for (int i = 0; i < 4; ++i) {
+      ibv_send_wr w{};
+      w.wr_id = dp::kWrCts;  // as if a signaled clear-to-send write covering none: harmless
+      w.opcode = IBV_WR_RDMA_WRITE;
+      w.send_flags = IBV_SEND_SIGNALED;
+      w.wr.rdma.remote_addr = r->remote_fifo;
+      w.wr.rdma.rkey = r->remote_fifo_rkey;
+      ibv_send_wr* bad = nullptr;
+      ASSERT_EQ(ibv_post_send(r->c.qps[0].get(), &w, &bad), 0);
+    }
+  }
+  std::string reason;
+  double took = 0;
+  {
+    const auto t0 = Clock::now();
+    Status st;
+    while (st.is_ok() && ms_since(t0) < kBoundMs) {
+      done = 0;
+      st = test(rq, &done, nullptr);
+      if (st.is_ok()) usleep(1000);
+    }
+    took = ms_since(t0);
+    reason = st.message();
+    ASSERT_FALSE(st.is_ok()) << "the comm did not fail within " << kBoundMs << " ms";
+    // Fails fast with the same reason, for new work too.
+    Request* rq2 = nullptr;
+    Status again = irecv(r, 1, &d, &cap, &tag, &mh, &rq2);
+    EXPECT_FALSE(again.is_ok());
+    EXPECT_EQ(again.message(), reason);
+  }
+  expecting.reset();
+  std::printf("CQ overrun: the receive comm failed %.1f ms after the writes: %s\n", took,
+              reason.c_str());
+  EXPECT_TRUE(has(reason, "async event CQ error")) << reason;
+  EXPECT_TRUE(has(reason, "the completion queue overran")) << reason;
+  EXPECT_TRUE(has(reason, "qpn ")) << reason;  // the comm's QP is named
+  // The other pair is untouched: one message through it.
+  {
+    void* sb = std::aligned_alloc(4096, 4096);
+    void* rb = std::aligned_alloc(4096, 4096);
+    ASSERT_TRUE(sb != nullptr && rb != nullptr);
+    std::memset(sb, 0x3c, 4096);
+    std::memset(rb, 0, 4096);
+    MemHandle *smh = nullptr, *rmh = nullptr;
+    ASSERT_TRUE(reg_mr(s2, sb, 4096, MemType::kHost, &smh).is_ok());
+    ASSERT_TRUE(reg_mr(r2, rb, 4096, MemType::kHost, &rmh).is_ok());
+    Request *a = nullptr, *b = nullptr;
+    void* rd = rb;
+    size_t rcap = 4096;
+    int rtag = kTag;
+    ASSERT_TRUE(irecv(r2, 1, &rd, &rcap, &rtag, &rmh, &b).is_ok());
+    const auto t0 = Clock::now();
+    int sdone = 0, rdone = 0;
+    while (!(sdone && rdone)) {
+      ASSERT_LT(ms_since(t0), 10000) << "the other pair did not move one message";
+      if (a == nullptr) {
+        Status st = isend(s2, sb, 4096, kTag, smh, &a);
+        ASSERT_TRUE(st.is_ok() || st.is_again()) << st.message();
+      }
+      if (a != nullptr && !sdone) {
+        ASSERT_TRUE(test(a, &sdone, nullptr).is_ok());
+      }
+      if (!rdone) {
+        ASSERT_TRUE(test(b, &rdone, nullptr).is_ok());
+      }
+    }
+    EXPECT_EQ(std::memcmp(sb, rb, 4096), 0);
+    EXPECT_TRUE(dereg_mr(s2, smh).is_ok());
+    EXPECT_TRUE(dereg_mr(r2, rmh).is_ok());
+    std::free(sb);
+    std::free(rb);
+  }
+  {
+    rdmatest::ExpectWarns expected;  // closing the failed comm may WARN what it could not drain
+    const auto t0 = Clock::now();
+    (void)dereg_mr(r, mh);  // the errors they may report are the comm's failure again
+    (void)close_recv(r);
+    (void)close_send(s);
+    std::printf("closing the failed pair took %.1f ms\n", ms_since(t0));
+  }
+  EXPECT_TRUE(close_send(s2).is_ok());
+  EXPECT_TRUE(close_recv(r2).is_ok());
+  std::free(buf);
+  before.expect_same();
+}
+
+// A completion whose wr_id none of Sluice's work requests carries (a WR posted on the comm's QP by
+// someone else, or a Sluice bug): the comm fails naming it, and the wr_id is never used as an index
+// (it used to be, for a wr_id with the clear-to-send bit: a write out of bounds, then a crash).
+TEST_F(CoreFaults, ACompletionWithAForeignWrIdFailsTheComm) {
+  const Leaks before;
+  SendComm* s = nullptr;
+  RecvComm* r = nullptr;
+  ASSERT_NO_FATAL_FAILURE(open_pair(&s, &r));
+  ibv_send_wr w{};
+  w.wr_id = kPeerWrId;  // has the clear-to-send bit set, and a QP index far out of range
+  w.opcode = IBV_WR_RDMA_WRITE;
+  w.send_flags = IBV_SEND_SIGNALED;
+  w.wr.rdma.remote_addr = r->remote_fifo;
+  w.wr.rdma.rkey = r->remote_fifo_rkey;
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(ibv_post_send(r->c.qps[0].get(), &w, &bad), 0);
+  Status st;
+  {
+    rdmatest::ExpectWarns expected;
+    void* buf = nullptr;
+    size_t cap = 0;
+    int tag = kTag;
+    MemHandle* mh = nullptr;
+    Request* rq = nullptr;
+    const auto t0 = Clock::now();
+    while (st.is_ok() && ms_since(t0) < kBoundMs) {  // a zero-byte receive polls the CQ
+      if (rq == nullptr) {
+        st = irecv(r, 1, &buf, &cap, &tag, &mh, &rq);
+      } else {
+        int done = 0;
+        st = test(rq, &done, nullptr);
+      }
+      if (st.is_ok()) usleep(1000);
+    }
+  }
+  ASSERT_FALSE(st.is_ok()) << "the foreign completion went unnoticed for " << kBoundMs << " ms";
+  std::printf("foreign wr_id: %s\n", st.message().c_str());
+  EXPECT_TRUE(has(st.message(), "completion with unknown wr_id " + std::to_string(kPeerWrId)))
+      << st.message();
+  {
+    rdmatest::ExpectWarns expected;
+    (void)close_recv(r);
+  }
+  EXPECT_TRUE(close_send(s).is_ok());
+  before.expect_same();
 }
 
 }  // namespace
