@@ -7,15 +7,20 @@
 // host1 connects SLUICE_TEST_CONNS connections (default 16) to host0, all in progress at once, and
 // reports the setup time; EXPECT (rdmacm|oob) is the connection manager the connections must have
 // used, seen from outside the plugin: a comm in rdmacm mode holds an rdma_cm event channel
-// (/dev/infiniband/rdma_cm), one in oob mode none. Then the data-path matrix (every size of
-// plugin_bed.h's kSizes, pattern-checked, into a larger buffer) on connection 0 and one message on
-// every other connection. With EXPECT=rdmacm and SLUICE_CM=rdmacm also two failures, each within
-// SLUICE_CONNECT_TIMEOUT_MS and with the rdma_cm event named in the WARN: a connect request to a
-// port where nothing listens (REJECTED), and a listener address that does not answer.
-// With SLUICE_TEST_ROUTE_GID=1 (oob, after tests/rdma/second_address.sh gave each host a second
-// address whose GIDs come first in the table), every connection on both sides must log at INFO
-// that the route to the peer chose the GID of the host's bed address (SLUICE_BED_ADDR), and that
-// the table alone would have picked another; the data-path matrix then runs over those GIDs.
+// (/dev/infiniband/rdma_cm), one in oob mode none. Then the data-path matrix across the two hosts,
+// every byte pattern-checked and the guard bytes after it untouched: every size of plugin_bed.h's
+// kSizes into a larger posted buffer on connection 0 and one message on every other connection;
+// grouped receives of 1..8 (two_host_matrix.h); 32 requests in flight on each side; a stream of
+// SLUICE_TEST_STREAM_MESSAGES (1000) random-size messages (0..16 KiB), 32 in flight; and a message
+// larger than the posted buffer, which must fail on both sides with a WARN and land nothing past
+// the buffer.
+// With EXPECT=rdmacm and SLUICE_CM=rdmacm also two failures, each within SLUICE_CONNECT_TIMEOUT_MS
+// and with the rdma_cm event named in the WARN: a connect request to a port where nothing listens
+// (REJECTED), and a listener address that does not answer. With SLUICE_TEST_ROUTE_GID=1 (oob, after
+// tests/rdma/second_address.sh gave each host a second address whose GIDs come first in the table),
+// every connection on both sides must log at INFO that the route to the peer chose the GID of the
+// host's bed address (SLUICE_BED_ADDR), and that the table alone would have picked another; the
+// data-path matrix then runs over those GIDs.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -25,11 +30,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "plugin_bed.h"
+#include "side_channel.h"
 #include "sluice/core/wire.h"
+#include "two_host_matrix.h"
 
 namespace nettest {
 namespace {
@@ -40,65 +48,6 @@ using std::chrono::milliseconds;
 constexpr uint16_t kSidePort = 47124;
 constexpr int kTag = 11;
 constexpr char kGo = 'G';
-
-int side_socket(int host) {
-  const char* peer = std::getenv("SLUICE_BED_PEER_ADDR");
-  const auto deadline = Clock::now() + wait_limit();
-  if (host == 0) {
-    int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    int one = 1;
-    setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(kSidePort);
-    if (bind(l, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(l, 1) != 0) return -1;
-    pollfd p{l, POLLIN, 0};
-    int fd = -1;
-    if (poll(&p, 1, static_cast<int>(wait_limit().count())) == 1) fd = accept(l, nullptr, nullptr);
-    close(l);
-    return fd;
-  }
-  if (peer == nullptr) return -1;
-  while (Clock::now() < deadline) {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(kSidePort);
-    inet_pton(AF_INET, peer, &a.sin_addr);
-    if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) return fd;
-    close(fd);
-    usleep(200 * 1000);
-  }
-  return -1;
-}
-
-bool write_all(int fd, const void* p, size_t n) {
-  const char* c = static_cast<const char*>(p);
-  while (n > 0) {
-    ssize_t w = ::write(fd, c, n);
-    if (w <= 0) return false;
-    c += w;
-    n -= static_cast<size_t>(w);
-  }
-  return true;
-}
-
-bool read_all(int fd, void* p, size_t n) {
-  char* c = static_cast<char*>(p);
-  const auto deadline = Clock::now() + wait_limit();
-  while (n > 0) {
-    pollfd q{fd, POLLIN, 0};
-    if (poll(&q, 1, 100) == 1) {
-      ssize_t r = ::read(fd, c, n);
-      if (r <= 0) return false;
-      c += r;
-      n -= static_cast<size_t>(r);
-    } else if (Clock::now() > deadline) {
-      return false;
-    }
-  }
-  return true;
-}
 
 // Open rdma_cm event channels of this process.
 int rdma_cm_fds() {
@@ -158,7 +107,7 @@ std::string check_route_gids(int host, int nconn) {
 int run(int host, const std::string& expect) {
   const bool route_gid = env_long("SLUICE_TEST_ROUTE_GID", 0) == 1;
   g_keep_info = route_gid;
-  const int side = side_socket(host);
+  const int side = side_socket(host, kSidePort);
   if (side < 0) return fail(host, 2, "no side connection");
   const int nconn = static_cast<int>(env_long("SLUICE_TEST_CONNS", 16));
   const bool faults = expect == "rdmacm" && std::getenv("SLUICE_CM") != nullptr &&
@@ -175,7 +124,7 @@ int run(int host, const std::string& expect) {
     for (int i = 0; i < nhandles; ++i)
       if (n.listen(0, &handles[i * NCCL_NET_HANDLE_MAXSIZE], &lcs[i]) != ncclSuccess)
         return fail(host, 4, "listen");
-    if (!write_all(side, handles.data(), handles.size())) return fail(host, 2, "side write");
+    if (!write_full(side, handles.data(), handles.size())) return fail(host, 2, "side write");
     int left = nconn;
     while (left > 0) {
       for (int i = 0; i < nconn; ++i) {
@@ -187,7 +136,8 @@ int run(int host, const std::string& expect) {
     }
     for (int i = 0; i < nconn; ++i) n.close_listen(lcs[i]);
   } else {
-    if (!read_all(side, handles.data(), handles.size())) return fail(host, 2, "side read");
+    if (!read_full(side, handles.data(), handles.size(), wait_limit()))
+      return fail(host, 2, "side read");
     int left = nconn;
     while (left > 0) {
       for (int i = 0; i < nconn; ++i) {
@@ -256,7 +206,33 @@ int run(int host, const std::string& expect) {
       if (!bad.empty()) return fail(host, 6, "size " + std::to_string(size) + ": " + bad);
     }
   }
-  std::fprintf(stderr, "host%d: data-path matrix passed (%zu messages)\n", host, plan.size());
+  std::fprintf(stderr, "host%d: every size passed, into a larger posted buffer (%zu messages)\n",
+               host, plan.size());
+
+  // The rest of the matrix: grouped receives on connection 0, 32 in flight on connection 1, a
+  // random-size stream on connection 0, and an oversize message on the last connection.
+  const bool sender = host == 1;
+  const int c1 = nconn > 1 ? 1 : 0;
+  std::string bad = two_host::grouped(n, comms[0], sender);
+  if (!bad.empty()) return fail(host, 6, "grouped receives: " + bad);
+  std::fprintf(stderr, "host%d: grouped receives of 1..8 passed\n", host);
+  if (bad = two_host::in_flight(n, comms[c1], sender); !bad.empty())
+    return fail(host, 6, "32 in flight: " + bad);
+  std::fprintf(stderr, "host%d: 32 requests in flight passed\n", host);
+  const int count = static_cast<int>(env_long("SLUICE_TEST_STREAM_MESSAGES", 1000));
+  size_t bytes = 0;
+  const auto s0 = Clock::now();
+  if (bad = two_host::stream(n, comms[0], sender, count, 0x5eed, &bytes); !bad.empty())
+    return fail(host, 6, "random-size stream: " + bad);
+  std::fprintf(stderr, "host%d: random-size stream passed: %d messages, %zu bytes in %lld ms\n",
+               host, count, bytes,
+               static_cast<long long>(duration_cast<milliseconds>(Clock::now() - s0).count()));
+  const int last = nconn - 1;
+  const bool oversize = nconn > 2;
+  if (oversize) {
+    if (bad = two_host::oversize(n, comms[last], sender); !bad.empty())
+      return fail(host, 6, "message larger than the posted buffer: " + bad);
+  }
 
   if (host == 1 && faults) {
     const long bound = env_long("SLUICE_CONNECT_TIMEOUT_MS", 120000) + 2000;
@@ -278,7 +254,7 @@ int run(int host, const std::string& expect) {
     if (took < 0 || took > bound || !contains(w, "RDMA_CM_EVENT_ADDR_ERROR"))
       return fail(host, 8, "unreachable connect");
   }
-  if (host == 1 && !write_all(side, &kGo, 1)) return fail(host, 2, "side write");
+  if (host == 1 && !write_full(side, &kGo, 1)) return fail(host, 2, "side write");
   if (host == 0) {  // serve the fault listeners' handshakes (they are dropped) until host1 is done
     sluice::rdmatest::ExpectWarns expect_drops;
     char go = 0;
@@ -289,7 +265,7 @@ int run(int host, const std::string& expect) {
         if (c != nullptr) return fail(host, 4, "a fault connection was accepted");
       }
       pollfd q{side, POLLIN, 0};
-      if (poll(&q, 1, 1) == 1) done = read_all(side, &go, 1) && go == kGo;
+      if (poll(&q, 1, 1) == 1) done = read_full(side, &go, 1, wait_limit()) && go == kGo;
       if (Clock::now() - t0 > 3 * wait_limit()) return fail(host, 4, "no word from host1");
     }
     for (int i = nconn; i < nhandles; ++i) n.close_listen(lcs[i]);
@@ -297,8 +273,11 @@ int run(int host, const std::string& expect) {
   buf.reset();
   for (auto& b : other) b.reset();
   for (int i = 0; i < nconn; ++i) {
-    if ((host == 1 ? n.close_send(comms[i]) : n.close_recv(comms[i])) != ncclSuccess)
-      return fail(host, 9, "close");
+    const bool failed = oversize && i == last;  // may report its error again at close
+    std::optional<sluice::rdmatest::ExpectWarns> expect_close;
+    if (failed) expect_close.emplace();
+    const ncclResult_t r = host == 1 ? n.close_send(comms[i]) : n.close_recv(comms[i]);
+    if (r != ncclSuccess && !failed) return fail(host, 9, "close");
   }
   if (rdma_cm_fds() != 0) return fail(host, 9, "rdma_cm channels left after close");
   close(side);

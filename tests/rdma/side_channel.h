@@ -1,7 +1,7 @@
 // Bounded pipe/socket I/O for the rdma tests that run more than one process, and the side TCP
 // connection between the two VMs of scripts/rdma-bed --two-host (host0 listens on `port`, host1
-// connects to SLUICE_BED_PEER_ADDR, retrying until host0 is up). Used by plugin_faults_test.cc and
-// plugin_two_host_test.cc.
+// connects to SLUICE_BED_PEER_ADDR, retrying until host0 is up). Used by plugin_faults_test.cc,
+// plugin_faults_two_host.cc and plugin_two_host_test.cc.
 #pragma once
 
 #include <arpa/inet.h>
@@ -34,7 +34,14 @@ inline bool read_full(int fd, void* buf, size_t n, std::chrono::milliseconds lim
 }
 
 inline bool write_full(int fd, const void* buf, size_t n) {
-  return write(fd, buf, n) == static_cast<ssize_t>(n);
+  const char* c = static_cast<const char*>(buf);
+  while (n > 0) {
+    ssize_t w = write(fd, c, n);
+    if (w <= 0) return false;
+    c += w;
+    n -= static_cast<size_t>(w);
+  }
+  return true;
 }
 
 // The side connection of the two VMs; -1 on failure (bounded by wait_limit()).

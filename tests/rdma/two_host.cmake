@@ -7,7 +7,10 @@
 #  3. SLUICE_CM=oob: today's handshake; no rdma_cm channel may be open. Before it, each host gets a
 #     second address that routes nowhere and holds the lower GID indexes (second_address.sh): every
 #     connection must log that the route chose its bed address's GID (SLUICE_TEST_ROUTE_GID=1).
-# Each run prints its connection setup time ("N connections set up in X ms").
+# Each run prints its connection setup time ("N connections set up in X ms"), then runs the whole
+# data-path matrix across the two hosts (plugin_two_host_test.cc, two_host_matrix.h): every size,
+# grouped receives 1..8, 32 in flight, a random-size stream and a message larger than the posted
+# buffer; so the matrix passes in both modes, rdmacm (runs 1 and 2) and oob (run 3).
 add_executable(plugin_two_host_test ${CMAKE_CURRENT_LIST_DIR}/plugin_two_host_test.cc)
 target_include_directories(plugin_two_host_test PRIVATE ${CMAKE_CURRENT_LIST_DIR})
 target_link_libraries(plugin_two_host_test PRIVATE sluice_core sluice_nccl_abi GTest::gtest
