@@ -60,6 +60,10 @@ set_property(TEST plugin_rdma_qps4_split APPEND PROPERTY ENVIRONMENT NCCL_IB_QPS
                                                                     NCCL_IB_SPLIT_DATA_ON_QPS=1)
 sluice_add_rdma_test(NAME plugin_rdma_stress
                      COMMAND $<TARGET_FILE:plugin_rdma_test> --gtest_filter=Stress*)
+if(SLUICE_SANITIZE)  # sanitized code is several times slower: a fifth of the messages
+  set_property(TEST plugin_rdma_stress APPEND PROPERTY ENVIRONMENT
+               SLUICE_TEST_STRESS_MESSAGES=20000)
+endif()
 foreach(split 0 1)
   sluice_add_rdma_test(NAME plugin_rdma_stress_qps4_split${split}
                        COMMAND $<TARGET_FILE:plugin_rdma_test> --gtest_filter=Stress*)
@@ -72,7 +76,11 @@ endforeach()
 sluice_add_rdma_test(NAME plugin_rdma_cycles
                      COMMAND $<TARGET_FILE:plugin_rdma_test> --gtest_filter=Lifecycle*)
 set_property(TEST plugin_rdma_cycles APPEND PROPERTY LABELS faults)
-set_property(TEST plugin_rdma_cycles APPEND PROPERTY ENVIRONMENT SLUICE_TEST_CYCLES=1000)
+if(SLUICE_SANITIZE)  # 300 sanitized cycles: LeakSanitizer checks every allocation at exit anyway
+  set_property(TEST plugin_rdma_cycles APPEND PROPERTY ENVIRONMENT SLUICE_TEST_CYCLES=300)
+else()
+  set_property(TEST plugin_rdma_cycles APPEND PROPERTY ENVIRONMENT SLUICE_TEST_CYCLES=1000)
+endif()
 
 # Misconfiguration and bad input at init, through the v11 table.
 add_executable(plugin_config_test ${CMAKE_CURRENT_LIST_DIR}/plugin_config_test.cc)
