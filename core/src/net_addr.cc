@@ -112,6 +112,20 @@ bool gid_is_ipv4_mapped(const GidBytes& gid) {
   return gid[10] == 0xff && gid[11] == 0xff;
 }
 
+sockaddr_storage gid_to_sockaddr(const GidBytes& g) {
+  sockaddr_storage sa{};
+  if (gid_is_ipv4_mapped(g)) {
+    auto* sin = reinterpret_cast<sockaddr_in*>(&sa);
+    sin->sin_family = AF_INET;
+    std::memcpy(&sin->sin_addr, g.data() + 12, 4);
+  } else {
+    auto* sin6 = reinterpret_cast<sockaddr_in6*>(&sa);
+    sin6->sin6_family = AF_INET6;
+    std::memcpy(&sin6->sin6_addr, g.data(), 16);
+  }
+  return sa;
+}
+
 bool gid_is_link_local(const GidBytes& gid) {
   return gid[0] == 0xfe && (gid[1] & 0xc0) == 0x80;
 }
@@ -252,15 +266,6 @@ int family_rank(const IfAddr& a) {
   return is_v6_link_local(a) ? 2 : 1;
 }
 
-std::string address_only(const sockaddr_storage& sa) {
-  std::string s = sockaddr_to_string(sa);
-  // Strip the ":port" suffix, and the brackets of IPv6.
-  const auto colon = s.rfind(':');
-  if (colon != std::string::npos) s.resize(colon);
-  if (s.size() >= 2 && s.front() == '[' && s.back() == ']') s = s.substr(1, s.size() - 2);
-  return s;
-}
-
 }  // namespace
 
 Result<IfAddr> choose_interface(const std::vector<IfAddr>& addrs, std::string_view ifname_spec,
@@ -289,7 +294,7 @@ Result<IfAddr> choose_interface(const std::vector<IfAddr>& addrs, std::string_vi
   std::string seen;
   for (const IfAddr& a : addrs) {
     if (!seen.empty()) seen += ", ";
-    seen += a.name + " " + address_only(a.addr);
+    seen += a.name + " " + address_to_string(a.addr);
     if (!a.up) seen += " (down)";
   }
   std::string msg = "no IP interface for the out-of-band socket matches";
@@ -348,6 +353,26 @@ std::string sockaddr_to_string(const sockaddr_storage& sa) {
     return s + "]:" + std::to_string(ntohs(sin6->sin6_port));
   }
   return "<address family " + std::to_string(sa.ss_family) + ">";
+}
+
+std::string address_to_string(const sockaddr_storage& sa) {
+  std::string s = sockaddr_to_string(sa);
+  // Strip the ":port" suffix, and the brackets of IPv6.
+  const auto colon = s.rfind(':');
+  if (colon != std::string::npos) s.resize(colon);
+  if (s.size() >= 2 && s.front() == '[' && s.back() == ']') s = s.substr(1, s.size() - 2);
+  return s;
+}
+
+bool same_address(const sockaddr_storage& a, const sockaddr_storage& b) {
+  if (a.ss_family != b.ss_family) return false;
+  if (a.ss_family == AF_INET) {
+    return std::memcmp(&reinterpret_cast<const sockaddr_in*>(&a)->sin_addr,
+                       &reinterpret_cast<const sockaddr_in*>(&b)->sin_addr, 4) == 0;
+  }
+  return a.ss_family == AF_INET6 &&
+         std::memcmp(&reinterpret_cast<const sockaddr_in6*>(&a)->sin6_addr,
+                     &reinterpret_cast<const sockaddr_in6*>(&b)->sin6_addr, 16) == 0;
 }
 
 }  // namespace sluice

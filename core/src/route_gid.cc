@@ -277,17 +277,7 @@ sockaddr_storage route_target_of(const wire::Meta& remote, const sockaddr_storag
   GidBytes g{};
   std::memcpy(g.data(), remote.gid, 16);
   if (gid_is_zero(g) || gid_is_link_local(g)) return tcp_peer;
-  sockaddr_storage sa{};
-  if (gid_is_ipv4_mapped(g)) {
-    auto* sin = reinterpret_cast<sockaddr_in*>(&sa);
-    sin->sin_family = AF_INET;
-    std::memcpy(&sin->sin_addr, g.data() + 12, 4);
-  } else {
-    auto* sin6 = reinterpret_cast<sockaddr_in6*>(&sa);
-    sin6->sin6_family = AF_INET6;
-    std::memcpy(&sin6->sin6_addr, g.data(), 16);
-  }
-  return sa;
+  return gid_to_sockaddr(g);
 }
 
 }  // namespace sluice

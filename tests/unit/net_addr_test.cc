@@ -414,5 +414,18 @@ TEST(ListInterfaces, ReturnsUpIpInterfacesWithLoopback) {
   EXPECT_TRUE(saw_lo) << "no IPv4 loopback found";
 }
 
+sockaddr_storage ip(const char* text) {
+  return gid_to_sockaddr(gid(text));
+}
+
+TEST(GidToSockaddr, MappedIsIpv4OtherIsIpv6) {
+  EXPECT_EQ(ip("10.0.0.1").ss_family, AF_INET);
+  EXPECT_EQ(address_to_string(ip("10.0.0.1")), "10.0.0.1");
+  EXPECT_EQ(ip("fd00::1").ss_family, AF_INET6);
+  EXPECT_EQ(address_to_string(ip("fd00::1")), "fd00::1");
+  EXPECT_TRUE(same_address(ip("10.0.0.1"), ip("10.0.0.1")));
+  EXPECT_FALSE(same_address(ip("10.0.0.1"), ip("10.0.0.2")));
+}
+
 }  // namespace
 }  // namespace sluice

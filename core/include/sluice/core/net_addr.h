@@ -31,6 +31,8 @@ std::string gid_to_string(const GidBytes& gid);
 bool gid_is_zero(const GidBytes& gid);
 bool gid_is_ipv4_mapped(const GidBytes& gid);  // ::ffff:a.b.c.d
 bool gid_is_link_local(const GidBytes& gid);   // fe80::/10
+// The IP address a GID is (IPv4 for IPv4-mapped, else IPv6), port 0.
+sockaddr_storage gid_to_sockaddr(const GidBytes& gid);
 // True when the first `bits` bits of a and b agree (an address prefix, a subnet).
 bool prefix_equal(const uint8_t* a, const uint8_t* b, int bits);
 
@@ -74,5 +76,15 @@ Result<IfAddr> choose_interface(const std::vector<IfAddr>& addrs, std::string_vi
 std::vector<IfAddr> list_interfaces();  // getifaddrs(), up interfaces only
 std::string sockaddr_to_string(
     const sockaddr_storage& sa);  // "10.0.0.1:4711", "[fe80::1%eth0]:4711"
+std::string address_to_string(const sockaddr_storage& sa);  // "10.0.0.1", "fe80::1%eth0"
+// The same IP address (family and address bytes; port and IPv6 scope ignored).
+bool same_address(const sockaddr_storage& a, const sockaddr_storage& b);
+
+// An IP address of a verbs port (device_info.h, port_addresses).
+struct PortAddr {
+  sockaddr_storage addr{};  // port 0
+  int gid_index = -1;       // RoCE: the GID that is this address; -1: read from the netdev
+  bool link_local = false;  // an IPv6 link-local RoCE GID (no scope here)
+};
 
 }  // namespace sluice
