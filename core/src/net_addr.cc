@@ -375,4 +375,35 @@ bool same_address(const sockaddr_storage& a, const sockaddr_storage& b) {
                      &reinterpret_cast<const sockaddr_in6*>(&b)->sin6_addr, 16) == 0;
 }
 
+CmAddrChoice choose_cm_address(const std::vector<PortAddr>& addrs, const sockaddr_storage& keep,
+                               int family, bool strict, int gid_index) {
+  const int n = static_cast<int>(addrs.size());
+  for (int i = 0; i < n; ++i) {
+    if (keep.ss_family == family && same_address(addrs[i].addr, keep))
+      return {i, true, "the out-of-band address " + address_to_string(keep) + " is on this port"};
+  }
+  const std::string fam = family == AF_INET6 ? "IPv6" : "IPv4";
+  int first = -1, other = -1;
+  for (int i = 0; i < n; ++i) {
+    if (addrs[i].link_local) continue;
+    if (addrs[i].addr.ss_family != family) {
+      if (other < 0) other = i;
+      continue;
+    }
+    if (gid_index >= 0 && addrs[i].gid_index == gid_index) {
+      return {i, false,
+              "this port's " + fam + " address of its GID index " + std::to_string(gid_index)};
+    }
+    if (first < 0) first = i;
+  }
+  if (first >= 0) return {first, false, "this port's first " + fam + " address"};
+  if (other < 0) {
+    return {-1, false,
+            "this port has no IP address but link-local ones (no address on its network "
+            "interface)"};
+  }
+  if (strict) return {-1, false, "this port has no " + fam + " address"};
+  return {other, false, "this port's first address (it has no " + fam + " address)"};
+}
+
 }  // namespace sluice
