@@ -1,7 +1,8 @@
 // The 128-byte listen handle as connect() reads it from NCCL (bytes another rank wrote).
 // Contract: validate_handle() rejects with a non-empty kInvalidArgument message, or the handle
 // decodes to an address that the real encoder (the one listen() uses) turns back into a valid
-// handle naming the same listener: same address, port, device and nonce.
+// handle naming the same listener: same address, port, device and nonce, and the same rdma_cm
+// address and port when it offers one.
 #include <netinet/in.h>
 
 #include <algorithm>
@@ -37,7 +38,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FUZZ_CHECK(!sockaddr_to_string(sa).empty(), "address prints as nothing");
 
   // Re-encode with listen()'s encoder and decode again: the same listener.
-  const wire::Handle again = wire::encode_handle(sa, h.listen_dev, h.nonce);
+  sockaddr_storage cm{};
+  const bool offers = wire::handle_cm_address(h, &cm);
+  FUZZ_CHECK(offers == (h.cm_port != 0), "rdma_cm port %u, offers %d", h.cm_port, offers);
+  FUZZ_CHECK(!offers || cm.ss_family == AF_INET || cm.ss_family == AF_INET6, "rdma_cm family %u",
+             cm.ss_family);
+  const wire::Handle again =
+      wire::encode_handle(sa, h.listen_dev, h.nonce, h.cm_port, offers ? &cm : nullptr);
   const Status st2 = wire::validate_handle(again);
   FUZZ_CHECK(st2.is_ok(), "re-encoded handle rejected: %s", st2.message().c_str());
   sockaddr_storage sa2{};
@@ -46,5 +53,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FUZZ_CHECK(len2 == len && std::memcmp(&sa, &sa2, len) == 0, "address changed in round trip");
   FUZZ_CHECK(again.listen_dev == h.listen_dev && again.nonce == h.nonce, "device/nonce changed");
   FUZZ_CHECK(again.connect_state == 0 && again.connect_check == 0, "connector fields not clear");
+  sockaddr_storage cm2{};
+  FUZZ_CHECK(wire::handle_cm_address(again, &cm2) == offers, "rdma_cm offer changed");
+  FUZZ_CHECK(
+      !offers || (same_address(cm, cm2) && reinterpret_cast<sockaddr_in*>(&cm)->sin_port ==
+                                               reinterpret_cast<sockaddr_in*>(&cm2)->sin_port),
+      "rdma_cm address changed in round trip");
   return 0;
 }

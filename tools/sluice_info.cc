@@ -3,8 +3,6 @@
 // the locked-memory limit, and warnings with a one-line fix. --json for scripts, --dot for a
 // picture, --topology FILE.xml to read an hwloc XML instead of the live machine.
 #include <arpa/inet.h>
-#include <dirent.h>
-#include <ifaddrs.h>
 #include <infiniband/verbs.h>
 #include <netinet/in.h>
 #include <sys/resource.h>
@@ -58,49 +56,6 @@ struct Port {
   std::string cm, cm_reason;                     // what SLUICE_CM=auto|... picks, and why
   std::string transport;                         // InfiniBand (IB and RoCE), iWARP, ...
 };
-
-// IP addresses of the network interfaces `nets`.
-std::vector<std::string> addresses_of(const std::vector<std::string>& nets) {
-  std::vector<std::string> out;
-  ifaddrs* ifa = nullptr;
-  if (nets.empty() || getifaddrs(&ifa) != 0) return out;
-  for (ifaddrs* a = ifa; a != nullptr; a = a->ifa_next) {
-    if (a->ifa_addr == nullptr ||
-        (a->ifa_addr->sa_family != AF_INET && a->ifa_addr->sa_family != AF_INET6))
-      continue;
-    if (std::find(nets.begin(), nets.end(), a->ifa_name) == nets.end()) continue;
-    char buf[INET6_ADDRSTRLEN] = {};
-    const void* src =
-        a->ifa_addr->sa_family == AF_INET
-            ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr)
-            : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(a->ifa_addr)->sin6_addr);
-    if (inet_ntop(a->ifa_addr->sa_family, src, buf, sizeof buf)) out.push_back(buf);
-  }
-  freeifaddrs(ifa);
-  return out;
-}
-
-// IP addresses of the IPoIB netdevs of an InfiniBand device (sysfs device/net/*).
-std::vector<std::string> ipoib_addresses(const std::string& dev) {
-  std::vector<std::string> nets;
-  const std::string dir = "/sys/class/infiniband/" + dev + "/device/net";
-  if (DIR* d = opendir(dir.c_str())) {
-    while (dirent* e = readdir(d))
-      if (e->d_name[0] != '.') nets.push_back(e->d_name);
-    closedir(d);
-  }
-  return addresses_of(nets);
-}
-
-// IP addresses of the netdev a port is bound to (sysfs gid_attrs/ndevs/0: iWARP ports, whose GID
-// is the MAC, not an address).
-std::vector<std::string> port_netdev_addresses(const std::string& dev, int port) {
-  std::ifstream f("/sys/class/infiniband/" + dev + "/ports/" + std::to_string(port) +
-                  "/gid_attrs/ndevs/0");
-  std::string net;
-  if (!f || !std::getline(f, net) || net.empty()) return {};
-  return addresses_of({net});
-}
 
 struct Device {
   std::string name;
@@ -185,9 +140,8 @@ std::vector<Device> list_verbs_devices(const Topology* topo, const Config& cfg,
           p.gids.push_back({e.index, gid_to_string(e.gid), gid_type_text(d.name, pn, e.index), e});
         p.transport = transport_name(list[i]->transport_type);
         const std::string blocker = unusable_transport_reason(list[i]->transport_type, d.name);
-        if (!blocker.empty()) {  // not offered by the engine (engine.cc); its netdev's addresses
+        if (!blocker.empty()) {  // not offered by the engine (engine.cc)
           p.chosen = "none: " + blocker;
-          for (const std::string& ip : port_netdev_addresses(d.name, pn)) p.ips.push_back({ip, -1});
         } else if (pa.link_layer == IBV_LINK_LAYER_ETHERNET) {
           auto c = choose_roce_gid(entries, policy);
           if (c.is_ok()) {
@@ -198,16 +152,14 @@ std::vector<Device> list_verbs_devices(const Topology* topo, const Config& cfg,
           } else {
             p.chosen = "none: " + c.status().message();
           }
-          for (const GidEntry& e : entries) {  // a RoCE GID is an IP address of the netdev
-            const std::string ip = gid_to_string(e.gid);
-            const bool seen = std::any_of(p.ips.begin(), p.ips.end(),
-                                          [&](const auto& x) { return x.first == ip; });
-            if (!gid_is_link_local(e.gid) && !seen) p.ips.push_back({ip, e.index});
-          }
         } else {
           p.chosen = "InfiniBand: LID routing (GID used only across subnets)";
-          for (const std::string& ip : ipoib_addresses(d.name)) p.ips.push_back({ip, -1});
         }
+        // The addresses rdma_cm binds for this port (the listener's choice: choose_cm_address).
+        for (const PortAddr& a :
+             port_addresses(d.name, pn, pa.link_layer == IBV_LINK_LAYER_ETHERNET,
+                            list[i]->transport_type == IBV_TRANSPORT_IWARP, entries))
+          if (!a.link_local) p.ips.push_back({address_to_string(a.addr), a.gid_index});
         const CmDecision cm =
             cm_for_port(static_cast<CmMode>(cfg.cm_mode),
                         list[i]->transport_type == IBV_TRANSPORT_IWARP, !p.ips.empty());

@@ -30,7 +30,8 @@ CmDecision choose_cm(const CmFacts& f) {
   if (!f.peer_offers) {
     const std::string why = "the listener at " + f.peer +
                             " offers no rdma_cm port (its rdma_cm listen failed: no IP address "
-                            "on its device, or rdma_ucm not loaded there)";
+                            "on its device's network interface, or rdma_ucm not loaded there; its "
+                            "log says why)";
     if (f.knob == CmMode::kRdmacm || f.iwarp) {
       return {CmDecision::kError,
               (f.iwarp ? dev + " is iWARP and needs rdma_cm, but "
@@ -40,25 +41,30 @@ CmDecision choose_cm(const CmFacts& f) {
     }
     return {CmDecision::kOob, "SLUICE_CM=auto: " + why};
   }
+  // The address rdma_cm resolves, naming the listener's out-of-band address when it differs.
+  const bool own_cm = !f.cm_peer.empty() && f.cm_peer != f.peer;
+  const std::string target =
+      own_cm ? f.cm_peer + " (the rdma_cm address of the listener at " + f.peer + ")" : f.peer;
+  const std::string from = f.local_addr.empty() ? dev : dev + " (from " + f.local_addr + ")";
   switch (f.route) {
     case R::kNotTried:
-      return {CmDecision::kResolveFirst, "resolving " + f.peer + " with rdma_cm"};
+      return {CmDecision::kResolveFirst, "resolving " + target + " with rdma_cm"};
     case R::kThisDevice:
       return {CmDecision::kRdmacm,
               std::string(f.knob == CmMode::kAuto ? "SLUICE_CM=auto" : "SLUICE_CM=rdmacm") + ": " +
-                  f.peer + " routes through " + dev + (f.iwarp ? " (iWARP)" : "")};
+                  target + " routes through " + from + (f.iwarp ? " (iWARP)" : "")};
     case R::kOtherDevice:
     case R::kFailed: {
       const std::string why =
           f.route == R::kOtherDevice
-              ? f.peer + " routes through " + f.route_detail + ", not " + dev
-              : "rdma_cm cannot resolve " + f.peer + " from " + dev + ": " + f.route_detail;
+              ? target + " routes through " + f.route_detail + ", not " + dev
+              : "rdma_cm cannot resolve " + target + " from " + from + ": " + f.route_detail;
       if (f.knob == CmMode::kRdmacm || f.iwarp) {
         return {CmDecision::kError,
                 (f.iwarp ? dev + " is iWARP and needs rdma_cm, but " : std::string()) + why +
-                    "; give " + dev +
-                    "'s network interface an address in the listener's subnet (or pick the device "
-                    "that routes there with NCCL_IB_HCA)" +
+                    "; give " + dev + "'s network interface an address in the subnet of " +
+                    (own_cm ? f.cm_peer : std::string("the listener")) +
+                    " (or pick the device that routes there with NCCL_IB_HCA)" +
                     (f.iwarp ? std::string() : std::string(", or set SLUICE_CM=oob"))};
       }
       return {CmDecision::kOob, "SLUICE_CM=auto: " + why};

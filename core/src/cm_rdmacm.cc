@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "oob_socket.h"
+#include "route_gid.h"
 #include "sluice/core/log.h"
 #include "sluice/core/net_addr.h"
 
@@ -222,11 +223,26 @@ Result<bool> CmConnector::begin(const Device& d, bool peer_offers, const std::st
 Status CmConnector::decide(const Device& d, const sockaddr_storage& listener, int timeout_ms) {
   timeout_ms = std::min(timeout_ms, kCmResolveTimeoutMs);
   if (!link) {
+    facts.cm_peer = sockaddr_text(listener);
+    // Our own address of the listener's family, so that rdma_cm checks the route from this device.
+    const std::vector<PortAddr> addrs = device_addresses(d);
+    const CmAddrChoice src = choose_cm_address(addrs, engine()->oob_interface().addr,
+                                               listener.ss_family, true, d.gid.index);
+    const sockaddr_storage* from = nullptr;
+    if (src.index >= 0) {
+      from =
+          src.kept ? &engine()->oob_interface().addr : &addrs[static_cast<size_t>(src.index)].addr;
+      facts.local_addr = address_to_string(*from);
+    } else {
+      SLUICE_INFO(kSubNet, "%s: resolving %s with rdma_cm from no bound source: %s", d.name.c_str(),
+                  facts.cm_peer.c_str(), src.reason.c_str());
+    }
     auto l = CmLink::create();
     Status st = l.is_ok() ? Status::ok() : l.status();
     if (st.is_ok()) {
       link = std::move(l).value();
-      st = cm_resolve_start(*link, listener, engine()->config().qps_per_connection, timeout_ms);
+      st = cm_resolve_start(*link, from, listener, engine()->config().qps_per_connection,
+                            timeout_ms);
     }
     if (!st.is_ok()) {
       facts.route = CmFacts::Route::kFailed;
@@ -246,7 +262,8 @@ Status CmConnector::decide(const Device& d, const sockaddr_storage& listener, in
   return Status::ok();
 }
 
-Status cm_resolve_start(CmLink& l, const sockaddr_storage& dst, int nqps, int timeout_ms) {
+Status cm_resolve_start(CmLink& l, const sockaddr_storage* src, const sockaddr_storage& dst,
+                        int nqps, int timeout_ms) {
   l.nqps = nqps;
   l.done = 0;
   for (int q = 0; q < nqps; ++q) {
@@ -256,8 +273,15 @@ Status cm_resolve_start(CmLink& l, const sockaddr_storage& dst, int nqps, int ti
       return errno_status(Code::kSystemError, "rdma_create_id", errno);
     }
     sockaddr_storage d = dst;
-    if (rdma_resolve_addr(l.ids[q], nullptr, reinterpret_cast<sockaddr*>(&d), timeout_ms) != 0)
-      return errno_status(Code::kRemoteError, "rdma_resolve_addr of " + sockaddr_text(dst), errno);
+    sockaddr_storage s{};
+    if (src != nullptr) s = *src;  // port 0: rdma_cm picks one per id
+    if (rdma_resolve_addr(l.ids[q], src ? reinterpret_cast<sockaddr*>(&s) : nullptr,
+                          reinterpret_cast<sockaddr*>(&d), timeout_ms) != 0) {
+      return errno_status(Code::kRemoteError,
+                          "rdma_resolve_addr of " + sockaddr_text(dst) +
+                              (src ? " from " + address_to_string(*src) : std::string()),
+                          errno);
+    }
   }
   l.progress = "resolving the address";
   return Status::ok();

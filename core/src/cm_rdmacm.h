@@ -62,13 +62,16 @@ struct CmConnector {
   // At the first connect call. true = resolve the listener's address first (decide), false = oob
   // (logged); an error when SLUICE_CM cannot be honoured.
   Result<bool> begin(const Device& d, bool peer_offers, const std::string& peer);
-  // Resolves `listener` (its rdma_cm address) with every QP's id and chooses; ok() once chosen
-  // (logged with the reason), again while resolving.
+  // Resolves `listener` (its rdma_cm address, from the handle) with every QP's id, from `d`'s own
+  // address of that family where it has one (so the route is checked from this device), and
+  // chooses; ok() once chosen (logged with the reason), again while resolving.
   Status decide(const Device& d, const sockaddr_storage& listener, int timeout_ms);
 };
 
-// Creates `nqps` ids and starts rdma_resolve_addr of `dst` for each.
-Status cm_resolve_start(CmLink& l, const sockaddr_storage& dst, int nqps, int timeout_ms);
+// Creates `nqps` ids and starts rdma_resolve_addr of `dst` for each, from `src` (nullptr: the
+// kernel picks the source by route).
+Status cm_resolve_start(CmLink& l, const sockaddr_storage* src, const sockaddr_storage& dst,
+                        int nqps, int timeout_ms);
 // Drives address and route resolution. ok() once decided: *route is kThisDevice (every id resolved
 // through `d`'s port, routes resolved), kOtherDevice or kFailed (*detail says which / why).
 Status cm_resolve_poll(CmLink& l, const Device& d, int timeout_ms, CmFacts::Route* route,
@@ -79,7 +82,8 @@ Status cm_connect_start(CmLink& l, Conn& c, const wire::Meta& local, uint64_t no
 Status cm_connect_poll(CmLink& l, Conn& c);
 
 // ---- accept side ----
-// The rdma_cm listener of a ListenComm, bound to the listener's IP address on `d`.
+// The rdma_cm listener of a ListenComm, bound to an IP address of `d` (listen() picks it with
+// choose_cm_address).
 class CmListener {
  public:
   // nullptr with *why set when rdma_cm cannot serve this device at `addr` (no rdma_ucm, address

@@ -21,6 +21,7 @@
 #include "oob_socket.h"
 #include "route_gid.h"
 #include "sluice/core/log.h"
+#include "sluice/core/net_addr.h"
 #include "sluice/core/qp.h"
 
 namespace sluice {
@@ -190,10 +191,13 @@ Status connect_step(ConnectState& s, SendComm** out) {
   for (;;) {
     switch (s.phase) {
       case ConnectState::kCmResolve: {
-        sockaddr_storage cm_addr = s.addr;  // the port is at the same offset in v4 and v6
-        reinterpret_cast<sockaddr_in*>(&cm_addr)->sin_port = s.handle.cm_port;
+        sockaddr_storage cm_addr{};  // the listener's rdma_cm address (begin: it offers one)
+        wire::handle_cm_address(s.handle, &cm_addr);
         SLUICE_RETURN_IF_ERROR(s.cm.decide(*e->device(s.dev), cm_addr, remaining_ms(s)));
-        s.gid_route.reuse(*e->device(s.dev), s.addr, s.cm.facts, "connect");
+        // What rdma_cm found for the out-of-band address serves oob's GID check only when it
+        // resolved that very address; otherwise kGidRoute resolves it.
+        if (same_address(cm_addr, s.addr))
+          s.gid_route.reuse(*e->device(s.dev), s.addr, s.cm.facts, "connect");
         s.phase = s.cm.rdmacm ? ConnectState::kStart : ConnectState::kGidRoute;
         continue;
       }

@@ -1,9 +1,82 @@
 #include "sluice/core/device_info.h"
 
+#include <dirent.h>
+#include <ifaddrs.h>
+
 #include <algorithm>
+#include <cstring>
 #include <fstream>
 
 namespace sluice {
+
+namespace {
+
+// The IP addresses of the network interfaces `nets`, in getifaddrs order.
+std::vector<PortAddr> addresses_of(const std::vector<std::string>& nets) {
+  std::vector<PortAddr> out;
+  ifaddrs* ifa = nullptr;
+  if (nets.empty() || getifaddrs(&ifa) != 0) return out;
+  for (ifaddrs* a = ifa; a != nullptr; a = a->ifa_next) {
+    if (a->ifa_addr == nullptr) continue;
+    const int fam = a->ifa_addr->sa_family;
+    if (fam != AF_INET && fam != AF_INET6) continue;
+    if (std::find(nets.begin(), nets.end(), a->ifa_name) == nets.end()) continue;
+    PortAddr p;
+    // getifaddrs fills sin6_scope_id for link-local addresses; copying keeps it. Port 0.
+    std::memcpy(&p.addr, a->ifa_addr, fam == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6));
+    out.push_back(p);
+  }
+  freeifaddrs(ifa);
+  return out;
+}
+
+std::string read_line(const std::string& path) {
+  std::ifstream f(path);
+  std::string s;
+  if (!f || !std::getline(f, s)) return "";
+  return s;
+}
+
+// The IPoIB netdevs of an InfiniBand device's port (sysfs device/net/*; dev_port is the port
+// number - 1 where the kernel has the file).
+std::vector<std::string> ipoib_netdevs(const std::string& dev, int port) {
+  std::vector<std::string> nets;
+  const std::string dir = "/sys/class/infiniband/" + dev + "/device/net";
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d)) {
+      if (e->d_name[0] == '.') continue;
+      const std::string dp = read_line(dir + "/" + e->d_name + "/dev_port");
+      if (!dp.empty() && dp != std::to_string(port - 1)) continue;
+      nets.push_back(e->d_name);
+    }
+    closedir(d);
+  }
+  return nets;
+}
+
+}  // namespace
+
+std::vector<PortAddr> port_addresses(const std::string& dev, int port, bool ethernet, bool iwarp,
+                                     const std::vector<GidEntry>& gids) {
+  if (iwarp) {
+    const std::string net = read_line("/sys/class/infiniband/" + dev + "/ports/" +
+                                      std::to_string(port) + "/gid_attrs/ndevs/0");
+    return net.empty() ? std::vector<PortAddr>{} : addresses_of({net});
+  }
+  if (!ethernet) return addresses_of(ipoib_netdevs(dev, port));
+  std::vector<PortAddr> out;
+  for (const GidEntry& e : gids) {
+    if (gid_is_zero(e.gid)) continue;
+    PortAddr p;
+    p.addr = gid_to_sockaddr(e.gid);
+    p.gid_index = e.index;
+    p.link_local = gid_is_link_local(e.gid);
+    const bool seen = std::any_of(out.begin(), out.end(),
+                                  [&](const PortAddr& x) { return same_address(x.addr, p.addr); });
+    if (!seen) out.push_back(p);
+  }
+  return out;
+}
 
 int port_speed_mbps(uint8_t active_speed, uint8_t active_width) {
   int lane = 0;

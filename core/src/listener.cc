@@ -27,6 +27,7 @@
 #include "oob_socket.h"
 #include "route_gid.h"
 #include "sluice/core/log.h"
+#include "sluice/core/net_addr.h"
 
 namespace sluice {
 
@@ -38,6 +39,7 @@ class ListenComm : public CommBase {
   int fd = -1;
   uint64_t nonce = 0;
   std::string addr_text;
+  std::string cm_text;  // the rdma_cm listener's address and port, when there is one
   struct Pending;
   // Handshakes in progress, oldest first. At kMaxPending, a new connection takes the place of the
   // oldest one that has not yet shown a valid Sluice header; when every one has, new connections
@@ -186,17 +188,34 @@ Status listen(int dev, void* handle, ListenComm** out) {
   l->addr_text = sockaddr_text(sa);
 
   const auto knob = static_cast<CmMode>(e->config().cm_mode);
+  sockaddr_storage cm_sa{};
   if (knob != CmMode::kOob) {
+    // The rdma_cm listener binds an IP address of the device's own interface: the out-of-band
+    // address where that is on the device, else one of its family (choose_cm_address).
     std::string why;
-    l->cm = CmListener::create(*d, sa, &why);
+    const std::vector<PortAddr> addrs = device_addresses(*d);
+    const CmAddrChoice pick = choose_cm_address(addrs, sa, sa.ss_family, false, d->gid.index);
+    if (pick.index < 0) {
+      why = pick.reason;
+    } else {
+      cm_sa = pick.kept ? sa : addrs[static_cast<size_t>(pick.index)].addr;
+      l->cm = CmListener::create(*d, cm_sa, &why);
+    }
     if (!l->cm && knob == CmMode::kRdmacm)
       return Status(Code::kSystemError, "listen on " + d->name + ": SLUICE_CM=rdmacm: " + why);
-    if (!l->cm)
+    if (!l->cm) {
       SLUICE_INFO(kSubNet, "%s: no rdma_cm listener (%s): connectors use oob", d->name.c_str(),
                   why.c_str());
+      cm_sa = sockaddr_storage{};
+    } else {
+      reinterpret_cast<sockaddr_in*>(&cm_sa)->sin_port = l->cm->port;  // same offset in v4/v6
+      l->cm_text = sockaddr_text(cm_sa);
+      SLUICE_INFO(kSubNet, "%s: rdma_cm listener on %s: %s", d->name.c_str(), l->cm_text.c_str(),
+                  pick.reason.c_str());
+    }
   }
   const wire::Handle h = wire::encode_handle(sa, static_cast<uint32_t>(dev), l->nonce,
-                                             l->cm ? l->cm->port : uint16_t{0});
+                                             l->cm ? l->cm->port : uint16_t{0}, &cm_sa);
   std::memset(handle, 0, kHandleSize);
   std::memcpy(handle, &h, sizeof h);
   SLUICE_INFO(kSubNet, "listening on %s for %s", l->addr_text.c_str(), d->name.c_str());
@@ -430,7 +449,7 @@ Status accept(ListenComm* l, RecvComm** out) {
     ~Touch() { l->last_accept = Clock::now(); }
   } touch{l};
   Status st = accept_new(*l, now);
-  if (st.is_ok() && l->cm) st = cm_listener_poll(*l->cm, l->nonce, l->addr_text, cm_finder(*l));
+  if (st.is_ok() && l->cm) st = cm_listener_poll(*l->cm, l->nonce, l->cm_text, cm_finder(*l));
   if (!st.is_ok()) {
     l->failure = st;
     return st;

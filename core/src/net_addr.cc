@@ -112,6 +112,20 @@ bool gid_is_ipv4_mapped(const GidBytes& gid) {
   return gid[10] == 0xff && gid[11] == 0xff;
 }
 
+sockaddr_storage gid_to_sockaddr(const GidBytes& g) {
+  sockaddr_storage sa{};
+  if (gid_is_ipv4_mapped(g)) {
+    auto* sin = reinterpret_cast<sockaddr_in*>(&sa);
+    sin->sin_family = AF_INET;
+    std::memcpy(&sin->sin_addr, g.data() + 12, 4);
+  } else {
+    auto* sin6 = reinterpret_cast<sockaddr_in6*>(&sa);
+    sin6->sin6_family = AF_INET6;
+    std::memcpy(&sin6->sin6_addr, g.data(), 16);
+  }
+  return sa;
+}
+
 bool gid_is_link_local(const GidBytes& gid) {
   return gid[0] == 0xfe && (gid[1] & 0xc0) == 0x80;
 }
@@ -252,15 +266,6 @@ int family_rank(const IfAddr& a) {
   return is_v6_link_local(a) ? 2 : 1;
 }
 
-std::string address_only(const sockaddr_storage& sa) {
-  std::string s = sockaddr_to_string(sa);
-  // Strip the ":port" suffix, and the brackets of IPv6.
-  const auto colon = s.rfind(':');
-  if (colon != std::string::npos) s.resize(colon);
-  if (s.size() >= 2 && s.front() == '[' && s.back() == ']') s = s.substr(1, s.size() - 2);
-  return s;
-}
-
 }  // namespace
 
 Result<IfAddr> choose_interface(const std::vector<IfAddr>& addrs, std::string_view ifname_spec,
@@ -289,7 +294,7 @@ Result<IfAddr> choose_interface(const std::vector<IfAddr>& addrs, std::string_vi
   std::string seen;
   for (const IfAddr& a : addrs) {
     if (!seen.empty()) seen += ", ";
-    seen += a.name + " " + address_only(a.addr);
+    seen += a.name + " " + address_to_string(a.addr);
     if (!a.up) seen += " (down)";
   }
   std::string msg = "no IP interface for the out-of-band socket matches";
@@ -348,6 +353,57 @@ std::string sockaddr_to_string(const sockaddr_storage& sa) {
     return s + "]:" + std::to_string(ntohs(sin6->sin6_port));
   }
   return "<address family " + std::to_string(sa.ss_family) + ">";
+}
+
+std::string address_to_string(const sockaddr_storage& sa) {
+  std::string s = sockaddr_to_string(sa);
+  // Strip the ":port" suffix, and the brackets of IPv6.
+  const auto colon = s.rfind(':');
+  if (colon != std::string::npos) s.resize(colon);
+  if (s.size() >= 2 && s.front() == '[' && s.back() == ']') s = s.substr(1, s.size() - 2);
+  return s;
+}
+
+bool same_address(const sockaddr_storage& a, const sockaddr_storage& b) {
+  if (a.ss_family != b.ss_family) return false;
+  if (a.ss_family == AF_INET) {
+    return std::memcmp(&reinterpret_cast<const sockaddr_in*>(&a)->sin_addr,
+                       &reinterpret_cast<const sockaddr_in*>(&b)->sin_addr, 4) == 0;
+  }
+  return a.ss_family == AF_INET6 &&
+         std::memcmp(&reinterpret_cast<const sockaddr_in6*>(&a)->sin6_addr,
+                     &reinterpret_cast<const sockaddr_in6*>(&b)->sin6_addr, 16) == 0;
+}
+
+CmAddrChoice choose_cm_address(const std::vector<PortAddr>& addrs, const sockaddr_storage& keep,
+                               int family, bool strict, int gid_index) {
+  const int n = static_cast<int>(addrs.size());
+  for (int i = 0; i < n; ++i) {
+    if (keep.ss_family == family && same_address(addrs[i].addr, keep))
+      return {i, true, "the out-of-band address " + address_to_string(keep) + " is on this port"};
+  }
+  const std::string fam = family == AF_INET6 ? "IPv6" : "IPv4";
+  int first = -1, other = -1;
+  for (int i = 0; i < n; ++i) {
+    if (addrs[i].link_local) continue;
+    if (addrs[i].addr.ss_family != family) {
+      if (other < 0) other = i;
+      continue;
+    }
+    if (gid_index >= 0 && addrs[i].gid_index == gid_index) {
+      return {i, false,
+              "this port's " + fam + " address of its GID index " + std::to_string(gid_index)};
+    }
+    if (first < 0) first = i;
+  }
+  if (first >= 0) return {first, false, "this port's first " + fam + " address"};
+  if (other < 0) {
+    return {-1, false,
+            "this port has no IP address but link-local ones (no address on its network "
+            "interface)"};
+  }
+  if (strict) return {-1, false, "this port has no " + fam + " address"};
+  return {other, false, "this port's first address (it has no " + fam + " address)"};
 }
 
 }  // namespace sluice

@@ -76,28 +76,6 @@ void local_interface_of(const GidBytes& gid, std::string* name, int* prefix) {
   freeifaddrs(list);
 }
 
-// The port's non-zero GIDs with their RoCE versions: one ibv_query_gid_table call where the kernel
-// has it, else the per-index scan the engine uses.
-std::vector<GidEntry> port_gids(const Device& d) {
-  std::vector<GidEntry> out;
-  ibv_context* ctx = d.adapter->ctx.get();
-  std::vector<ibv_gid_entry> raw(static_cast<size_t>(std::max(d.attr.gid_tbl_len, 1)) * 4);
-  const ssize_t n = ibv_query_gid_table(ctx, raw.data(), raw.size(), 0);
-  if (n < 0) return read_gid_table(ctx, d.adapter->name, d.port, d.attr.gid_tbl_len);
-  for (ssize_t i = 0; i < n; ++i) {
-    const ibv_gid_entry& r = raw[static_cast<size_t>(i)];
-    if (r.port_num != d.port) continue;
-    GidEntry e;
-    e.index = static_cast<int>(r.gid_index);
-    std::copy(std::begin(r.gid.raw), std::end(r.gid.raw), e.gid.begin());
-    e.roce_version = r.gid_type == IBV_GID_TYPE_ROCE_V2   ? 2
-                     : r.gid_type == IBV_GID_TYPE_ROCE_V1 ? 1
-                                                          : 0;
-    if (!gid_is_zero(e.gid)) out.push_back(e);
-  }
-  return out;
-}
-
 std::string event_text(const rdma_cm_event& ev) {
   return std::string(rdma_event_str(ev.event)) + " (status " + std::to_string(ev.status) +
          (ev.status < 0 ? std::string(": ") + std::strerror(-ev.status) : std::string()) + ")";
@@ -273,21 +251,37 @@ void RouteGid::check_pair(const Device& d, const wire::Meta& local, const wire::
   }
 }
 
+std::vector<GidEntry> port_gids(const Device& d) {
+  std::vector<GidEntry> out;
+  ibv_context* ctx = d.adapter->ctx.get();
+  std::vector<ibv_gid_entry> raw(static_cast<size_t>(std::max(d.attr.gid_tbl_len, 1)) * 4);
+  const ssize_t n = ibv_query_gid_table(ctx, raw.data(), raw.size(), 0);
+  if (n < 0) return read_gid_table(ctx, d.adapter->name, d.port, d.attr.gid_tbl_len);
+  for (ssize_t i = 0; i < n; ++i) {
+    const ibv_gid_entry& r = raw[static_cast<size_t>(i)];
+    if (r.port_num != d.port) continue;
+    GidEntry e;
+    e.index = static_cast<int>(r.gid_index);
+    std::copy(std::begin(r.gid.raw), std::end(r.gid.raw), e.gid.begin());
+    e.roce_version = r.gid_type == IBV_GID_TYPE_ROCE_V2   ? 2
+                     : r.gid_type == IBV_GID_TYPE_ROCE_V1 ? 1
+                                                          : 0;
+    if (!gid_is_zero(e.gid)) out.push_back(e);
+  }
+  return out;
+}
+
+std::vector<PortAddr> device_addresses(const Device& d) {
+  const bool iwarp = d.adapter->ctx->device->transport_type == IBV_TRANSPORT_IWARP;
+  return port_addresses(d.adapter->name, d.port, d.roce, iwarp,
+                        d.roce ? port_gids(d) : std::vector<GidEntry>{});
+}
+
 sockaddr_storage route_target_of(const wire::Meta& remote, const sockaddr_storage& tcp_peer) {
   GidBytes g{};
   std::memcpy(g.data(), remote.gid, 16);
   if (gid_is_zero(g) || gid_is_link_local(g)) return tcp_peer;
-  sockaddr_storage sa{};
-  if (gid_is_ipv4_mapped(g)) {
-    auto* sin = reinterpret_cast<sockaddr_in*>(&sa);
-    sin->sin_family = AF_INET;
-    std::memcpy(&sin->sin_addr, g.data() + 12, 4);
-  } else {
-    auto* sin6 = reinterpret_cast<sockaddr_in6*>(&sa);
-    sin6->sin6_family = AF_INET6;
-    std::memcpy(&sin6->sin6_addr, g.data(), 16);
-  }
-  return sa;
+  return gid_to_sockaddr(g);
 }
 
 }  // namespace sluice

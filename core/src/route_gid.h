@@ -10,10 +10,12 @@
 
 #include <chrono>
 #include <string>
+#include <vector>
 
 #include "comm.h"
 #include "sluice/core/cm_choice.h"
 #include "sluice/core/gid_route.h"
+#include "sluice/core/net_addr.h"
 #include "sluice/core/status.h"
 #include "sluice/core/wire.h"
 
@@ -60,6 +62,13 @@ class RouteGid {
   GidChoice choice_;
   bool by_route_ = false;
 };
+
+// The port's non-zero GIDs with their RoCE versions, read now (one ibv_query_gid_table call where
+// the kernel has it, else the per-index scan the engine uses).
+std::vector<GidEntry> port_gids(const Device& d);
+// The IP addresses of `d`'s port now (device_info.h, port_addresses): where rdma_cm can bind for
+// it.
+std::vector<PortAddr> device_addresses(const Device& d);
 
 // The peer address an acceptor resolves: the address of the connector's GID when it is an IP
 // address that may route (IPv4-mapped or a routable IPv6), else the TCP peer address `tcp_peer`.

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <string>
 
+#include "sluice/core/net_addr.h"
 #include "sluice/core/verbs.h"
 
 namespace sluice::wire {
@@ -28,22 +29,30 @@ Status validate_handle(const Handle& h) {
                   "connection handle is not a Sluice handle (bad magic): corrupt handle, or the "
                   "listener uses a different network plugin");
   }
-  if (h.version != kVersion) {
-    return Status(Code::kInvalidArgument, "connection handle has wire version " +
-                                              std::to_string(h.version) + ", this Sluice speaks " +
-                                              std::to_string(kVersion) +
-                                              ": mixed Sluice versions across the job");
-  }
+  if (h.version != kVersion)
+    return Status(Code::kInvalidArgument, version_mismatch("connection handle", h.version));
   if (handle_checksum(h) != h.checksum)
     return Status(Code::kInvalidArgument, "connection handle checksum mismatch: corrupt handle");
   if (h.family != AF_INET && h.family != AF_INET6)
     return Status(Code::kInvalidArgument, "connection handle has an unknown address family");
+  if (h.cm_family != AF_UNSPEC && h.cm_family != AF_INET && h.cm_family != AF_INET6) {
+    return Status(
+        Code::kInvalidArgument,
+        "connection handle has an unknown rdma_cm address family " + std::to_string(h.cm_family));
+  }
   if (h.port == 0) return Status(Code::kInvalidArgument, "connection handle has port 0");
   return Status::ok();
 }
 
+std::string version_mismatch(const char* what, unsigned theirs) {
+  return std::string(what) + " has Sluice wire version " + std::to_string(theirs) +
+         ", this Sluice speaks " + std::to_string(kVersion) +
+         ": the peer runs another Sluice wire version; run the same Sluice release on every host "
+         "of the job";
+}
+
 Handle encode_handle(const sockaddr_storage& sa, uint32_t listen_dev, uint64_t nonce,
-                     uint16_t cm_port) {
+                     uint16_t cm_port, const sockaddr_storage* cm_addr) {
   Handle h{};
   h.cm_port = cm_port;
   h.magic = kHandleMagic;
@@ -58,6 +67,13 @@ Handle encode_handle(const sockaddr_storage& sa, uint32_t listen_dev, uint64_t n
     h.port = s6->sin6_port;
     std::memcpy(h.addr, &s6->sin6_addr, 16);
     h.scope_id = s6->sin6_scope_id;
+  }
+  if (cm_port != 0 && cm_addr != nullptr && !same_address(*cm_addr, sa)) {
+    h.cm_family = cm_addr->ss_family;
+    if (cm_addr->ss_family == AF_INET)
+      std::memcpy(h.cm_addr, &reinterpret_cast<const sockaddr_in*>(cm_addr)->sin_addr, 4);
+    else
+      std::memcpy(h.cm_addr, &reinterpret_cast<const sockaddr_in6*>(cm_addr)->sin6_addr, 16);
   }
   h.listen_dev = listen_dev;
   h.nonce = nonce;
@@ -83,6 +99,26 @@ void handle_address(const Handle& h, sockaddr_storage* sa, socklen_t* len) {
   }
 }
 
+bool handle_cm_address(const Handle& h, sockaddr_storage* sa) {
+  if (h.cm_port == 0) return false;
+  socklen_t len = 0;
+  handle_address(h, sa, &len);  // cm_family 0: at the out-of-band address (scope id included)
+  if (h.cm_family == AF_INET) {
+    std::memset(sa, 0, sizeof *sa);
+    auto* a = reinterpret_cast<sockaddr_in*>(sa);
+    a->sin_family = AF_INET;
+    std::memcpy(&a->sin_addr, h.cm_addr, 4);
+  } else if (h.cm_family == AF_INET6) {
+    std::memset(sa, 0, sizeof *sa);
+    auto* a = reinterpret_cast<sockaddr_in6*>(sa);
+    a->sin6_family = AF_INET6;
+    std::memcpy(&a->sin6_addr, h.cm_addr, 16);
+  }
+  // The port is at the same offset in sockaddr_in and sockaddr_in6.
+  reinterpret_cast<sockaddr_in*>(sa)->sin_port = h.cm_port;
+  return true;
+}
+
 Status check_meta_prefix(const void* bytes, size_t n) {
   const auto* p = static_cast<const uint8_t*>(bytes);
   uint8_t magic[sizeof kMetaMagic];
@@ -99,21 +135,17 @@ Status check_meta_prefix(const void* bytes, size_t n) {
   if (n < kMetaHeaderBytes) return Status::ok();
   uint16_t version;
   std::memcpy(&version, p + offsetof(Meta, version), sizeof version);
-  if (version != kVersion) {
-    return Status(Code::kRemoteError, "peer speaks Sluice wire version " + std::to_string(version) +
-                                          ", we speak " + std::to_string(kVersion));
-  }
+  if (version != kVersion)
+    return Status(Code::kRemoteError, version_mismatch("the peer's connection metadata", version));
   return Status::ok();
 }
 
 Status validate_meta(const Meta& m, uint8_t expected_role, uint64_t nonce) {
   if (m.magic != kMetaMagic)
     return Status(Code::kRemoteError, "peer sent no Sluice connection metadata (bad magic)");
-  if (m.version != kVersion) {
-    return Status(Code::kRemoteError, "peer speaks Sluice wire version " +
-                                          std::to_string(m.version) + ", we speak " +
-                                          std::to_string(kVersion));
-  }
+  if (m.version != kVersion)
+    return Status(Code::kRemoteError,
+                  version_mismatch("the peer's connection metadata", m.version));
   if (m.role != expected_role)
     return Status(Code::kRemoteError, "peer metadata has the wrong role");
   if (m.nonce != nonce)
@@ -163,11 +195,8 @@ Status validate_cm_token(const void* data, size_t len, uint64_t nonce, CmToken* 
   std::memcpy(out, data, sizeof *out);
   if (out->magic != kCmTokenMagic)
     return Status(Code::kRemoteError, "rdma_cm request is not from Sluice (bad token magic)");
-  if (out->version != kVersion) {
-    return Status(Code::kRemoteError, "rdma_cm request token version " +
-                                          std::to_string(out->version) + ", ours " +
-                                          std::to_string(kVersion));
-  }
+  if (out->version != kVersion)
+    return Status(Code::kRemoteError, version_mismatch("rdma_cm request token", out->version));
   if (out->nqps == 0 || out->nqps > kMaxQps || out->qp_index >= out->nqps) {
     return Status(Code::kRemoteError, "rdma_cm request token names QP " +
                                           std::to_string(out->qp_index) + " of " +

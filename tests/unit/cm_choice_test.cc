@@ -85,6 +85,33 @@ TEST(CmChoice, IwarpAlwaysNeedsRdmaCm) {
   }
 }
 
+TEST(CmChoice, TheDevicesOwnRdmaCmAddressIsNamedBesideTheListenersAddress) {
+  // The listener's rdma_cm listener is on its device's own address, not the out-of-band one.
+  CmFacts f = facts(CmMode::kAuto, true, R::kThisDevice);
+  f.cm_peer = "10.77.0.1:6000";
+  f.local_addr = "10.77.0.2";
+  CmDecision d = choose_cm(f);
+  EXPECT_EQ(d.verdict, CmDecision::kRdmacm);
+  EXPECT_EQ(d.reason,
+            "SLUICE_CM=auto: 10.77.0.1:6000 (the rdma_cm address of the listener at "
+            "10.1.2.3:5000) routes through devA (from 10.77.0.2)");
+  f.route = R::kFailed;
+  d = choose_cm(f);
+  EXPECT_EQ(d.verdict, CmDecision::kOob);
+  EXPECT_NE(d.reason.find("cannot resolve 10.77.0.1:6000"), std::string::npos) << d.reason;
+  f.knob = CmMode::kRdmacm;
+  d = choose_cm(f);
+  EXPECT_EQ(d.verdict, CmDecision::kError);
+  for (const char* want :
+       {"10.77.0.1:6000", "10.1.2.3:5000", "from 10.77.0.2",
+        "address in the subnet of 10.77.0.1:6000", "NCCL_IB_HCA", "SLUICE_CM=oob"})
+    EXPECT_NE(d.reason.find(want), std::string::npos) << want << " in " << d.reason;
+  // The same address as the out-of-band one reads as before.
+  f = facts(CmMode::kAuto, true, R::kThisDevice);
+  f.cm_peer = f.peer;
+  EXPECT_EQ(choose_cm(f).reason, "SLUICE_CM=auto: 10.1.2.3:5000 routes through devA");
+}
+
 TEST(CmChoice, PerPortViewForSluiceInfo) {
   EXPECT_EQ(cm_for_port(CmMode::kAuto, false, true).verdict, CmDecision::kRdmacm);
   CmDecision d = cm_for_port(CmMode::kAuto, false, false);

@@ -414,5 +414,88 @@ TEST(ListInterfaces, ReturnsUpIpInterfacesWithLoopback) {
   EXPECT_TRUE(saw_lo) << "no IPv4 loopback found";
 }
 
+PortAddr port_addr(const char* text, int gid_index) {
+  PortAddr p;
+  p.addr = gid_to_sockaddr(gid(text));
+  p.gid_index = gid_index;
+  return p;
+}
+
+sockaddr_storage ip(const char* text) {
+  return gid_to_sockaddr(gid(text));
+}
+
+TEST(GidToSockaddr, MappedIsIpv4OtherIsIpv6) {
+  EXPECT_EQ(ip("10.0.0.1").ss_family, AF_INET);
+  EXPECT_EQ(address_to_string(ip("10.0.0.1")), "10.0.0.1");
+  EXPECT_EQ(ip("fd00::1").ss_family, AF_INET6);
+  EXPECT_EQ(address_to_string(ip("fd00::1")), "fd00::1");
+  EXPECT_TRUE(same_address(ip("10.0.0.1"), ip("10.0.0.1")));
+  EXPECT_FALSE(same_address(ip("10.0.0.1"), ip("10.0.0.2")));
+}
+
+TEST(ChooseCmAddress, KeepsTheOutOfBandAddressWhenItIsOnThePort) {
+  // Today's layout: the out-of-band interface is the device's own: nothing changes.
+  const std::vector<PortAddr> addrs = {port_addr("10.77.0.1", 1), port_addr("169.254.0.1", 2)};
+  const CmAddrChoice c = choose_cm_address(addrs, ip("169.254.0.1"), AF_INET, false, 1);
+  EXPECT_EQ(c.index, 1);
+  EXPECT_TRUE(c.kept);
+  EXPECT_NE(c.reason.find("out-of-band address 169.254.0.1 is on this port"), std::string::npos)
+      << c.reason;
+}
+
+TEST(ChooseCmAddress, ElseThePortsOwnAddressOfTheSameFamilyChosenGidFirst) {
+  // Routed RoCE: the out-of-band address is on the management NIC, not on this port.
+  const std::vector<PortAddr> addrs = {port_addr("fd00::5", 1), port_addr("10.77.0.1", 2),
+                                       port_addr("10.78.0.1", 3)};
+  CmAddrChoice c = choose_cm_address(addrs, ip("192.168.1.5"), AF_INET, false, 3);
+  EXPECT_EQ(c.index, 2) << c.reason;
+  EXPECT_NE(c.reason.find("GID index 3"), std::string::npos) << c.reason;
+  c = choose_cm_address(addrs, ip("192.168.1.5"), AF_INET, false, 1);  // chosen GID is IPv6
+  EXPECT_EQ(c.index, 1) << c.reason;
+  EXPECT_NE(c.reason.find("first IPv4"), std::string::npos) << c.reason;
+  c = choose_cm_address(addrs, ip("fd99::1"), AF_INET6, false, -1);
+  EXPECT_EQ(c.index, 0) << c.reason;
+}
+
+TEST(ChooseCmAddress, AnotherFamilyOnlyWhenNotStrict) {
+  const std::vector<PortAddr> addrs = {port_addr("fd00::5", 1)};
+  CmAddrChoice c = choose_cm_address(addrs, ip("192.168.1.5"), AF_INET, false, 1);
+  EXPECT_EQ(c.index, 0) << c.reason;
+  EXPECT_NE(c.reason.find("no IPv4 address"), std::string::npos) << c.reason;
+  // A connector's source must be of the listener's family.
+  c = choose_cm_address(addrs, ip("192.168.1.5"), AF_INET, true, 1);
+  EXPECT_EQ(c.index, -1);
+  EXPECT_NE(c.reason.find("no IPv4 address"), std::string::npos) << c.reason;
+}
+
+TEST(ChooseCmAddress, LinkLocalOnlyWhenItIsTheOutOfBandAddress) {
+  // The one-VM bed: the veths have only link-local IPv6 addresses, and the out-of-band socket is
+  // pinned to the port's own netdev: its link-local address is kept (bound with its scope id).
+  std::vector<PortAddr> addrs = {port_addr("fe80::1", 0)};
+  addrs[0].link_local = true;
+  sockaddr_storage oob = ip("fe80::1");
+  reinterpret_cast<sockaddr_in6*>(&oob)->sin6_scope_id = 4;
+  CmAddrChoice c = choose_cm_address(addrs, oob, AF_INET6, false, 0);
+  EXPECT_EQ(c.index, 0) << c.reason;
+  EXPECT_TRUE(c.kept);
+  // Another out-of-band address: a link-local GID has no scope and is never picked.
+  c = choose_cm_address(addrs, ip("fe80::2"), AF_INET6, false, 0);
+  EXPECT_EQ(c.index, -1) << c.reason;
+  EXPECT_NE(c.reason.find("no IP address but link-local"), std::string::npos) << c.reason;
+  // A connector's own out-of-band address of another family than the listener's is not kept.
+  addrs = {port_addr("10.0.0.2", 1), port_addr("fd00::2", 2)};
+  c = choose_cm_address(addrs, ip("10.0.0.2"), AF_INET6, true, 1);
+  EXPECT_EQ(c.index, 1) << c.reason;
+  EXPECT_FALSE(c.kept);
+}
+
+TEST(ChooseCmAddress, NoAddressSaysSo) {
+  // InfiniBand without IPoIB.
+  const CmAddrChoice c = choose_cm_address({}, ip("192.168.1.5"), AF_INET, false, 0);
+  EXPECT_EQ(c.index, -1);
+  EXPECT_NE(c.reason.find("no IP address"), std::string::npos) << c.reason;
+}
+
 }  // namespace
 }  // namespace sluice

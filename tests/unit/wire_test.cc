@@ -2,6 +2,7 @@
 // them, so a corrupt or foreign handle is a clean error, never a crash or a hang.
 #include "sluice/core/wire.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -210,6 +211,105 @@ TEST(Meta, PeerCheckWantsTheSameLinkLayerAndQpCount) {
   const Status st = check_peer_meta(a, b, "dev0");
   EXPECT_EQ(st.code(), Code::kInvalidUsage);
   EXPECT_NE(st.message().find("dev0"), std::string::npos);
+}
+
+sockaddr_storage v4_addr(const char* text, uint16_t port) {
+  sockaddr_storage sa{};
+  auto* s4 = reinterpret_cast<sockaddr_in*>(&sa);
+  s4->sin_family = AF_INET;
+  s4->sin_port = htons(port);
+  EXPECT_EQ(inet_pton(AF_INET, text, &s4->sin_addr), 1) << text;
+  return sa;
+}
+
+TEST(Handle, CarriesTheRdmaCmListenersOwnAddress) {
+  // The out-of-band listener on the management network, the rdma_cm listener on the device's own
+  // interface: the handle carries both, and the connector resolves the second.
+  const sockaddr_storage oob = v4_addr("192.168.1.5", 4711);
+  const sockaddr_storage dev = v4_addr("10.77.0.1", 0);
+  const Handle h = encode_handle(oob, 1, 0x99, htons(6000), &dev);
+  ASSERT_TRUE(validate_handle(h).is_ok()) << validate_handle(h).message();
+  EXPECT_EQ(h.cm_family, AF_INET);
+  sockaddr_storage cm{};
+  ASSERT_TRUE(handle_cm_address(h, &cm));
+  EXPECT_EQ(cm.ss_family, AF_INET);
+  const sockaddr_storage want = v4_addr("10.77.0.1", 6000);
+  EXPECT_EQ(std::memcmp(&cm, &want, sizeof(sockaddr_in)), 0);
+  sockaddr_storage tcp{};
+  socklen_t len = 0;
+  handle_address(h, &tcp, &len);  // the TCP listener stays where it was
+  EXPECT_EQ(std::memcmp(&tcp, &oob, sizeof(sockaddr_in)), 0);
+
+  // IPv6 rdma_cm address beside an IPv4 out-of-band one.
+  sockaddr_storage dev6{};
+  auto* s6 = reinterpret_cast<sockaddr_in6*>(&dev6);
+  s6->sin6_family = AF_INET6;
+  ASSERT_EQ(inet_pton(AF_INET6, "fd00::7", &s6->sin6_addr), 1);
+  const Handle h6 = encode_handle(oob, 1, 0x99, htons(6001), &dev6);
+  ASSERT_TRUE(validate_handle(h6).is_ok());
+  ASSERT_TRUE(handle_cm_address(h6, &cm));
+  ASSERT_EQ(cm.ss_family, AF_INET6);
+  EXPECT_EQ(std::memcmp(&reinterpret_cast<sockaddr_in6*>(&cm)->sin6_addr, &s6->sin6_addr, 16), 0);
+  EXPECT_EQ(ntohs(reinterpret_cast<sockaddr_in6*>(&cm)->sin6_port), 6001);
+}
+
+TEST(Handle, RdmaCmAtTheOutOfBandAddressOrNone) {
+  const sockaddr_storage oob = v4_addr("169.254.0.1", 4711);
+  // The out-of-band address is on the device: the rdma_cm listener is there (cm_family 0).
+  Handle h = encode_handle(oob, 0, 7, htons(5000), &oob);
+  ASSERT_TRUE(validate_handle(h).is_ok());
+  EXPECT_EQ(h.cm_family, AF_UNSPEC);
+  sockaddr_storage cm{};
+  ASSERT_TRUE(handle_cm_address(h, &cm));
+  const sockaddr_storage want = v4_addr("169.254.0.1", 5000);
+  EXPECT_EQ(std::memcmp(&cm, &want, sizeof(sockaddr_in)), 0);
+  // No rdma_cm listener: no address either, whatever was passed.
+  const sockaddr_storage dev = v4_addr("10.77.0.1", 0);
+  h = encode_handle(oob, 0, 7, 0, &dev);
+  EXPECT_EQ(h.cm_family, AF_UNSPEC);
+  EXPECT_FALSE(handle_cm_address(h, &cm));
+}
+
+TEST(Handle, ChecksumCoversTheRdmaCmAddress) {
+  const sockaddr_storage oob = v4_addr("192.168.1.5", 4711);
+  const sockaddr_storage dev = v4_addr("10.77.0.1", 0);
+  const Handle h = encode_handle(oob, 1, 0x99, htons(6000), &dev);
+  for (size_t i = offsetof(Handle, cm_addr); i < offsetof(Handle, checksum); ++i) {
+    Handle c = h;
+    reinterpret_cast<uint8_t*>(&c)[i] ^= 0x01;
+    EXPECT_NE(handle_checksum(c), h.checksum) << "byte " << i;
+    EXPECT_FALSE(validate_handle(c).is_ok()) << "byte " << i;
+  }
+  Handle c = h;  // a family that is none of the three, even with a valid checksum
+  c.cm_family = 99;
+  c.checksum = handle_checksum(c);
+  EXPECT_NE(validate_handle(c).message().find("rdma_cm address family"), std::string::npos);
+}
+
+TEST(Handle, AnotherWireVersionSaysThePeerRunsAnotherSluice) {
+  // A version-1 handle (before the rdma_cm address existed): the version sits where it always did
+  // and is judged before the checksum, whose position moved.
+  Handle h = good_handle();
+  h.version = 1;
+  const Status st = validate_handle(h);
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_EQ(st.code(), Code::kInvalidArgument);
+  EXPECT_NE(st.message().find("the peer runs another Sluice wire version"), std::string::npos)
+      << st.message();
+  EXPECT_NE(st.message().find("wire version 1, this Sluice speaks " + std::to_string(kVersion)),
+            std::string::npos)
+      << st.message();
+  EXPECT_GE(kVersion, 2) << "the rdma_cm address changed the handle: the version must say so";
+
+  Meta m{};
+  m.magic = kMetaMagic;
+  m.version = 1;
+  EXPECT_NE(validate_meta(m, 0, 0).message().find("the peer runs another Sluice wire version"),
+            std::string::npos);
+  EXPECT_NE(check_meta_prefix(&m, kMetaHeaderBytes)
+                .message()
+                .find("the peer runs another Sluice wire version"),
+            std::string::npos);
 }
 
 TEST(Layout, EntriesNeverStraddleTheirAlignment) {

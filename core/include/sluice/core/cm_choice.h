@@ -3,9 +3,11 @@
 // oob    = today's handshake: metadata over the out-of-band TCP socket, QPs to RTR/RTS by hand with
 //          a GID chosen from the local table (net_addr.h).
 // rdmacm = the same TCP metadata exchange (and the same socket kept for liveness), but every QP of
-//          the connection is established through librdmacm: the listener's IP address is resolved
-//          to the local device, port and source GID that route there, and the CM exchange gives
-//          the path, PSNs and peer QP (cm_rdmacm.h).
+//          the connection is established through librdmacm: the listener's rdma_cm address (an IP
+//          address of the listening device's own interface, carried in the handle beside the
+//          out-of-band address) is resolved from our device's own address to the local device,
+//          port and source GID that route there, and the CM exchange gives the path, PSNs and
+//          peer QP (cm_rdmacm.h).
 // auto   = rdmacm where it can work (the listener offers it and its address routes through our
 //          device; iWARP always needs it), oob otherwise (InfiniBand without IPoIB, a listener
 //          without rdma_cm, an address that routes through another device).
@@ -25,7 +27,9 @@ struct CmFacts {
   bool iwarp = false;        // our device's transport is iWARP
   bool peer_offers = false;  // the listen handle carries an rdma_cm port
   std::string device;        // our device, for the reason text
-  std::string peer;          // the listener's address, for the reason text
+  std::string peer;          // the listener's (out-of-band) address, for the reason text
+  std::string cm_peer;       // its rdma_cm listener's address ("" = the same as `peer`)
+  std::string local_addr;    // our device's address the resolution starts from ("" = none bound)
   // The result of resolving the listener's address with rdma_resolve_addr, once tried.
   enum class Route { kNotTried, kThisDevice, kOtherDevice, kFailed } route = Route::kNotTried;
   std::string route_detail;  // kOtherDevice: the device it routes through; kFailed: the error

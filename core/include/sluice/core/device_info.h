@@ -33,6 +33,15 @@ const char* transport_name(ibv_transport_type t);
 // operation (siw rejects the opcode), and no iWARP data path exists yet. `dev` names the device.
 std::string unusable_transport_reason(ibv_transport_type t, const std::string& dev);
 
+// The IP addresses of port `port` of device `dev` (its ibv name): what sluice-info lists for the
+// port and what rdma_cm binds for it (choose_cm_address). RoCE (`ethernet`): each GID of `gids`,
+// once, in GID index order (a RoCE GID is an IP address of the port's netdev, or of one stacked on
+// it: VLAN, macvlan), link-local ones marked; iWARP: the addresses of the port's netdev (sysfs
+// gid_attrs/ndevs/0; its GIDs are MAC-based); InfiniBand: the addresses of the device's IPoIB
+// netdevs for this port (sysfs device/net/*, dev_port = port - 1 where the file exists).
+std::vector<PortAddr> port_addresses(const std::string& dev, int port, bool ethernet, bool iwarp,
+                                     const std::vector<GidEntry>& gids);
+
 // The automatic GID choice's policy from the configuration (NCCL_IB_GID_INDEX, _ADDR_FAMILY,
 // _ADDR_RANGE, _ROCE_VERSION_NUM).
 GidPolicy gid_policy(const Config& cfg);

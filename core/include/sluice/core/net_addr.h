@@ -31,6 +31,8 @@ std::string gid_to_string(const GidBytes& gid);
 bool gid_is_zero(const GidBytes& gid);
 bool gid_is_ipv4_mapped(const GidBytes& gid);  // ::ffff:a.b.c.d
 bool gid_is_link_local(const GidBytes& gid);   // fe80::/10
+// The IP address a GID is (IPv4 for IPv4-mapped, else IPv6), port 0.
+sockaddr_storage gid_to_sockaddr(const GidBytes& gid);
 // True when the first `bits` bits of a and b agree (an address prefix, a subnet).
 bool prefix_equal(const uint8_t* a, const uint8_t* b, int bits);
 
@@ -74,5 +76,31 @@ Result<IfAddr> choose_interface(const std::vector<IfAddr>& addrs, std::string_vi
 std::vector<IfAddr> list_interfaces();  // getifaddrs(), up interfaces only
 std::string sockaddr_to_string(
     const sockaddr_storage& sa);  // "10.0.0.1:4711", "[fe80::1%eth0]:4711"
+std::string address_to_string(const sockaddr_storage& sa);  // "10.0.0.1", "fe80::1%eth0"
+// The same IP address (family and address bytes; port and IPv6 scope ignored).
+bool same_address(const sockaddr_storage& a, const sockaddr_storage& b);
+
+// An IP address of a verbs port (device_info.h, port_addresses).
+struct PortAddr {
+  sockaddr_storage addr{};  // port 0
+  int gid_index = -1;       // RoCE: the GID that is this address; -1: read from the netdev
+  bool link_local = false;  // an IPv6 link-local RoCE GID: no scope here, chosen only as `keep`
+};
+
+struct CmAddrChoice {
+  int index = -1;      // into the port's addresses; -1 = none fits
+  bool kept = false;   // it is `keep`: bind `keep` itself (it has the IPv6 scope a GID lacks)
+  std::string reason;  // why this one (INFO), or why none
+};
+
+// The address of a port (`addrs`, port_addresses order) that rdma_cm binds for it: the listener's
+// rdma_cm listener, or a connector's source. `keep` itself when it is one of them and of `family`
+// (the listener's
+// out-of-band address on its own device: the address it always used; link-local too); else one of
+// `family`, the address of GID `gid_index` (the port's chosen GID) first, else the first; else,
+// unless `strict`, the first address of another family; never a link-local one. None when nothing
+// fits.
+CmAddrChoice choose_cm_address(const std::vector<PortAddr>& addrs, const sockaddr_storage& keep,
+                               int family, bool strict, int gid_index);
 
 }  // namespace sluice

@@ -17,7 +17,8 @@ namespace sluice::wire {
 
 inline constexpr uint64_t kHandleMagic = 0x45434955'4c53ull;  // "SLUICE"
 inline constexpr uint64_t kMetaMagic = 0x4154454d'434c53ull;  // "SLCMETA"
-inline constexpr uint16_t kVersion = 1;
+// 2: the handle carries the rdma_cm listener's own address (cm_addr, cm_family).
+inline constexpr uint16_t kVersion = 2;
 inline constexpr int kMaxQps = 16;         // NCCL_IB_QPS_PER_CONNECTION upper bound
 inline constexpr int kFifoSlots = 32;      // = receives in flight per comm (NCCL_NET_MAX_REQUESTS)
 inline constexpr int kEntriesPerSlot = 8;  // = maxRecvs
@@ -29,36 +30,52 @@ static_assert(kCtsCoalesceSlots >= 1 && kCtsCoalesceSlots <= kFifoSlots);
 
 // The listen handle (first bytes of NCCL's 128-byte handle). The connector keeps a reference to its
 // in-progress state in `connect_state` (NCCL passes the same handle memory on every connect call).
+//
+// Two addresses: `addr`/`port` is the out-of-band TCP listener (the NCCL_SOCKET_IFNAME interface);
+// the rdma_cm listener is at `cm_addr`/`cm_port`, an IP address of the listening device's own
+// network interface. cm_family AF_UNSPEC (0) says the rdma_cm listener is at `addr` itself: the
+// out-of-band address is on the listening device, which then keeps it (handle_cm_address).
 struct Handle {
   uint64_t magic;
   uint16_t version;
-  uint16_t family;  // AF_INET / AF_INET6
-  uint16_t port;    // network byte order
-  uint16_t
-      cm_port;  // network byte order: the listener's rdma_cm port at the same address; 0 = none
+  uint16_t family;   // AF_INET / AF_INET6
+  uint16_t port;     // network byte order
+  uint16_t cm_port;  // network byte order: the listener's rdma_cm port; 0 = none
   uint8_t addr[16];  // IPv4 in the first 4 bytes
   uint32_t scope_id;
   uint32_t listen_dev;
-  uint64_t nonce;     // random per listener; the connector echoes it so strays are rejected
-  uint32_t checksum;  // FNV-1a over the bytes above
-  uint32_t reserved2;
+  uint64_t nonce;       // random per listener; the connector echoes it so strays are rejected
+  uint8_t cm_addr[16];  // the rdma_cm listener's address when cm_family != 0 (IPv4: first 4 bytes)
+  uint16_t cm_family;   // AF_UNSPEC = the rdma_cm listener is at `addr`; AF_INET / AF_INET6
+  uint16_t reserved1;   // zero
+  uint32_t checksum;    // FNV-1a over the bytes above
   uint64_t connect_state;  // connector-private: id of its state machine (0 = not started)
   uint64_t connect_check;  // connect_state ^ nonce ^ kHandleMagic: guards against garbage
 };
-static_assert(sizeof(Handle) == 72);
-static_assert(offsetof(Handle, checksum) == 48);
+static_assert(sizeof(Handle) == 88);
+static_assert(offsetof(Handle, version) == 8, "the version stays where wire version 1 had it");
+static_assert(offsetof(Handle, cm_addr) == 48 && offsetof(Handle, cm_family) == 64);
+static_assert(offsetof(Handle, checksum) == 68, "the checksum covers the rdma_cm address");
+static_assert(offsetof(Handle, connect_state) == 72);
 static_assert(sizeof(Handle) <= 128, "must fit NCCL_NET_HANDLE_MAXSIZE");
 static_assert(std::is_trivially_copyable_v<Handle>);
 
 uint32_t handle_checksum(const Handle& h);
-// Verifies magic, version, checksum, family and port. The error names what is wrong.
+// Verifies magic, version (another one: the listener runs another Sluice wire version), checksum,
+// family, port and the rdma_cm address family. The error names what is wrong.
 Status validate_handle(const Handle& h);
 // The handle of a listener bound to `sa` (AF_INET or AF_INET6) on device `listen_dev`, checksum
-// set, connector fields zero; `cm_port` (network order) = its rdma_cm listener's port, 0 = none.
+// set, connector fields zero; `cm_port` (network order) = its rdma_cm listener's port, 0 = none,
+// bound to `cm_addr` (its port ignored); nullptr or the address of `sa` = at `sa` (cm_family 0).
 Handle encode_handle(const sockaddr_storage& sa, uint32_t listen_dev, uint64_t nonce,
-                     uint16_t cm_port = 0);
+                     uint16_t cm_port = 0, const sockaddr_storage* cm_addr = nullptr);
 // The listener's address in a validated handle, and its length for connect().
 void handle_address(const Handle& h, sockaddr_storage* sa, socklen_t* len);
+// The rdma_cm listener's address and port in a validated handle; false when it offers none.
+bool handle_cm_address(const Handle& h, sockaddr_storage* sa);
+// "peer runs another Sluice wire version (N; this Sluice speaks M): ..." for every versioned thing
+// a peer sends (`what`: "connection handle", "connection metadata", ...).
+std::string version_mismatch(const char* what, unsigned theirs);
 
 struct QpInfo {
   uint32_t qpn;
