@@ -248,6 +248,7 @@ int run(int host, const std::string& expect) {
     // A listener address nobody answers for (same subnet, no such host).
     h = reinterpret_cast<sluice::wire::Handle*>(&handles[(nconn + 1) * NCCL_NET_HANDLE_MAXSIZE]);
     h->addr[3] = 99;
+    if (h->cm_family == AF_INET) h->cm_addr[3] = 99;  // the rdma_cm listener has its own address
     h->checksum = sluice::wire::handle_checksum(*h);
     took = connect_until_error(n, reinterpret_cast<char*>(h), &w);
     std::fprintf(stderr, "host1: unreachable listener failed after %lld ms: %s\n", took, w.c_str());
