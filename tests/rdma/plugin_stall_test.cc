@@ -2,8 +2,12 @@
 // scripts/rdma-bed's single VM). Soft-RoCE treats NCCL_IB_RETRY_CNT=7 as "retry forever", so a
 // send whose packets are all lost never completes nor errors, and the peer host (and the TCP
 // liveness socket) stays fine: the "unexplained stall" of docs/benchmarks.md. The test drops every
-// RoCE v2 packet (UDP port 4791) with a `tc` u32 filter on the egress of `lo` and of the test
-// ports' netdevs (rxe sends between two local addresses through `lo`) while a send is in flight:
+// RoCE v2 packet (UDP port 4791) with a `tc` u32 filter on the ingress of `lo` and of the test
+// ports' netdevs (rxe sends between two local addresses through `lo`) while a send is in flight.
+// Ingress, not egress: a packet dropped at egress fails rxe's transmit, and rxe then reschedules
+// its send at once, a busy loop in the kernel (~100,000 drops a second in the bed) that starved
+// the test process for minutes on a loaded host (CI rehearsal: timeout at 300 s); a packet
+// dropped at ingress is lost on the path, and rxe retries after its ACK timeout, as on a wire.
 //  * the sender's comm fails within the watchdog's bound, derived from the test's environment:
 //    4.096 us x 2^NCCL_IB_TIMEOUT x (NCCL_IB_RETRY_CNT + 1) x 1.5 + 1 s, plus two
 //    SLUICE_LIVENESS_POLL_MS and a scheduling margin, and not before the bound;
@@ -60,7 +64,7 @@ int run(const std::string& cmd) {
   return std::system(cmd.c_str());
 }
 
-// Drops RoCE v2 (UDP 4791, IPv4 and IPv6) leaving `lo` and the test ports' netdevs.
+// Drops RoCE v2 (UDP 4791, IPv4 and IPv6) arriving on `lo` and the test ports' netdevs.
 class RoceDrop {
  public:
   ::testing::AssertionResult install() {
@@ -77,7 +81,7 @@ class RoceDrop {
         return ::testing::AssertionFailure() << "modprobe " << m << " failed";
     }
     for (const auto& d : devs) {
-      const std::string f = "tc filter add dev " + d + " egress ";
+      const std::string f = "tc filter add dev " + d + " ingress ";
       if (run("tc qdisc add dev " + d + " clsact") != 0 ||
           run(f + "protocol ipv6 prio 1 u32 match ip6 protocol 17 0xff match ip6 dport 4791 0xffff "
                   "action drop") != 0 ||
@@ -94,7 +98,7 @@ class RoceDrop {
   long dropped() const {
     long sum = 0;
     for (const auto& d : devs_) {
-      FILE* p = popen(("tc -s filter show dev " + d + " egress 2>/dev/null").c_str(), "r");
+      FILE* p = popen(("tc -s filter show dev " + d + " ingress 2>/dev/null").c_str(), "r");
       if (p == nullptr) continue;
       char line[512];
       while (std::fgets(line, sizeof line, p) != nullptr) {
