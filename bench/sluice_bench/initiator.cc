@@ -335,13 +335,13 @@ struct Initiator {
     std::vector<double> est, rss_s, rss_r, close_s, close_r;
     SideStats me, peer;
     // The knob as this process sees it (both sides should run with the same), and what the
-    // connections really used, told by the rdma_cm channels the connecting side held (the
-    // connector decides; a listener holds a channel of its own whatever was chosen).
+    // connections really used, told by the rdma_cm event channel the connecting side held once
+    // all were up (the connector decides; its comms share one channel in rdmacm mode, and hold
+    // none in oob mode, whose route checks are over by then).
     const char* knob = std::getenv("SLUICE_CM");
     auto used = [&](const SideStats& x) -> std::string {
       if (x.cm_channels < 0) return "?";
-      if (x.cm_channels == 0) return "oob";
-      return x.cm_channels >= static_cast<int32_t>(o.conn_count) ? "rdmacm" : "mixed";
+      return x.cm_channels == 0 ? "oob" : "rdmacm";
     };
     const double n = o.conn_count;
     auto kib = [&](const SideStats& x) {

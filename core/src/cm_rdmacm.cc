@@ -2,7 +2,6 @@
 #include "cm_rdmacm.h"
 
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <infiniband/verbs.h>
 
 #include <algorithm>
@@ -67,55 +66,10 @@ const char* cause_of(rdma_cm_event_type ev, int status) {
   }
 }
 
-Status set_channel_nonblocking(rdma_event_channel* ch) {
-  int flags = fcntl(ch->fd, F_GETFL);
-  if (flags < 0 || fcntl(ch->fd, F_SETFL, flags | O_NONBLOCK) != 0)
-    return errno_status(Code::kSystemError, "fcntl(O_NONBLOCK) on the rdma_cm event channel",
-                        errno);
-  return Status::ok();
-}
+using Event = CmEvent;
 
-Status create_channel(rdma_event_channel** out) {
-  *out = rdma_create_event_channel();
-  if (*out == nullptr) {
-    return errno_status(Code::kSystemError,
-                        "`modprobe rdma_ucm`: failed to create RDMA CM event channel "
-                        "(/dev/infiniband/rdma_cm)",
-                        errno);
-  }
-  return set_channel_nonblocking(*out);
-}
-
-// One event, copied and acknowledged at once (an id with unacknowledged events cannot be
-// destroyed or migrated without blocking). False when none is pending.
-struct Event {
-  rdma_cm_event_type type{};
-  int status = 0;
-  rdma_cm_id* id = nullptr;
-  rdma_cm_id* listen_id = nullptr;
-  uint32_t qp_num = 0;
-  uint8_t pdata[256] = {};
-  size_t pdata_len = 0;
-};
-
-Result<bool> next_event(rdma_event_channel* ch, Event* e) {
-  rdma_cm_event* ev = nullptr;
-  if (rdma_get_cm_event(ch, &ev) != 0) {
-    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return false;
-    return errno_status(Code::kSystemError, "rdma_get_cm_event", errno);
-  }
-  e->type = ev->event;
-  e->status = ev->status;
-  e->id = ev->id;
-  e->listen_id = ev->listen_id;
-  e->qp_num = ev->param.conn.qp_num;
-  e->pdata_len = 0;
-  if (ev->param.conn.private_data != nullptr) {
-    e->pdata_len = std::min<size_t>(ev->param.conn.private_data_len, sizeof e->pdata);
-    std::memcpy(e->pdata, ev->param.conn.private_data, e->pdata_len);
-  }
-  rdma_ack_cm_event(ev);
-  return true;
+Result<bool> next_event(CmMailbox& m, Event* e) {
+  return m.next(e);
 }
 
 int index_of(const CmLink& l, rdma_cm_id* id) {
@@ -188,7 +142,9 @@ std::string cm_event_text(rdma_cm_event_type ev, int status) {
 
 Result<std::unique_ptr<CmLink>> CmLink::create() {
   auto l = std::make_unique<CmLink>();
-  SLUICE_RETURN_IF_ERROR(create_channel(&l->channel));
+  auto m = CmMailbox::open();
+  if (!m.is_ok()) return m.status();
+  l->mailbox = std::move(m).value();
   return l;
 }
 
@@ -201,7 +157,7 @@ CmLink::~CmLink() {
     if (id != nullptr) rdma_destroy_id(id);
     id = nullptr;
   }
-  if (channel != nullptr) rdma_destroy_event_channel(channel);
+  mailbox.reset();  // after the ids
 }
 
 // ---- connect side ------------------------------------------------------------------------------
@@ -268,7 +224,7 @@ Status cm_resolve_start(CmLink& l, const sockaddr_storage* src, const sockaddr_s
   l.done = 0;
   for (int q = 0; q < nqps; ++q) {
     l.step_done[q] = false;
-    if (rdma_create_id(l.channel, &l.ids[q], nullptr, RDMA_PS_TCP) != 0) {
+    if (rdma_create_id(l.mailbox->channel(), &l.ids[q], l.mailbox->context(), RDMA_PS_TCP) != 0) {
       l.ids[q] = nullptr;
       return errno_status(Code::kSystemError, "rdma_create_id", errno);
     }
@@ -291,7 +247,7 @@ Status cm_resolve_poll(CmLink& l, const Device& d, int timeout_ms, CmFacts::Rout
                        std::string* detail) {
   Event e;
   for (;;) {
-    auto got = next_event(l.channel, &e);
+    auto got = next_event(*l.mailbox, &e);
     if (!got.is_ok()) return got.status();
     if (!got.value()) return Status::again();
     const int q = index_of(l, e.id);
@@ -351,7 +307,7 @@ Status cm_connect_start(CmLink& l, Conn& c, const wire::Meta& local, uint64_t no
 Status cm_connect_poll(CmLink& l, Conn& c) {
   Event e;
   for (;;) {
-    auto got = next_event(l.channel, &e);
+    auto got = next_event(*l.mailbox, &e);
     if (!got.is_ok()) return got.status();
     if (!got.value()) return Status::again();
     const int q = index_of(l, e.id);
@@ -377,12 +333,13 @@ Status cm_connect_poll(CmLink& l, Conn& c) {
 std::unique_ptr<CmListener> CmListener::create(const Device& d, const sockaddr_storage& addr,
                                                std::string* why) {
   auto l = std::make_unique<CmListener>();
-  Status st = create_channel(&l->channel);
-  if (!st.is_ok()) {
-    *why = st.message();
+  auto m = CmMailbox::open();
+  if (!m.is_ok()) {
+    *why = m.status().message();
     return nullptr;
   }
-  if (rdma_create_id(l->channel, &l->id, nullptr, RDMA_PS_TCP) != 0) {
+  l->mailbox = std::move(m).value();
+  if (rdma_create_id(l->mailbox->channel(), &l->id, l->mailbox->context(), RDMA_PS_TCP) != 0) {
     l->id = nullptr;
     *why = errno_status(Code::kSystemError, "rdma_create_id", errno).message();
     return nullptr;
@@ -415,14 +372,14 @@ std::unique_ptr<CmListener> CmListener::create(const Device& d, const sockaddr_s
 
 CmListener::~CmListener() {
   if (id != nullptr) rdma_destroy_id(id);
-  if (channel != nullptr) rdma_destroy_event_channel(channel);
+  mailbox.reset();  // after the id: connect requests still filed there are rejected
 }
 
 Status cm_listener_poll(CmListener& l, uint64_t nonce, const std::string& where,
                         const CmFind& find) {
   Event e;
   for (;;) {
-    auto got = next_event(l.channel, &e);
+    auto got = next_event(*l.mailbox, &e);
     if (!got.is_ok()) return got.status().with_context("rdma_cm listener on " + where);
     if (!got.value()) return Status::ok();
     if (e.type != RDMA_CM_EVENT_CONNECT_REQUEST) {
@@ -453,12 +410,7 @@ Status cm_listener_poll(CmListener& l, uint64_t nonce, const std::string& where,
     CmLink& link = *target.link;
     Conn& c = *target.conn;
     const int q = t.qp_index;
-    if (rdma_migrate_id(e.id, link.channel) != 0) {
-      link.failure = errno_status(Code::kSystemError, "rdma_migrate_id", errno);
-      rdma_reject(e.id, nullptr, 0);
-      rdma_destroy_id(e.id);
-      continue;
-    }
+    link.mailbox->adopt(e.id);  // its later events go to the link
     link.ids[q] = e.id;
     c.remote_qpn[q] = e.qp_num;
     Status st = modify_qp(link, e.id, c, q, IBV_QPS_RTR);
@@ -487,7 +439,7 @@ Status cm_accept_poll(CmLink& l, Conn& c) {
   if (!l.failure.is_ok()) return l.failure;
   Event e;
   for (;;) {
-    auto got = next_event(l.channel, &e);
+    auto got = next_event(*l.mailbox, &e);
     if (!got.is_ok()) return got.status();
     if (!got.value()) return l.done == l.nqps ? Status::ok() : Status::again();
     const int q = index_of(l, e.id);

@@ -7,10 +7,12 @@
 // so path, source GID, MTU and PSNs come from the resolved route and the CM exchange. librdmacm
 // owns its own device contexts and ids; we own only the ids and channels made here.
 //
-// Everything is non-blocking: each connection has its own event channel whose fd is O_NONBLOCK,
-// read from NCCL's polled connect/accept. Bounds are the callers' (SLUICE_CONNECT_TIMEOUT_MS,
+// Everything is non-blocking: the ids of a connection (and of a listener) report to their own
+// mailbox on the process's one rdma_cm event channel (cm_channel.h), whose fd is O_NONBLOCK, read
+// from NCCL's polled connect/accept. Bounds are the callers' (SLUICE_CONNECT_TIMEOUT_MS,
 // SLUICE_HANDSHAKE_TIMEOUT_MS). Liveness stays on the kept TCP socket (liveness.h); CM
-// DISCONNECTED events are not read.
+// DISCONNECTED events of established connections are not read (they wait, a few per connection,
+// in its mailbox until it closes).
 #pragma once
 
 #include <rdma/rdma_cma.h>
@@ -20,6 +22,7 @@
 #include <memory>
 #include <string>
 
+#include "cm_channel.h"
 #include "comm.h"
 #include "sluice/core/cm_choice.h"
 #include "sluice/core/wire.h"
@@ -29,8 +32,8 @@ namespace sluice {
 // "RDMA_CM_EVENT_REJECTED (status 28: rejected by the peer's application): <cause>; <fix>".
 std::string cm_event_text(rdma_cm_event_type ev, int status);
 
-// One connection's rdma_cm objects: an event channel and one id per QP. Destroying it destroys
-// the ids (a connected id sends a disconnect request), then the channel.
+// One connection's rdma_cm objects: a mailbox on the shared channel and one id per QP. Destroying
+// it destroys the ids (a connected id sends a disconnect request), then the mailbox.
 class CmLink {
  public:
   static Result<std::unique_ptr<CmLink>> create();
@@ -38,7 +41,7 @@ class CmLink {
   CmLink(const CmLink&) = delete;
   CmLink& operator=(const CmLink&) = delete;
   ~CmLink();
-  rdma_event_channel* channel = nullptr;
+  std::unique_ptr<CmMailbox> mailbox;
   rdma_cm_id* ids[wire::kMaxQps] = {};
   int nqps = 0;
   int done = 0;                          // QPs through the current phase
@@ -91,7 +94,7 @@ class CmListener {
   static std::unique_ptr<CmListener> create(const Device& d, const sockaddr_storage& addr,
                                             std::string* why);
   ~CmListener();
-  rdma_event_channel* channel = nullptr;
+  std::unique_ptr<CmMailbox> mailbox;
   rdma_cm_id* id = nullptr;
   uint16_t port = 0;  // network order
 };
@@ -103,7 +106,7 @@ struct CmAcceptTarget {
 };
 using CmFind =
     std::function<CmAcceptTarget(const wire::CmToken& t, uint32_t qp_num, std::string* why)>;
-// Takes the pending connect requests: a matched one moves to its target's channel, its QP to RTR,
+// Takes the pending connect requests: a matched one moves to its target's mailbox, its QP to RTR,
 // and is accepted; any other is rejected (INFO). Fails only when the listener itself broke.
 Status cm_listener_poll(CmListener& l, uint64_t nonce, const std::string& where,
                         const CmFind& find);

@@ -2,7 +2,6 @@
 #include "route_gid.h"
 
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <ifaddrs.h>
 #include <infiniband/verbs.h>
 #include <net/if.h>
@@ -76,8 +75,8 @@ void local_interface_of(const GidBytes& gid, std::string* name, int* prefix) {
   freeifaddrs(list);
 }
 
-std::string event_text(const rdma_cm_event& ev) {
-  return std::string(rdma_event_str(ev.event)) + " (status " + std::to_string(ev.status) +
+std::string event_text(const CmEvent& ev) {
+  return std::string(rdma_event_str(ev.type)) + " (status " + std::to_string(ev.status) +
          (ev.status < 0 ? std::string(": ") + std::strerror(-ev.status) : std::string()) + ")";
 }
 
@@ -90,8 +89,7 @@ RouteGid::~RouteGid() {
 void RouteGid::release() {
   if (id_ != nullptr) rdma_destroy_id(id_);
   id_ = nullptr;
-  if (channel_ != nullptr) rdma_destroy_event_channel(channel_);
-  channel_ = nullptr;
+  mailbox_.reset();  // after the id
 }
 
 void RouteGid::finish(const Device& d, const char* side) {
@@ -127,16 +125,14 @@ Status RouteGid::step(const Device& d, const sockaddr_storage& peer, int budget_
     }
     timeout_ms_ = std::max(1, std::min(budget_ms, kRouteGidTimeoutMs));
     deadline_ = Clock::now() + std::chrono::milliseconds(timeout_ms_);
-    channel_ = rdma_create_event_channel();
-    if (channel_ == nullptr) {
-      facts_.failure =
-          std::string("rdma_cm unavailable (`modprobe rdma_ucm`?): ") + std::strerror(errno);
+    auto m = CmMailbox::open();
+    if (!m.is_ok()) {
+      facts_.failure = "rdma_cm unavailable: " + m.status().message();
       finish(d, side);
       return Status::ok();
     }
-    const int flags = fcntl(channel_->fd, F_GETFL);
-    if (flags < 0 || fcntl(channel_->fd, F_SETFL, flags | O_NONBLOCK) != 0 ||
-        rdma_create_id(channel_, &id_, nullptr, RDMA_PS_TCP) != 0) {
+    mailbox_ = std::move(m).value();
+    if (rdma_create_id(mailbox_->channel(), &id_, mailbox_->context(), RDMA_PS_TCP) != 0) {
       id_ = nullptr;
       facts_.failure = std::string("rdma_cm id: ") + std::strerror(errno);
       finish(d, side);
@@ -150,21 +146,20 @@ Status RouteGid::step(const Device& d, const sockaddr_storage& peer, int budget_
     }
   }
   for (;;) {
-    rdma_cm_event* ev = nullptr;
-    if (rdma_get_cm_event(channel_, &ev) != 0) {
-      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-        facts_.failure = std::string("rdma_get_cm_event: ") + std::strerror(errno);
-        break;
-      }
+    CmEvent e;
+    auto got = mailbox_->next(&e);
+    if (!got.is_ok()) {
+      facts_.failure = got.status().message();
+      break;
+    }
+    if (!got.value()) {
       if (Clock::now() > deadline_) {
         facts_.failure = "no rdma_cm answer within " + std::to_string(timeout_ms_) + " ms";
         break;
       }
       return Status::again();
     }
-    const rdma_cm_event e = *ev;
-    rdma_ack_cm_event(ev);
-    if (e.event == RDMA_CM_EVENT_ADDR_RESOLVED) {
+    if (e.type == RDMA_CM_EVENT_ADDR_RESOLVED) {
       const char* name = id_->verbs ? ibv_get_device_name(id_->verbs->device) : "(no device)";
       if (id_->verbs == nullptr || d.adapter->name != name || id_->port_num != d.port) {
         facts_.failure = "it goes through " + std::string(name) + ":" +
@@ -177,7 +172,7 @@ Status RouteGid::step(const Device& d, const sockaddr_storage& peer, int budget_
       }
       continue;
     }
-    if (e.event == RDMA_CM_EVENT_ROUTE_RESOLVED) {
+    if (e.type == RDMA_CM_EVENT_ROUTE_RESOLVED) {
       GidBytes g{};
       if (id_->route.num_paths > 0 && id_->route.path_rec != nullptr)
         std::copy(std::begin(id_->route.path_rec[0].sgid.raw),

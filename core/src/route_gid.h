@@ -1,17 +1,20 @@
 // SLUICE_CM=oob: the GID of a connection checked against the IP route to the peer (the choice is
-// pure logic in sluice/core/gid_route.h). Resolving runs on a private rdma_cm event channel whose
-// fd is O_NONBLOCK, stepped from NCCL's polled connect/accept: no thread blocks, and it ends within
-// kRouteGidTimeoutMs or the caller's own bound, whichever is sooner. Whatever goes wrong only falls
-// back to the table's guess (logged); it never fails the connection.
+// pure logic in sluice/core/gid_route.h). Resolving runs on a mailbox of the process's rdma_cm
+// event channel (cm_channel.h), whose fd is O_NONBLOCK, stepped from NCCL's polled connect/accept:
+// no thread blocks, and it ends within kRouteGidTimeoutMs or the caller's own bound, whichever is
+// sooner. Whatever goes wrong only falls back to the table's guess (logged); it never fails the
+// connection.
 #pragma once
 
 #include <rdma/rdma_cma.h>
 #include <sys/socket.h>
 
 #include <chrono>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "cm_channel.h"
 #include "comm.h"
 #include "sluice/core/cm_choice.h"
 #include "sluice/core/gid_route.h"
@@ -53,7 +56,7 @@ class RouteGid {
   void finish(const Device& d, const char* side);
   void release();
 
-  rdma_event_channel* channel_ = nullptr;
+  std::unique_ptr<CmMailbox> mailbox_;
   rdma_cm_id* id_ = nullptr;
   bool started_ = false, decided_ = false;
   std::chrono::steady_clock::time_point deadline_;

@@ -238,7 +238,8 @@ inline int rdma_cm_fd_count() {
 
 // With SLUICE_CM=rdmacm or oob, a connection just set up (one connect, `before`: the counts taken
 // before it) must have used that connection manager: its connect logged that choice once, and with
-// the connection open the process holds at least one rdma_cm event channel (rdmacm) or none (oob).
+// the connection open the process holds its one shared rdma_cm event channel (rdmacm) or none
+// (oob).
 // "" when it did, or when SLUICE_CM is unset or auto (the choice then depends on the host's
 // addresses); else what went wrong.
 inline std::string check_cm_used(const CmCounts& before) {
@@ -253,7 +254,7 @@ inline std::string check_cm_used(const CmCounts& before) {
            " rdmacm and " + std::to_string(oob) + " oob choice(s) of its connection manager";
   }
   const int fds = rdma_cm_fd_count();
-  if (want_rdmacm ? fds < 1 : fds != 0) {
+  if (want_rdmacm ? fds != 1 : fds != 0) {
     return "SLUICE_CM=" + mode + ", but " + std::to_string(fds) +
            " rdma_cm event channel(s) are open with the connection up";
   }
