@@ -66,12 +66,6 @@ const char* cause_of(rdma_cm_event_type ev, int status) {
   }
 }
 
-using Event = CmEvent;
-
-Result<bool> next_event(CmMailbox& m, Event* e) {
-  return m.next(e);
-}
-
 int index_of(const CmLink& l, rdma_cm_id* id) {
   for (int q = 0; q < l.nqps; ++q)
     if (l.ids[q] == id) return q;
@@ -115,7 +109,7 @@ Status modify_qp(const CmLink& l, rdma_cm_id* id, Conn& c, int q, ibv_qp_state s
   return Status::ok();
 }
 
-Status event_error(const Event& e, const std::string& what) {
+Status event_error(const CmEvent& e, const std::string& what) {
   return Status(Code::kRemoteError, what + ": " + cm_event_text(e.type, e.status));
 }
 
@@ -186,8 +180,7 @@ Status CmConnector::decide(const Device& d, const sockaddr_storage& listener, in
                                                listener.ss_family, true, d.gid.index);
     const sockaddr_storage* from = nullptr;
     if (src.index >= 0) {
-      from =
-          src.kept ? &engine()->oob_interface().addr : &addrs[static_cast<size_t>(src.index)].addr;
+      from = &src.addr;
       facts.local_addr = address_to_string(*from);
     } else {
       SLUICE_INFO(kSubNet, "%s: resolving %s with rdma_cm from no bound source: %s", d.name.c_str(),
@@ -245,9 +238,9 @@ Status cm_resolve_start(CmLink& l, const sockaddr_storage* src, const sockaddr_s
 
 Status cm_resolve_poll(CmLink& l, const Device& d, int timeout_ms, CmFacts::Route* route,
                        std::string* detail) {
-  Event e;
+  CmEvent e;
   for (;;) {
-    auto got = next_event(*l.mailbox, &e);
+    auto got = l.mailbox->next(&e);
     if (!got.is_ok()) return got.status();
     if (!got.value()) return Status::again();
     const int q = index_of(l, e.id);
@@ -305,9 +298,9 @@ Status cm_connect_start(CmLink& l, Conn& c, const wire::Meta& local, uint64_t no
 }
 
 Status cm_connect_poll(CmLink& l, Conn& c) {
-  Event e;
+  CmEvent e;
   for (;;) {
-    auto got = next_event(*l.mailbox, &e);
+    auto got = l.mailbox->next(&e);
     if (!got.is_ok()) return got.status();
     if (!got.value()) return Status::again();
     const int q = index_of(l, e.id);
@@ -377,9 +370,9 @@ CmListener::~CmListener() {
 
 Status cm_listener_poll(CmListener& l, uint64_t nonce, const std::string& where,
                         const CmFind& find) {
-  Event e;
+  CmEvent e;
   for (;;) {
-    auto got = next_event(*l.mailbox, &e);
+    auto got = l.mailbox->next(&e);
     if (!got.is_ok()) return got.status().with_context("rdma_cm listener on " + where);
     if (!got.value()) return Status::ok();
     if (e.type != RDMA_CM_EVENT_CONNECT_REQUEST) {
@@ -437,9 +430,9 @@ Status cm_accept_prepare(std::unique_ptr<CmLink>* out, int nqps, uint8_t tc, uin
 
 Status cm_accept_poll(CmLink& l, Conn& c) {
   if (!l.failure.is_ok()) return l.failure;
-  Event e;
+  CmEvent e;
   for (;;) {
-    auto got = next_event(*l.mailbox, &e);
+    auto got = l.mailbox->next(&e);
     if (!got.is_ok()) return got.status();
     if (!got.value()) return l.done == l.nqps ? Status::ok() : Status::again();
     const int q = index_of(l, e.id);

@@ -132,11 +132,8 @@ int port_speed_mbps(uint8_t active_speed, uint8_t active_width) {
 }
 
 std::string gid_type_text(const std::string& dev, int port, int index) {
-  std::ifstream f("/sys/class/infiniband/" + dev + "/ports/" + std::to_string(port) +
-                  "/gid_attrs/types/" + std::to_string(index));
-  std::string s;
-  if (!f || !std::getline(f, s)) return "";
-  return s;
+  return read_line("/sys/class/infiniband/" + dev + "/ports/" + std::to_string(port) +
+                   "/gid_attrs/types/" + std::to_string(index));
 }
 
 int roce_version_of(const std::string& t) {

@@ -198,7 +198,7 @@ Status listen(int dev, void* handle, ListenComm** out) {
     if (pick.index < 0) {
       why = pick.reason;
     } else {
-      cm_sa = pick.kept ? sa : addrs[static_cast<size_t>(pick.index)].addr;
+      cm_sa = pick.addr;
       l->cm = CmListener::create(*d, cm_sa, &why);
     }
     if (!l->cm && knob == CmMode::kRdmacm)

@@ -375,8 +375,10 @@ bool same_address(const sockaddr_storage& a, const sockaddr_storage& b) {
                      &reinterpret_cast<const sockaddr_in6*>(&b)->sin6_addr, 16) == 0;
 }
 
-CmAddrChoice choose_cm_address(const std::vector<PortAddr>& addrs, const sockaddr_storage& keep,
-                               int family, bool strict, int gid_index) {
+namespace {
+
+CmAddrChoice pick_cm_address(const std::vector<PortAddr>& addrs, const sockaddr_storage& keep,
+                             int family, bool strict, int gid_index) {
   const int n = static_cast<int>(addrs.size());
   for (int i = 0; i < n; ++i) {
     if (keep.ss_family == family && same_address(addrs[i].addr, keep))
@@ -404,6 +406,15 @@ CmAddrChoice choose_cm_address(const std::vector<PortAddr>& addrs, const sockadd
   }
   if (strict) return {-1, false, "this port has no " + fam + " address"};
   return {other, false, "this port's first address (it has no " + fam + " address)"};
+}
+
+}  // namespace
+
+CmAddrChoice choose_cm_address(const std::vector<PortAddr>& addrs, const sockaddr_storage& keep,
+                               int family, bool strict, int gid_index) {
+  CmAddrChoice c = pick_cm_address(addrs, keep, family, strict, gid_index);
+  if (c.index >= 0) c.addr = c.kept ? keep : addrs[static_cast<size_t>(c.index)].addr;
+  return c;
 }
 
 }  // namespace sluice

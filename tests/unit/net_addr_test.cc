@@ -450,6 +450,7 @@ TEST(ChooseCmAddress, ElseThePortsOwnAddressOfTheSameFamilyChosenGidFirst) {
                                        port_addr("10.78.0.1", 3)};
   CmAddrChoice c = choose_cm_address(addrs, ip("192.168.1.5"), AF_INET, false, 3);
   EXPECT_EQ(c.index, 2) << c.reason;
+  EXPECT_EQ(address_to_string(c.addr), "10.78.0.1");  // what to bind: the port's own address
   EXPECT_NE(c.reason.find("GID index 3"), std::string::npos) << c.reason;
   c = choose_cm_address(addrs, ip("192.168.1.5"), AF_INET, false, 1);  // chosen GID is IPv6
   EXPECT_EQ(c.index, 1) << c.reason;
@@ -479,6 +480,8 @@ TEST(ChooseCmAddress, LinkLocalOnlyWhenItIsTheOutOfBandAddress) {
   CmAddrChoice c = choose_cm_address(addrs, oob, AF_INET6, false, 0);
   EXPECT_EQ(c.index, 0) << c.reason;
   EXPECT_TRUE(c.kept);
+  // What to bind is the out-of-band address itself, with its scope id (the GID has none).
+  EXPECT_EQ(reinterpret_cast<const sockaddr_in6*>(&c.addr)->sin6_scope_id, 4u);
   // Another out-of-band address: a link-local GID has no scope and is never picked.
   c = choose_cm_address(addrs, ip("fe80::2"), AF_INET6, false, 0);
   EXPECT_EQ(c.index, -1) << c.reason;

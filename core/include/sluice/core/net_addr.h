@@ -88,18 +88,18 @@ struct PortAddr {
 };
 
 struct CmAddrChoice {
-  int index = -1;      // into the port's addresses; -1 = none fits
-  bool kept = false;   // it is `keep`: bind `keep` itself (it has the IPv6 scope a GID lacks)
-  std::string reason;  // why this one (INFO), or why none
+  int index = -1;           // into the port's addresses; -1 = none fits
+  bool kept = false;        // it is `keep`: bind `keep` itself (it has the IPv6 scope a GID lacks)
+  std::string reason;       // why this one (INFO), or why none
+  sockaddr_storage addr{};  // what to bind: `keep` when kept, else addrs[index]; port 0
 };
 
 // The address of a port (`addrs`, port_addresses order) that rdma_cm binds for it: the listener's
 // rdma_cm listener, or a connector's source. `keep` itself when it is one of them and of `family`
-// (the listener's
-// out-of-band address on its own device: the address it always used; link-local too); else one of
-// `family`, the address of GID `gid_index` (the port's chosen GID) first, else the first; else,
-// unless `strict`, the first address of another family; never a link-local one. None when nothing
-// fits.
+// (the listener's out-of-band address on its own device: the address it always used; link-local
+// too); else one of `family`, the address of GID `gid_index` (the port's chosen GID) first, else
+// the first; else, unless `strict`, the first address of another family; never a link-local one.
+// None when nothing fits.
 CmAddrChoice choose_cm_address(const std::vector<PortAddr>& addrs, const sockaddr_storage& keep,
                                int family, bool strict, int gid_index);
 
