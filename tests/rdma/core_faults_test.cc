@@ -199,6 +199,21 @@ class CtsRewrite : public CoreFaults, public ::testing::WithParamInterface<BadCa
 INSTANTIATE_TEST_SUITE_P(Faults, CtsRewrite, ::testing::ValuesIn(bad_cases()),
                          [](const ::testing::TestParamInfo<BadCase>& i) { return i.param.name; });
 
+// A signaled RDMA WRITE on the receive comm's QP 0 into the sender's FIFO at `offset`, with the
+// FIFO's rkey: of `sge` (nullptr: zero bytes). The ibv_post_send result.
+int post_fifo_write(RecvComm* r, uint64_t wr_id, ibv_sge* sge, size_t offset = 0) {
+  ibv_send_wr w{};
+  w.wr_id = wr_id;
+  w.sg_list = sge;
+  w.num_sge = sge != nullptr ? 1 : 0;
+  w.opcode = IBV_WR_RDMA_WRITE;
+  w.send_flags = IBV_SEND_SIGNALED;
+  w.wr.rdma.remote_addr = r->remote_fifo + offset;
+  w.wr.rdma.rkey = r->remote_fifo_rkey;
+  ibv_send_wr* bad = nullptr;
+  return ibv_post_send(r->c.qps[0].get(), &w, &bad);
+}
+
 // The misbehaving peer's RDMA WRITE of n entries into the sender's FIFO from entry `first` of slot
 // 0: posted on the receive comm's QP 0 (slot 0's clear-to-send goes there, so on RC this WRITE
 // lands after the receiver's own), from `stage` (registered on the receive comm, mh), to the
@@ -210,16 +225,7 @@ constexpr uint64_t kPeerWrId = 0x7065657277726974ull;  // "peerwrit"
                                             int first, const wire::CtsEntry* e, int n) {
   std::memcpy(stage, e, n * sizeof(wire::CtsEntry));
   ibv_sge sge{reinterpret_cast<uintptr_t>(stage), static_cast<uint32_t>(n * sizeof(*e)), mh->lkey};
-  ibv_send_wr w{};
-  w.wr_id = kPeerWrId;
-  w.sg_list = &sge;
-  w.num_sge = 1;
-  w.opcode = IBV_WR_RDMA_WRITE;
-  w.send_flags = IBV_SEND_SIGNALED;
-  w.wr.rdma.remote_addr = r->remote_fifo + first * sizeof(wire::CtsEntry);
-  w.wr.rdma.rkey = r->remote_fifo_rkey;
-  ibv_send_wr* bad = nullptr;
-  if (int rc = ibv_post_send(r->c.qps[0].get(), &w, &bad); rc != 0)
+  if (int rc = post_fifo_write(r, kPeerWrId, &sge, first * sizeof(wire::CtsEntry)); rc != 0)
     return ::testing::AssertionFailure() << "ibv_post_send of the peer's write: " << rc;
   const auto t0 = Clock::now();
   while (ms_since(t0) < 10000) {
@@ -575,14 +581,8 @@ TEST_F(CoreFaults, CqErrorEventFailsTheCommThatOwnsTheCq) {
   } else {
     std::printf("the receive comm's CQ now holds %d entries\n", r->c.cq.get()->cqe);
     for (int i = 0; i < 4; ++i) {
-      ibv_send_wr w{};
-      w.wr_id = dp::kWrCts;  // as if a signaled clear-to-send write covering none: harmless
-      w.opcode = IBV_WR_RDMA_WRITE;
-      w.send_flags = IBV_SEND_SIGNALED;
-      w.wr.rdma.remote_addr = r->remote_fifo;
-      w.wr.rdma.rkey = r->remote_fifo_rkey;
-      ibv_send_wr* bad = nullptr;
-      ASSERT_EQ(ibv_post_send(r->c.qps[0].get(), &w, &bad), 0);
+      // wr_id: as if a signaled clear-to-send write covering none: harmless.
+      ASSERT_EQ(post_fifo_write(r, dp::kWrCts, nullptr), 0);
     }
   }
   std::string reason;
@@ -668,14 +668,8 @@ TEST_F(CoreFaults, ACompletionWithAForeignWrIdFailsTheComm) {
   SendComm* s = nullptr;
   RecvComm* r = nullptr;
   ASSERT_NO_FATAL_FAILURE(open_pair(&s, &r));
-  ibv_send_wr w{};
-  w.wr_id = kPeerWrId;  // has the clear-to-send bit set, and a QP index far out of range
-  w.opcode = IBV_WR_RDMA_WRITE;
-  w.send_flags = IBV_SEND_SIGNALED;
-  w.wr.rdma.remote_addr = r->remote_fifo;
-  w.wr.rdma.rkey = r->remote_fifo_rkey;
-  ibv_send_wr* bad = nullptr;
-  ASSERT_EQ(ibv_post_send(r->c.qps[0].get(), &w, &bad), 0);
+  // kPeerWrId has the clear-to-send bit set, and a QP index far out of range.
+  ASSERT_EQ(post_fifo_write(r, kPeerWrId, nullptr), 0);
   Status st;
   {
     rdmatest::ExpectWarns expected;
