@@ -93,8 +93,18 @@ struct StatCell {
 };
 struct CommCounters {
   StatCell messages, wrs, doorbells, cts_writes, cts_entries;
-  StatCell cts_probes;  // the watchdog's zero-length CTS probes (progress.h), also in wrs
+  StatCell cts_probes;   // the watchdog's zero-length CTS probes (progress.h), also in wrs
+  StatCell bytes;        // payload posted (send comm) / received (receive comm)
+  StatCell completions;  // completions polled from the comm's CQ
+  StatCell latency[kLatencyBuckets];  // post -> completion (api.h MemberStats::latency)
+  void add_latency(int64_t ns) {
+    const uint64_t v = ns > 0 ? static_cast<uint64_t>(ns) : 0;
+    const int b = v < 2 ? 0 : 63 - __builtin_clzll(v);
+    latency[b < kLatencyBuckets ? b : kLatencyBuckets - 1].add(1);
+  }
 };
+// The clock of the post-to-completion histogram (steady clock, ns).
+int64_t stat_clock_ns();
 
 struct CommBase {
   explicit CommBase(CommKind k) : kind(k) {}
@@ -125,6 +135,12 @@ struct SendReq : Request {
   const char* data = nullptr;
   size_t size = 0;
   uint16_t group[wire::kEntriesPerSlot] = {};  // leader: pool indexes of the group's members
+  int64_t posted_ns = 0;                       // leader: when the group's chains were posted
+  // Profiler events (wr_events.h): the caller's parent handle; per lane, the event of this
+  // message's data WRITE and (leader of a group) of the separate closing WRITE_WITH_IMM.
+  void* parent = nullptr;
+  void* ev[wire::kMaxQps] = {};
+  void* close_ev[wire::kMaxQps] = {};
 };
 
 struct RecvReq : Request {
@@ -135,6 +151,10 @@ struct RecvReq : Request {
   size_t posted[wire::kEntriesPerSlot] = {};    // capacity of each buffer
   size_t received[wire::kEntriesPerSlot] = {};  // bytes that arrived
   int tags[wire::kEntriesPerSlot] = {};
+  int64_t posted_ns = 0;  // when its clear-to-send write was posted
+  // Profiler events (wr_events.h): each buffer's parent handle and its clear-to-send event.
+  void* parents[wire::kEntriesPerSlot] = {};
+  void* cts_ev[wire::kEntriesPerSlot] = {};
 };
 
 // SLUICE_CM=rdmacm: the rdma_cm ids of a connection's QPs (cm_rdmacm.h).
@@ -159,6 +179,7 @@ struct Conn {
   uint32_t max_inline = 0;
   bool split = false;  // NCCL_IB_SPLIT_DATA_ON_QPS of the connector (both ends follow it)
   CommCounters stats;
+  ProfilerHook prof;  // attached profiler (wr_events.h); prof.start == nullptr: none
   // Receive WRs posted on each QP and not yet completed (recv.cc), for the drain at close.
   uint32_t rq_outstanding[wire::kMaxQps] = {};
   // What the owner had in flight when it closed (set by close_send/close_recv): named by the WARN

@@ -142,6 +142,9 @@ const std::vector<Param>& table() {
      .field = &Config::progress_timeout_ms, .min = 0, .max = 86400000,
      .doc = "Progress watchdog: a comm whose posted send-side work has had no completion on a "
             "QP for this long fails; 0 = derive from NCCL_IB_TIMEOUT and NCCL_IB_RETRY_CNT"},
+    {.name = "SLUICE_PROFILER_EVENTS", .type = Type::kBool, .field = &Config::profiler_events,
+     .doc = "Start and stop a NET/IB-style profiler event for each work request that carries a "
+            "message, whenever NCCL passes a profiler callback to init (v10+); 0 = never call it"},
     {.name = "SLUICE_CM", .type = Type::kEnum, .field = &Config::cm_mode,
      .choices = {{"auto", 0}, {"oob", 1}, {"rdmacm", 2}}, .default_text = "auto",
      .doc = "Connection manager: oob = TCP handshake and manual QP bring-up; rdmacm = QPs "

@@ -18,6 +18,7 @@
 #include "flush.h"
 #include "sluice/core/log.h"
 #include "sluice/core/qp.h"
+#include "wr_events.h"
 
 namespace sluice {
 namespace dp {
@@ -216,6 +217,30 @@ Status comm_stats(void* comm, CommStats* out) {
   return Status::ok();
 }
 
+Status comm_stats_v2(void* comm, CommStatsV2* out) {
+  if (out == nullptr) return Status(Code::kInvalidArgument, "commStats: output is NULL");
+  SLUICE_RETURN_IF_ERROR(comm_stats(comm, &out->base));
+  auto* b = static_cast<CommBase*>(comm);
+  const Conn& c =
+      b->kind == CommKind::kSend ? static_cast<SendComm*>(b)->c : static_cast<RecvComm*>(b)->c;
+  out->nmembers = 1;  // one device per comm until devices are fused
+  MemberStats& m = out->members[0];
+  m = MemberStats{};
+  m.dev = c.dev != nullptr ? c.dev->index : -1;
+  m.name = c.dev != nullptr ? c.dev->name.c_str() : nullptr;
+  m.bytes = c.stats.bytes.get();
+  m.wrs = c.stats.wrs.get();
+  m.doorbells = c.stats.doorbells.get();
+  m.completions = c.stats.completions.get();
+  for (int i = 0; i < kLatencyBuckets; ++i) m.latency[i] = c.stats.latency[i].get();
+  static_assert(sizeof m.qpn / sizeof m.qpn[0] >= wire::kMaxQps);
+  for (int q = 0; q < c.nqps && !c.retired; ++q) {
+    if (c.qps[q]) m.qpn[m.nqps++] = c.qps[q]->qp_num;
+  }
+  if (b->kind == CommKind::kRecv) out->flush_qpn = flush_stats(*static_cast<RecvComm*>(b)).qpn;
+  return Status::ok();
+}
+
 void retire_comm(Conn& c, const std::string& why) {
   if (c.retired) return;
   if (c.owner->kind == CommKind::kRecv) dp::unregister_recv(*static_cast<RecvComm*>(c.owner));
@@ -231,6 +256,7 @@ void retire_comm(Conn& c, const std::string& why) {
     static_cast<SendComm*>(c.owner)->mem_mr.reset();
   } else {
     auto* r = static_cast<RecvComm*>(c.owner);
+    if (c.prof.start != nullptr) flush_stop_events(*r);
     r->flush.reset();
     r->mem_mr.reset();
   }
@@ -285,6 +311,7 @@ Status close_send(SendComm* s) {
     return Status(Code::kInvalidArgument, "closeSend: not a send comm");
   s->kind = CommKind::kDead;
   dp::log_stats("send", s->c);
+  if (s->c.prof.start != nullptr) dp::prof_close_send(*s);
   uint32_t wrs = 0;
   for (int q = 0; q < s->c.nqps; ++q) wrs += s->sq_used[q];
   if (wrs > 0 || s->free_top < SendComm::kPool) {
@@ -304,6 +331,10 @@ Status close_recv(RecvComm* r) {
   r->kind = CommKind::kDead;
   dp::unregister_recv(*r);  // no other thread's publisher reaches it from here on
   dp::log_stats("receive", r->c);
+  if (r->c.prof.start != nullptr) {
+    std::lock_guard<std::mutex> lk(r->mu);
+    dp::prof_close_recv(*r);
+  }
   int live = 0;
   for (int i = 0; i < wire::kFifoSlots; ++i)
     live += r->pool[i].magic == Request::kMagic && r->pool[i].in_use;

@@ -9,6 +9,7 @@
 
 #include "sluice/core/log.h"
 #include "sluice/core/qp.h"
+#include "wr_events.h"
 
 namespace sluice {
 
@@ -165,6 +166,9 @@ Status flush_post(RecvComm& r, int n, void* const* data, const int* sizes, MemHa
   w.send_flags = IBV_SEND_SIGNALED;
   w.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(data[last]);
   w.wr.rdma.rkey = mh->rkey;
+  req->ev = nullptr;
+  if (r.c.prof.start != nullptr) [[unlikely]]
+    req->ev = dp::prof_flush_start(r, w, f.qp->qp_num, data[last]);
   ibv_send_wr* bad = nullptr;
   if (int rc = ibv_post_send(f.qp.get(), &w, &bad); rc != 0) {
     return fail(r.c, Status(Code::kSystemError, "iflush: ibv_post_send(RDMA READ) on " + f.desc +
@@ -187,9 +191,16 @@ Status flush_test(Request* req, int* done) {
     SLUICE_RETURN_IF_ERROR(poll(r, *r.flush));
     if (!fr->done) return Status::ok();
   }
+  if (r.c.prof.start != nullptr) [[unlikely]]
+    dp::prof_stop(r.c, fr->ev);
   fr->in_use = false;
   *done = 1;
   return Status::ok();
+}
+
+void flush_stop_events(RecvComm& r) {
+  if (!r.flush) return;
+  for (FlushReq& p : r.flush->pool) dp::prof_stop(r.c, p.ev);
 }
 
 FlushStats flush_stats(const RecvComm& r) {
@@ -199,6 +210,7 @@ FlushStats flush_stats(const RecvComm& r) {
   s.reads_posted = r.flush->posted;
   s.reads_completed = r.flush->completed;
   s.bounce = *static_cast<const volatile uint8_t*>(r.flush->bounce.data());
+  s.qpn = r.flush->qp ? r.flush->qp->qp_num : 0;
   return s;
 }
 

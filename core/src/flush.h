@@ -15,6 +15,7 @@ namespace sluice {
 // A flush request. Lives in its Flush's pool.
 struct FlushReq : Request {
   uint16_t index = 0;  // position in the pool (the READ's wr_id)
+  void* ev = nullptr;  // its READ's profiler event (wr_events.h)
 };
 
 // Counters a test can check (never read on the data path).
@@ -23,6 +24,7 @@ struct FlushStats {
   uint64_t reads_posted = 0;
   uint64_t reads_completed = 0;  // READ completions polled from the flush CQ
   uint8_t bounce = 0;            // the byte the last completed READ brought in
+  uint32_t qpn = 0;              // the loopback QP
 };
 
 // Called by iflush after its argument checks. *out = nullptr when nothing needs flushing.
@@ -32,5 +34,7 @@ Status flush_post(RecvComm& r, int n, void* const* data, const int* sizes, MemHa
 Status flush_test(Request* req, int* done);
 
 FlushStats flush_stats(const RecvComm& r);
+// At close: stops the profiler events of flush READs that never completed (wr_events.h).
+void flush_stop_events(RecvComm& r);
 
 }  // namespace sluice

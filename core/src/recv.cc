@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "datapath_internal.h"
+#include "wr_events.h"
 
 namespace sluice {
 namespace dp {
@@ -104,6 +105,8 @@ Status write_cts(RecvComm& r, uint64_t from, uint64_t to) {
     w.send_flags |= IBV_SEND_SIGNALED;
     w.wr_id = kWrCts | (static_cast<uint64_t>(q) << 32) | (r.cts_unsignaled[q] + 1);
   }
+  if (r.c.prof.start != nullptr) [[unlikely]]
+    prof_cts(r, from, to, w, q);
   ibv_send_wr* bad = nullptr;
   if (int rc = ibv_post_send(r.c.qps[q].get(), &w, &bad); rc != 0) {
     return fail(
@@ -112,6 +115,8 @@ Status write_cts(RecvComm& r, uint64_t from, uint64_t to) {
   }
   r.cts_unsignaled[q] = signal ? 0 : r.cts_unsignaled[q] + 1;
   r.cts_tail_from[q] = from;
+  const int64_t t = stat_clock_ns();
+  for (uint64_t k = from; k < to; ++k) r.pool[k % wire::kFifoSlots].posted_ns = t;
   ++r.cts_outstanding[q];
   r.c.stats.wrs.add(1);
   r.c.stats.doorbells.add(1);
@@ -212,6 +217,8 @@ Status poll_recv(RecvComm& r) {
   int n = ibv_poll_cq(r.c.cq.get(), kPollBatch, wc);
   if (n < 0)
     return fail(r.c, Status(Code::kSystemError, "ibv_poll_cq failed on " + r.c.describe_qp(0)));
+  if (n > 0) r.c.stats.completions.add(static_cast<uint64_t>(n));
+  int64_t now = 0;
   for (int k = 0; k < n; ++k) {  // every receive WR polled, whatever its status (close's drain)
     const int q = wc[k].wr_id < wire::kFifoSlots ? qp_index(r.c, wc[k].qp_num) : -1;
     if (q >= 0 && r.c.rq_outstanding[q] > 0) --r.c.rq_outstanding[q];
@@ -250,6 +257,13 @@ Status poll_recv(RecvComm& r) {
     ++r.completed;
     r.completed_hi = std::max(r.completed_hi, req.seq + 1);
     r.c.stats.messages.add(1);
+    size_t got = 0;
+    for (int i = 0; i < req.n; ++i) got += req.received[i];
+    r.c.stats.bytes.add(got);
+    if (now == 0) now = stat_clock_ns();
+    r.c.stats.add_latency(now - req.posted_ns);
+    if (r.c.prof.start != nullptr) [[unlikely]]
+      prof_recv_done(r, req);
   }
   return Status::ok();
 }
@@ -257,7 +271,7 @@ Status poll_recv(RecvComm& r) {
 }  // namespace dp
 
 Status irecv(RecvComm* r, int n, void* const* data, const size_t* sizes, const int* tags,
-             MemHandle* const* mhs, Request** out) {
+             MemHandle* const* mhs, Request** out, void* const* parents) {
   *out = nullptr;
   if (r == nullptr || r->kind != CommKind::kRecv)
     return Status(Code::kInvalidArgument, "irecv: not a receive comm");
@@ -294,6 +308,8 @@ Status irecv(RecvComm* r, int n, void* const* data, const size_t* sizes, const i
   req.n = static_cast<uint8_t>(n);
   req.pending = static_cast<uint8_t>(cts::lanes(r->c.split, r->c.nqps));
   req.seq = seq;
+  if (r->c.prof.start != nullptr) [[unlikely]]
+    dp::prof_recv_posted(req, n, parents);
   wire::CtsEntry* e = &r->stage[slot * wire::kEntriesPerSlot];
   for (int i = 0; i < n; ++i) {
     req.posted[i] = sizes[i];

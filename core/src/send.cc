@@ -13,6 +13,7 @@
 #include <new>
 
 #include "datapath_internal.h"
+#include "wr_events.h"
 
 namespace sluice {
 namespace dp {
@@ -45,7 +46,13 @@ Status post_group(SendComm& s) {
   SendReq* leader = s.slot_reqs[0];
   leader->pending = static_cast<uint8_t>(nlanes);
   leader->group_n = static_cast<uint8_t>(nreqs);
-  for (int i = 0; i < nreqs; ++i) leader->group[i] = s.slot_reqs[i]->index;
+  size_t bytes = 0;
+  for (int i = 0; i < nreqs; ++i) {
+    leader->group[i] = s.slot_reqs[i]->index;
+    bytes += s.slot_reqs[i]->size;
+  }
+  leader->posted_ns = stat_clock_ns();
+  s.c.stats.bytes.add(bytes);
   if (nreqs > 1) {
     wire::DoneRecord& r = s.records[slot];
     for (int i = 0; i < wire::kEntriesPerSlot; ++i)
@@ -101,6 +108,8 @@ Status post_group(SendComm& s) {
     close->opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
     close->send_flags = IBV_SEND_SIGNALED;
     close->wr_id = leader->index;
+    if (s.c.prof.start != nullptr) [[unlikely]]
+      prof_send_chain(s, lane, q, wrs, nw);
     if (Status st = post_chain(s, q, wrs, nw); !st.is_ok()) return fail(s.c, st);
   }
   for (int i = 0; i < nreqs; ++i) s.slot_reqs[i]->posted = true;
@@ -170,7 +179,8 @@ Status reject_send(SendComm& s, int index, size_t size, int tag, uint32_t why) {
   return fail(s.c, Status(Code::kInvalidUsage, std::move(m)));
 }
 
-Status isend_impl(SendComm* s, void* data, size_t size, int tag, MemHandle* mh, Request** out) {
+Status isend_impl(SendComm* s, void* data, size_t size, int tag, MemHandle* mh, void* parent,
+                  Request** out) {
   SLUICE_RETURN_IF_ERROR(check_device(s->c));
   // Over maxP2pBytes: refused whole (nothing is read), so the buffer is not looked at; the receive
   // it matches is told once its clear-to-send arrived.
@@ -220,6 +230,7 @@ Status isend_impl(SendComm* s, void* data, size_t size, int tag, MemHandle* mh, 
   r->data = static_cast<const char*>(data);
   r->size = size;
   r->lkey = size > 0 ? mh->lkey : 0;
+  r->parent = parent;
   s->slot_reqs[idx] = r;
   s->matched |= static_cast<uint8_t>(1u << idx);
   s->c.stats.messages.add(1);
@@ -236,6 +247,8 @@ Status poll_send(SendComm& s) {
   if (n < 0)
     return fail(s.c, Status(Code::kSystemError, "ibv_poll_cq failed on " + s.c.describe_qp(0)));
   const int nlanes = cts::lanes(s.c.split, s.c.nqps);
+  if (n > 0) s.c.stats.completions.add(static_cast<uint64_t>(n));
+  int64_t now = 0;
   for (int k = 0; k < n; ++k) {
     if (wc[k].status != IBV_WC_SUCCESS) return fail(s.c, completion_error(s.c, wc[k], "send"));
     if (wc[k].wr_id & kWrUnsignaled) continue;
@@ -256,8 +269,12 @@ Status poll_send(SendComm& s) {
       size_t sizes[wire::kEntriesPerSlot];
       for (int i = 0; i < leader->group_n; ++i) sizes[i] = s.pool[leader->group[i]].size;
       s.sq_used[q] -= cts::group_wrs(sizes, leader->group_n, s.c.split ? q : 0, nlanes);
+      if (s.c.prof.start != nullptr) [[unlikely]]
+        prof_send_done(s, *leader, s.c.split ? q : 0);
     }
     if (--leader->pending == 0) {
+      if (now == 0) now = stat_clock_ns();
+      s.c.stats.add_latency(now - leader->posted_ns);
       for (int i = 0; i < leader->group_n; ++i) s.pool[leader->group[i]].done = true;
     }
   }
@@ -266,11 +283,12 @@ Status poll_send(SendComm& s) {
 
 }  // namespace dp
 
-Status isend(SendComm* s, void* data, size_t size, int tag, MemHandle* mh, Request** out) {
+Status isend(SendComm* s, void* data, size_t size, int tag, MemHandle* mh, Request** out,
+             void* parent) {
   *out = nullptr;
   if (s == nullptr || s->kind != CommKind::kSend)
     return Status(Code::kInvalidArgument, "isend: not a send comm");
-  Status st = dp::isend_impl(s, data, size, tag, mh, out);
+  Status st = dp::isend_impl(s, data, size, tag, mh, parent, out);
   // A receive posted before this send is published after the send's data went out.
   dp::publish_all();
   return st;

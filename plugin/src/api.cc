@@ -7,6 +7,7 @@
 #include <cstdarg>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <deque>
 #include <exception>
 #include <memory>
@@ -17,6 +18,7 @@
 #include <unordered_set>
 
 #include "placement.h"
+#include "profiler.h"
 #include "sluice/core/api.h"
 #include "sluice/core/log.h"
 #include "sluice/core/status.h"
@@ -38,7 +40,7 @@ static_assert(kMaxTransferBytes == wire::kMaxMessageBytes, "core refuses larger 
 struct CommCtx {
   uint64_t comm_id = 0;
   CommConfig config;                          // trafficClass from ncclNetCommConfig
-  ncclProfilerCallback_t profiler = nullptr;  // kept for a later issue; never called yet
+  ncclProfilerCallback_t profiler = nullptr;  // NCCL's profiler callback (profiler.h)
 };
 
 // Guards the lifecycle bookkeeping below (init/finalize/ctx lookups run on control paths only).
@@ -241,7 +243,7 @@ void release_engine() {
 }
 
 // Looks a v11/v12 ctx up among the live ones and copies its config out.
-Status lookup_ctx(void* ctx, CommConfig* config) {
+Status lookup_ctx(void* ctx, CommConfig* config, ncclProfilerCallback_t* profiler = nullptr) {
   if (ctx == nullptr) return invalid("ctx is NULL (init did not succeed?)");
   std::lock_guard<std::mutex> lock(g_mu);
   auto* c = static_cast<CommCtx*>(ctx);
@@ -249,11 +251,12 @@ Status lookup_ctx(void* ctx, CommConfig* config) {
     return invalid("unknown ctx (not returned by init, or already finalized)");
   }
   *config = c->config;
+  if (profiler != nullptr) *profiler = c->profiler;
   return Status::ok();
 }
 
 Status connect_impl(int dev, const CommConfig& config, void* handle, void** send_comm,
-                    ncclNetDeviceHandle_v11_t** dev_comm) {
+                    ncclNetDeviceHandle_v11_t** dev_comm, ncclProfilerCallback_t profiler) {
   if (send_comm == nullptr) return invalid("sendComm is NULL");
   *send_comm = nullptr;
   // HOST plugin: no device-side handle. NCCL passes a pointer to NULL, or NULL itself.
@@ -264,11 +267,15 @@ Status connect_impl(int dev, const CommConfig& config, void* handle, void** send
   Status st = sluice::connect(dev, handle, config, &comm);
   if (st.is_again()) return Status::ok();  // still connecting: *sendComm stays NULL
   SLUICE_RETURN_IF_ERROR(st);
+  if (Status p = attach_profiler(comm, profiler); !p.is_ok()) {
+    (void)sluice::close_send(comm);
+    return p;
+  }
   *send_comm = comm;
   return Status::ok();
 }
 
-Status listen_impl(int dev, void* handle, void** listen_comm) {
+Status listen_impl(int dev, void* handle, void** listen_comm, ncclProfilerCallback_t profiler) {
   if (listen_comm == nullptr) return invalid("listenComm is NULL");
   *listen_comm = nullptr;
   if (handle == nullptr) return invalid("handle is NULL");
@@ -276,12 +283,13 @@ Status listen_impl(int dev, void* handle, void** listen_comm) {
   ListenComm* comm = nullptr;
   SLUICE_RETURN_IF_ERROR(sluice::listen(dev, handle, &comm));
   if (comm == nullptr) return Status(Code::kInternalError, "listen returned no comm");
+  remember_listen(comm, profiler);
   *listen_comm = comm;
   return Status::ok();
 }
 
 Status irecv_impl(void* recv_comm, int n, void** data, const size_t* sizes, const int* tags,
-                  void** mhandles, void** request) {
+                  void** mhandles, void** phandles, void** request) {
   if (recv_comm == nullptr) return invalid("recvComm is NULL");
   SLUICE_RETURN_IF_ERROR(check_n(n));
   if (data == nullptr || tags == nullptr || mhandles == nullptr) {
@@ -295,7 +303,8 @@ Status irecv_impl(void* recv_comm, int n, void** data, const size_t* sizes, cons
     }
   }
   Request* req = nullptr;
-  Status st = sluice::irecv(static_cast<RecvComm*>(recv_comm), n, data, sizes, tags, mhs, &req);
+  Status st =
+      sluice::irecv(static_cast<RecvComm*>(recv_comm), n, data, sizes, tags, mhs, &req, phandles);
   if (st.is_again()) return Status::ok();  // cannot post yet: *request stays NULL
   SLUICE_RETURN_IF_ERROR(st);
   *request = req;
@@ -328,8 +337,9 @@ ncclResult_t init_comm(void** ctx, uint64_t comm_id, const ncclNetCommConfig_v11
   });
 }
 
-ncclResult_t init_process(ncclDebugLogger_t logger, ncclProfilerCallback_t /*profiler*/) noexcept {
+ncclResult_t init_process(ncclDebugLogger_t logger, ncclProfilerCallback_t profiler) noexcept {
   install_logger(logger);
+  set_process_profiler(profiler);
   return guard("init", [&]() -> Status {
     std::lock_guard<std::mutex> lock(g_mu);
     if (g_process_init) return Status::ok();
@@ -411,13 +421,16 @@ ncclResult_t listen_ctx(void* ctx, int dev, void* handle, void** listen_comm) no
   return guard("listen", [&]() -> Status {
     if (listen_comm != nullptr) *listen_comm = nullptr;
     CommConfig unused;
-    SLUICE_RETURN_IF_ERROR(lookup_ctx(ctx, &unused));
-    return listen_impl(dev, handle, listen_comm);
+    ncclProfilerCallback_t profiler = nullptr;
+    SLUICE_RETURN_IF_ERROR(lookup_ctx(ctx, &unused, &profiler));
+    return listen_impl(dev, handle, listen_comm, profiler);
   });
 }
 
 ncclResult_t listen(int dev, void* handle, void** listen_comm) noexcept {
-  return guard("listen", [&]() -> Status { return listen_impl(dev, handle, listen_comm); });
+  return guard("listen", [&]() -> Status {
+    return listen_impl(dev, handle, listen_comm, process_profiler());
+  });
 }
 
 ncclResult_t connect_ctx(void* ctx, int dev, void* handle, void** send_comm,
@@ -425,8 +438,9 @@ ncclResult_t connect_ctx(void* ctx, int dev, void* handle, void** send_comm,
   return guard("connect", [&]() -> Status {
     if (send_comm != nullptr) *send_comm = nullptr;
     CommConfig config;
-    SLUICE_RETURN_IF_ERROR(lookup_ctx(ctx, &config));
-    return connect_impl(dev, config, handle, send_comm, send_dev_comm);
+    ncclProfilerCallback_t profiler = nullptr;
+    SLUICE_RETURN_IF_ERROR(lookup_ctx(ctx, &config, &profiler));
+    return connect_impl(dev, config, handle, send_comm, send_dev_comm, profiler);
   });
 }
 
@@ -435,7 +449,7 @@ ncclResult_t connect_config(int dev, const ncclNetCommConfig_v10_t* config, void
   return guard("connect", [&]() -> Status {
     CommConfig cfg;
     if (config != nullptr) cfg.traffic_class = config->trafficClass;
-    return connect_impl(dev, cfg, handle, send_comm, send_dev_comm);
+    return connect_impl(dev, cfg, handle, send_comm, send_dev_comm, process_profiler());
   });
 }
 
@@ -450,6 +464,10 @@ ncclResult_t accept(void* listen_comm, void** recv_comm,
     Status st = sluice::accept(static_cast<ListenComm*>(listen_comm), &comm);
     if (st.is_again()) return Status::ok();  // still accepting: *recvComm stays NULL
     SLUICE_RETURN_IF_ERROR(st);
+    if (Status p = attach_profiler(comm, listen_profiler(listen_comm)); !p.is_ok()) {
+      (void)sluice::close_recv(comm);
+      return p;
+    }
     *recv_comm = comm;
     return Status::ok();
   });
@@ -504,6 +522,11 @@ ncclResult_t dereg_mr(void* comm, void* mhandle) noexcept {
 
 ncclResult_t isend(void* send_comm, void* data, size_t size, int tag, void* mhandle,
                    void** request) noexcept {
+  return isend_p(send_comm, data, size, tag, mhandle, nullptr, request);
+}
+
+ncclResult_t isend_p(void* send_comm, void* data, size_t size, int tag, void* mhandle,
+                     void* phandle, void** request) noexcept {
   return guard("isend", [&]() -> Status {
     if (request == nullptr) return invalid("request is NULL");
     *request = nullptr;
@@ -512,7 +535,7 @@ ncclResult_t isend(void* send_comm, void* data, size_t size, int tag, void* mhan
     if (data == nullptr && size > 0) return invalid("data is NULL");
     Request* req = nullptr;
     Status st = sluice::isend(static_cast<SendComm*>(send_comm), data, size, tag,
-                              static_cast<MemHandle*>(mhandle), &req);
+                              static_cast<MemHandle*>(mhandle), &req, phandle);
     if (st.is_again()) return Status::ok();  // no credit yet: *request stays NULL
     SLUICE_RETURN_IF_ERROR(st);
     *request = req;
@@ -531,11 +554,16 @@ ncclResult_t isend_int(void* send_comm, void* data, int size, int tag, void* mha
 
 ncclResult_t irecv(void* recv_comm, int n, void** data, const size_t* sizes, const int* tags,
                    void** mhandles, void** request) noexcept {
+  return irecv_p(recv_comm, n, data, sizes, tags, mhandles, nullptr, request);
+}
+
+ncclResult_t irecv_p(void* recv_comm, int n, void** data, const size_t* sizes, const int* tags,
+                     void** mhandles, void** phandles, void** request) noexcept {
   return guard("irecv", [&]() -> Status {
     if (request == nullptr) return invalid("request is NULL");
     *request = nullptr;  // may hold the 0x1 completion hint: never read, always overwritten
     if (sizes == nullptr) return invalid("sizes is NULL");
-    return irecv_impl(recv_comm, n, data, sizes, tags, mhandles, request);
+    return irecv_impl(recv_comm, n, data, sizes, tags, mhandles, phandles, request);
   });
 }
 
@@ -551,7 +579,7 @@ ncclResult_t irecv_int(void* recv_comm, int n, void** data, const int* sizes, co
       if (sizes[i] < 0) return invalid("sizes[" + std::to_string(i) + "] is negative");
       wide[i] = static_cast<size_t>(sizes[i]);
     }
-    return irecv_impl(recv_comm, n, data, wide, tags, mhandles, request);
+    return irecv_impl(recv_comm, n, data, wide, tags, mhandles, nullptr, request);
   });
 }
 
@@ -625,6 +653,40 @@ int comm_stats(void* comm, sluiceCommStats_v1_t* out) noexcept {
   }
 }
 
+int comm_stats_v2(void* comm, sluiceCommStats_v2_t* out) noexcept {
+  try {
+    if (comm == nullptr || out == nullptr) return 1;
+    const size_t room = out->size;
+    if (room < offsetof(sluiceCommStats_v2_t, nMembers)) return 1;
+    if (comm_stats(comm, &out->comm) != 0) return 1;
+    sluice::CommStatsV2 st;
+    if (!sluice::comm_stats_v2(comm, &st).is_ok()) return 1;
+    sluiceCommStats_v2_t full{};
+    full.size = room;
+    full.comm = out->comm;
+    full.nMembers = std::min(st.nmembers, SLUICE_EXT_MAX_MEMBERS);
+    for (int m = 0; m < full.nMembers; ++m) {
+      const sluice::MemberStats& s = st.members[m];
+      sluiceMemberStats_v2_t& d = full.members[m];
+      d.dev = s.dev;
+      std::snprintf(d.name, sizeof d.name, "%s", s.name != nullptr ? s.name : "");
+      d.bytes = s.bytes;
+      d.wrs = s.wrs;
+      d.doorbells = s.doorbells;
+      d.completions = s.completions;
+      static_assert(SLUICE_EXT_LATENCY_BUCKETS == sluice::kLatencyBuckets);
+      for (int b = 0; b < SLUICE_EXT_LATENCY_BUCKETS; ++b) d.latency[b] = s.latency[b];
+      d.nQps = s.nqps;
+      for (int q = 0; q < s.nqps; ++q) d.qpNum[q] = s.qpn[q];
+    }
+    full.flushQpNum = st.flush_qpn;
+    std::memcpy(out, &full, std::min(room, sizeof full));
+    return 0;
+  } catch (...) {
+    return 1;
+  }
+}
+
 ncclResult_t close_send(void* send_comm) noexcept {
   return guard("closeSend", [&]() -> Status {
     if (send_comm == nullptr) return Status::ok();
@@ -642,6 +704,7 @@ ncclResult_t close_recv(void* recv_comm) noexcept {
 ncclResult_t close_listen(void* listen_comm) noexcept {
   return guard("closeListen", [&]() -> Status {
     if (listen_comm == nullptr) return Status::ok();
+    forget_listen(listen_comm);
     return sluice::close_listen(static_cast<ListenComm*>(listen_comm));
   });
 }

@@ -77,13 +77,19 @@ ncclResult_t isend_int(void* send_comm, void* data, int size, int tag, void* mha
                        void** request) noexcept;
 ncclResult_t irecv(void* recv_comm, int n, void** data, const size_t* sizes, const int* tags,
                    void** mhandles, void** request) noexcept;
+// v10+: with NCCL's profiler handles (phandle / phandles; NULL = no events).
+ncclResult_t isend_p(void* send_comm, void* data, size_t size, int tag, void* mhandle,
+                     void* phandle, void** request) noexcept;
+ncclResult_t irecv_p(void* recv_comm, int n, void** data, const size_t* sizes, const int* tags,
+                     void** mhandles, void** phandles, void** request) noexcept;
 ncclResult_t irecv_int(void* recv_comm, int n, void** data, const int* sizes, const int* tags,
                        void** mhandles, void** request) noexcept;
 ncclResult_t iflush(void* recv_comm, int n, void** data, const int* sizes, void** mhandles,
                     void** request) noexcept;
 ncclResult_t test(void* request, int* done, int* sizes) noexcept;
 
-int comm_stats(void* comm, sluiceCommStats_v1_t* out) noexcept;  // sluiceExt_v1
+int comm_stats(void* comm, sluiceCommStats_v1_t* out) noexcept;     // sluiceExt_v1
+int comm_stats_v2(void* comm, sluiceCommStats_v2_t* out) noexcept;  // sluiceExt_v2
 ncclResult_t close_send(void* send_comm) noexcept;
 ncclResult_t close_recv(void* recv_comm) noexcept;
 ncclResult_t close_listen(void* listen_comm) noexcept;

@@ -114,15 +114,16 @@ ncclResult_t irecv_v9(void* recv_comm, int n, void** data, size_t* sizes, int* t
   return irecv(recv_comm, n, data, sizes, tags, mhandles, request);
 }
 
-// v10+: the profiler handles are accepted and not used (Sluice emits no profiler events yet).
+// v10+: the profiler handles become the parents of the messages' work-request events
+// (profiler.h, docs/profiler.md).
 ncclResult_t isend_v10(void* send_comm, void* data, size_t size, int tag, void* mhandle,
-                       void* /*phandle*/, void** request) {
-  return isend(send_comm, data, size, tag, mhandle, request);
+                       void* phandle, void** request) {
+  return isend_p(send_comm, data, size, tag, mhandle, phandle, request);
 }
 
 ncclResult_t irecv_v10(void* recv_comm, int n, void** data, size_t* sizes, int* tags,
-                       void** mhandles, void** /*phandles*/, void** request) {
-  return irecv(recv_comm, n, data, sizes, tags, mhandles, request);
+                       void** mhandles, void** phandles, void** request) {
+  return irecv_p(recv_comm, n, data, sizes, tags, mhandles, phandles, request);
 }
 
 ncclResult_t iflush_any(void* recv_comm, int n, void** data, int* sizes, void** mhandles,
@@ -237,10 +238,16 @@ extern "C" SLUICE_EXPORT const ncclNet_v9_t ncclNetPlugin_v9 = {
     .makeVDevice = nullptr,
 };
 
-// Sluice's own extension table (sluice/sluice_ext.h): statistics for sluice-bench and tests.
+// Sluice's own extension tables (sluice/sluice_ext.h): statistics for sluice-bench and tests.
 extern "C" SLUICE_EXPORT const sluiceExt_v1_t sluiceExt_v1 = {
     .version = 1,
     .commStats = sp::comm_stats,
+};
+
+extern "C" SLUICE_EXPORT const sluiceExt_v2_t sluiceExt_v2 = {
+    .version = 2,
+    .commStats = sp::comm_stats,
+    .commStatsV2 = sp::comm_stats_v2,
 };
 
 extern "C" SLUICE_EXPORT const ncclNet_v8_t ncclNetPlugin_v8 = {

@@ -1,6 +1,6 @@
 # cmake -DLIB=<libnccl-net-sluice.so> [-DNM=nm] -P check_exports.cmake
 # Fails unless the library's defined dynamic symbols are exactly NCCL's versioned plugin tables and
-# Sluice's extension table sluiceExt_v1:
+# Sluice's extension tables sluiceExt_v1 and sluiceExt_v2:
 # no C++ symbol, no symbol of the static sluice_* libraries, nothing else may leak.
 if(NOT LIB)
   message(FATAL_ERROR "LIB not set")
@@ -14,7 +14,7 @@ if(NOT rc EQUAL 0)
   message(FATAL_ERROR "${NM} -D --defined-only ${LIB} failed (${rc}): ${err}")
 endif()
 set(expected ncclNetPlugin_v10 ncclNetPlugin_v11 ncclNetPlugin_v12 ncclNetPlugin_v8 ncclNetPlugin_v9
-             sluiceExt_v1)
+             sluiceExt_v1 sluiceExt_v2)
 set(found "")
 string(REPLACE "\n" ";" lines "${out}")
 foreach(line IN LISTS lines)

@@ -163,14 +163,20 @@ class Net {
   int version() const { return v_; }
   void* ctx() const { return ctx_; }
 
+  // v10+: the profiler callback init passes (set before init), and the profiler handles the next
+  // isend / irecv pass (NCCL's phandle / phandles; NULL = none, as before).
+  ncclProfilerCallback_t profiler = nullptr;
+  void* phandle = nullptr;
+  void** phandles = nullptr;
+
   ncclResult_t init(uint64_t comm_id = 0x51u, int traffic_class = NCCL_NET_TRAFFIC_CLASS_UNDEF) {
     return call([&](auto t) -> ncclResult_t {
       using T = std::remove_cv_t<std::remove_pointer_t<decltype(t)>>;
       if constexpr (kHasCtx<T>) {
         ncclNetCommConfig_v11_t cfg{traffic_class};
-        return t->init(&ctx_, comm_id, &cfg, test_logger, nullptr);
+        return t->init(&ctx_, comm_id, &cfg, test_logger, profiler);
       } else if constexpr (std::is_same_v<T, ncclNet_v10_t>) {
-        return t->init(test_logger, nullptr);
+        return t->init(test_logger, profiler);
       } else {
         return t->init(test_logger);
       }
@@ -286,7 +292,7 @@ class Net {
       } else if constexpr (std::is_same_v<T, ncclNet_v9_t>) {
         return t->isend(sc, data, size, tag, mh, req);
       } else {
-        return t->isend(sc, data, size, tag, mh, nullptr, req);
+        return t->isend(sc, data, size, tag, mh, phandle, req);
       }
     });
   }
@@ -304,7 +310,7 @@ class Net {
       } else if constexpr (std::is_same_v<T, ncclNet_v9_t>) {
         return t->irecv(rc, n, data, sizes, tags, mhs, req);
       } else {
-        return t->irecv(rc, n, data, sizes, tags, mhs, nullptr, req);
+        return t->irecv(rc, n, data, sizes, tags, mhs, phandles, req);
       }
     });
   }

@@ -85,6 +85,27 @@ enum {
 typedef ncclResult_t (*ncclProfilerCallback_t)(void** eHandle, int type, void* pHandle,
                                                int64_t pluginId, void* extData);
 
+/* The NET/IB event descriptor, version 1 (NCCL 2.26+ src/include/plugin/profiler/net_ib_v1.h):
+ * what a net plugin passes as extData with pluginId NCCL_PROFILER_NET_TYPE_IB |
+ * NCCL_PROFILER_NET_IB_VER. NCCL hands the pointer to the profiler's startEvent as
+ * eDescr->netPlugin.data, during the start call only. Layout must match NCCL's. */
+#define NCCL_PROFILER_NET_IB_VER 1
+#define NCCL_PROFILER_NET_VER_MASK 0xffffu
+#define NCCL_PROFILER_NET_TYPE_MASK 0xffff0000u
+enum { ncclProfileQp = (1 << 0) };
+typedef struct {
+  uint8_t type; /* ncclProfileQp */
+  union {
+    struct {
+      int device;     /* index of the device within the (virtual) net device: 0 unless fused */
+      uint64_t wr_id; /* the work request's wr_id */
+      int opcode;     /* enum ibv_wr_opcode */
+      int qpNum;      /* local QP number */
+      size_t length;  /* bytes the work request carries */
+    } qp;
+  };
+} ncclProfilerNetIbDescr_v1_t;
+
 /* ---- Constants (plugin/nccl_net.h) ----------------------------------------------------------- */
 #define NCCL_NET_HANDLE_MAXSIZE 128
 #define NCCL_PTR_HOST 0x1

@@ -1,10 +1,11 @@
 /* Sluice's own extension table, beside NCCL's ncclNetPlugin_vN tables. C, so a C program can dlsym
- * it. Tools that load the plugin (sluice-bench, tests) find it with dlsym("sluiceExt_v1"); NCCL never
- * looks at it. A plugin without it simply has no statistics to give.
+ * it. Tools that load the plugin (sluice-bench, tests) find it with dlsym("sluiceExt_v1"); NCCL
+ * never looks at it. A plugin without it simply has no statistics to give.
  *
  * commStats: cumulative counters of one send or receive comm (the void* NCCL got from
  * connect/accept), valid until the comm is closed. Deterministic counts, not timings, so a
- * regression in the cost of a message shows in a single run. */
+ * regression in the cost of a message shows in a single run. sluiceExt_v2 (below) adds per-member
+ * counters and a post-to-completion histogram. */
 #ifndef SLUICE_EXT_H_
 #define SLUICE_EXT_H_
 
@@ -15,10 +16,10 @@ extern "C" {
 #endif
 
 typedef struct {
-  uint64_t messages;  /* sends posted (send comm) or receives completed (receive comm) */
-  uint64_t wrs;       /* work requests posted on the comm's QPs, data and clear-to-send */
-  uint64_t doorbells; /* ibv_post_send/ibv_post_recv calls */
-  uint64_t ctsWrites; /* clear-to-send RDMA WRITEs (receive comm) */
+  uint64_t messages;   /* sends posted (send comm) or receives completed (receive comm) */
+  uint64_t wrs;        /* work requests posted on the comm's QPs, data and clear-to-send */
+  uint64_t doorbells;  /* ibv_post_send/ibv_post_recv calls */
+  uint64_t ctsWrites;  /* clear-to-send RDMA WRITEs (receive comm) */
   uint64_t ctsEntries; /* receives those writes published (receive comm) */
   uint64_t ctsProbes;  /* the progress watchdog's zero-length clear-to-send probes (receive comm;
                           counted in wrs, not in ctsWrites); was reserved[0], always 0 before */
@@ -32,6 +33,49 @@ typedef struct {
 } sluiceExt_v1_t;
 
 #define SLUICE_EXT_SYMBOL "sluiceExt_v1"
+
+/* ---- v2: per-member (rail) counters and a post-to-completion histogram ------------------------
+ * dlsym("sluiceExt_v2"). sluiceExt_v1 stays exported unchanged.
+ *
+ * A comm spans one or more member devices (rails). Today every comm has exactly one member (NCCL
+ * device fusion is not implemented); the array has room for SLUICE_EXT_MAX_MEMBERS so members can
+ * be added without changing the layout. Growth rule: fields are only ever appended, and the caller
+ * sets `size` to sizeof the struct it was compiled with; the plugin writes min(size, its own
+ * sizeof) bytes, so an older caller keeps working with a newer plugin and vice versa. */
+#define SLUICE_EXT_V2_SYMBOL "sluiceExt_v2"
+#define SLUICE_EXT_LATENCY_BUCKETS 32
+#define SLUICE_EXT_MAX_MEMBERS 4
+
+typedef struct {
+  int dev;              /* NCCL device index of this member */
+  char name[32];        /* its device name, e.g. "rxe0" (truncated, NUL terminated) */
+  uint64_t bytes;       /* payload posted (send comm) / received (receive comm) */
+  uint64_t wrs;         /* work requests posted on its QPs */
+  uint64_t doorbells;   /* ibv_post_send / ibv_post_recv calls */
+  uint64_t completions; /* completions polled */
+  /* latency[b]: work whose completion was polled 2^b .. 2^(b+1)-1 ns after its post (b = 0 also
+   * holds 0 ns; the last bucket everything longer). Send comm: a group's chains posted -> their
+   * closing completions polled. Receive comm: clear-to-send posted -> receive completed. */
+  uint64_t latency[SLUICE_EXT_LATENCY_BUCKETS];
+  int nQps;           /* the member's data QPs ... */
+  uint32_t qpNum[16]; /* ... and their numbers (what profiler events carry as qpNum) */
+} sluiceMemberStats_v2_t;
+
+typedef struct {
+  size_t size;               /* in: sizeof(sluiceCommStats_v2_t) of the caller */
+  sluiceCommStats_v1_t comm; /* the v1 counters of the comm */
+  int nMembers;              /* members filled below (1 today) */
+  sluiceMemberStats_v2_t members[SLUICE_EXT_MAX_MEMBERS];
+  uint32_t flushQpNum; /* receive comm: its loopback flush QP (0 = none yet) */
+} sluiceCommStats_v2_t;
+
+typedef struct {
+  int version;                                             /* 2 */
+  int (*commStats)(void* comm, sluiceCommStats_v1_t* out); /* as in v1 */
+  /* 0 on success; non-zero when comm is not a live send/receive comm or out->size is too small
+   * to hold the v1 part. */
+  int (*commStatsV2)(void* comm, sluiceCommStats_v2_t* out);
+} sluiceExt_v2_t;
 
 #ifdef __cplusplus
 }

@@ -111,9 +111,13 @@ Status reg_mr_dmabuf(void* comm, void* data, size_t size, MemType type, uint64_t
                      MemHandle** out);
 Status dereg_mr(void* comm, MemHandle* mh);
 
-Status isend(SendComm* comm, void* data, size_t size, int tag, MemHandle* mh, Request** out);
+// `parent` / `parents[i]`: the caller's per-message profiler handle (NCCL's phandle / phandles),
+// passed back to ProfilerHook::start as the events' parent; NULL (or parents NULL) = no events for
+// that message.
+Status isend(SendComm* comm, void* data, size_t size, int tag, MemHandle* mh, Request** out,
+             void* parent = nullptr);
 Status irecv(RecvComm* comm, int n, void* const* data, const size_t* sizes, const int* tags,
-             MemHandle* const* mhs, Request** out);
+             MemHandle* const* mhs, Request** out, void* const* parents = nullptr);
 // *out = nullptr when nothing needs flushing: host memory (unless NCCL_NET_FORCE_FLUSH), all sizes
 // 0, or NCCL_GDR_FLUSH_DISABLE. Otherwise a 1-byte loopback RDMA READ from the last non-empty
 // buffer; test() reports the request done only once that READ's completion has been polled.
@@ -133,6 +137,55 @@ struct CommStats {
   uint64_t cts_probes = 0;   // progress watchdog's zero-length CTS probes (receive comm; in wrs)
 };
 Status comm_stats(void* comm, CommStats* out);
+
+// Post-to-completion time histogram: bucket b counts work whose completion was polled between
+// 2^b and 2^(b+1) - 1 ns after it was posted (bucket 0 also holds 0 ns, the last everything
+// longer).
+inline constexpr int kLatencyBuckets = 32;
+// Counters of one member device of a comm (a rail). A comm has one member until devices are fused.
+struct MemberStats {
+  int dev = -1;                // device index (device_count order)
+  const char* name = nullptr;  // device name, valid until the last engine release
+  uint64_t bytes = 0;          // payload bytes posted (send comm) / received (receive comm)
+  uint64_t wrs = 0;            // work requests posted
+  uint64_t doorbells = 0;      // ibv_post_send / ibv_post_recv calls
+  uint64_t completions = 0;    // completions polled from the comm's CQ
+  uint64_t latency[kLatencyBuckets] = {};  // send: group posted -> its closing completion polled;
+                                           // receive: clear-to-send posted -> receive completed
+  int nqps = 0;                            // the member's data QPs and their numbers
+  uint32_t qpn[16] = {};
+};
+inline constexpr int kMaxMembers = 4;
+struct CommStatsV2 {
+  CommStats base;
+  int nmembers = 0;
+  MemberStats members[kMaxMembers];
+  uint32_t flush_qpn = 0;  // receive comm: the loopback flush QP (0 = none yet)
+};
+Status comm_stats_v2(void* comm, CommStatsV2* out);
+
+// Work-request events for an attached profiler. core calls `start` just before it posts a work
+// request that carries a message (a data RDMA WRITE, the closing WRITE_WITH_IMM, a clear-to-send
+// WRITE, a flush READ) and `stop` once that work request is known complete, always before test()
+// reports its request done, from the thread inside the Sluice call. A message whose parent is
+// NULL gets no event; `start` returning NULL means no event (`stop` is not called for it). Every
+// event started is stopped: at completion, or at close for work that never completed.
+struct WrEvent {
+  int member = 0;      // member device of the comm (0 until devices are fused)
+  uint64_t wr_id = 0;  // the work request's wr_id
+  int opcode = 0;      // enum ibv_wr_opcode
+  uint32_t qpn = 0;    // local QP number
+  size_t length = 0;   // bytes the work request carries (for a clear-to-send WRITE: the entries
+                       // of this one receive buffer)
+};
+struct ProfilerHook {
+  void* (*start)(void* ctx, void* parent, const WrEvent& ev) = nullptr;
+  void (*stop)(void* ctx, void* event) = nullptr;
+  void* ctx = nullptr;
+};
+// Attaches `hook` to a send or receive comm before its first isend/irecv (hook.start NULL
+// detaches). A no-op with SLUICE_PROFILER_EVENTS=0.
+Status set_profiler(void* comm, const ProfilerHook& hook);
 
 Status close_send(SendComm* comm);
 Status close_recv(RecvComm* comm);

@@ -41,6 +41,7 @@ struct Config {
   int heartbeat_ms = 10000;          // SLUICE_HEARTBEAT_MS: TCP keepalive period (0 = off)
   int progress_timeout_ms = 0;       // SLUICE_PROGRESS_TIMEOUT_MS: watchdog bound (0 = derive)
   int cm_mode = 0;                   // SLUICE_CM: CmMode (cm_choice.h): 0 auto, 1 oob, 2 rdmacm
+  bool profiler_events = true;       // SLUICE_PROFILER_EVENTS: per-WR events to NCCL's profiler
   // GPU
   bool gdr_flush_disable = false;             // NCCL_GDR_FLUSH_DISABLE
   bool dmabuf_enable = true;                  // NCCL_DMABUF_ENABLE
