@@ -98,3 +98,14 @@ add_test(NAME abi_no_cuda_link
          COMMAND ${CMAKE_COMMAND} -DLIB=$<TARGET_FILE:nccl-net-sluice> -DREADELF=${SLUICE_READELF}
                  -P ${SLUICE_ABI_TEST_DIR}/check_no_cuda.cmake)
 set_tests_properties(abi_no_cuda_link PROPERTIES LABELS "unit;abi" TIMEOUT 60)
+
+# core's parts include one another only in the allowed direction (core/src/README.md), and the
+# check itself catches a wrong-way include.
+add_test(NAME core_layers
+         COMMAND ${CMAKE_COMMAND} -DCORE_DIR=${PROJECT_SOURCE_DIR}/core
+                 -P ${SLUICE_ABI_TEST_DIR}/check_core_layers.cmake)
+add_test(NAME core_layers_catches_violation
+         COMMAND ${SLUICE_ABI_TEST_DIR}/check_core_layers_selftest.sh ${PROJECT_SOURCE_DIR}/core
+                 ${SLUICE_ABI_TEST_DIR}/check_core_layers.cmake)
+set_tests_properties(core_layers core_layers_catches_violation PROPERTIES LABELS "unit;abi"
+                     TIMEOUT 60)

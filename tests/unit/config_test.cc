@@ -1,4 +1,4 @@
-#include "sluice/core/config.h"
+#include "sluice/core/base/config.h"
 
 #include <gtest/gtest.h>
 #include <sys/socket.h>
