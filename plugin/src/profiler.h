@@ -4,7 +4,7 @@
 // requests unchanged. docs/profiler.md states the contract.
 #pragma once
 
-#include "sluice/core/status.h"
+#include "sluice/core/base/status.h"
 #include "sluice/nccl_net_abi.h"
 
 namespace sluice::plugin {

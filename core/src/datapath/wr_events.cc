@@ -1,0 +1,130 @@
+// Profiler events of the data path (wr_events.h).
+#include "datapath/wr_events.h"
+
+#include "datapath/datapath_internal.h"
+#include "datapath/flush.h"
+
+namespace sluice {
+
+namespace dp {
+namespace {
+
+size_t wr_bytes(const ibv_send_wr& w) {
+  size_t n = 0;
+  for (int i = 0; i < w.num_sge; ++i) n += w.sg_list[i].length;
+  return n;
+}
+
+void* start(const Conn& c, void* parent, const ibv_send_wr& w, uint32_t qpn, size_t length) {
+  if (parent == nullptr) return nullptr;  // NCCL gave no handle for this message: no event
+  WrEvent ev;
+  ev.member = 0;
+  ev.wr_id = w.wr_id;
+  ev.opcode = static_cast<int>(w.opcode);
+  ev.qpn = qpn;
+  ev.length = length;
+  return c.prof.start(c.prof.ctx, parent, ev);
+}
+
+}  // namespace
+
+void prof_send_chain(SendComm& s, int lane, int q, const ibv_send_wr* wrs, int nw) {
+  const int nreqs = s.snap.nreqs;
+  const int nlanes = cts::lanes(s.c.split, s.c.nqps);
+  const uint32_t qpn = s.c.qps[q]->qp_num;
+  SendReq* leader = s.slot_reqs[0];
+  int k = 0;
+  for (int i = 0; i < nreqs; ++i) {
+    SendReq* r = s.slot_reqs[i];
+    r->ev[lane] = nullptr;
+    const size_t chunk = cts::chunk_of(r->size, nlanes);
+    if (static_cast<size_t>(lane) * chunk >= r->size || k >= nw) continue;  // no WRITE here
+    r->ev[lane] = start(s.c, r->parent, wrs[k], qpn, wr_bytes(wrs[k]));
+    ++k;
+  }
+  // A separate closing WRITE_WITH_IMM (grouped receive, or an empty message): the leader's.
+  leader->close_ev[lane] =
+      k < nw ? start(s.c, leader->parent, wrs[k], qpn, wr_bytes(wrs[k])) : nullptr;
+}
+
+void prof_send_done(SendComm& s, SendReq& leader, int lane) {
+  for (int i = 0; i < leader.group_n; ++i) prof_stop(s.c, s.pool[leader.group[i]].ev[lane]);
+  prof_stop(s.c, leader.close_ev[lane]);
+}
+
+void prof_recv_posted(RecvReq& req, int n, void* const* parents) {
+  for (int i = 0; i < wire::kEntriesPerSlot; ++i) {
+    req.parents[i] = parents != nullptr && i < n ? parents[i] : nullptr;
+    req.cts_ev[i] = nullptr;
+  }
+}
+
+void prof_cts(RecvComm& r, uint64_t from, uint64_t to, const ibv_send_wr& w, int q) {
+  const uint32_t qpn = r.c.qps[q]->qp_num;
+  for (uint64_t k = from; k < to; ++k) {
+    RecvReq& req = r.pool[k % wire::kFifoSlots];
+    for (int i = 0; i < req.n; ++i)
+      req.cts_ev[i] = start(r.c, req.parents[i], w, qpn, sizeof(wire::CtsEntry));
+  }
+}
+
+void prof_recv_done(RecvComm& r, RecvReq& req) {
+  for (int i = 0; i < req.n; ++i) prof_stop(r.c, req.cts_ev[i]);
+}
+
+void* prof_flush_start(RecvComm& r, const ibv_send_wr& w, uint32_t qpn, const void* data) {
+  void* parent = nullptr;
+  uint64_t best = 0;
+  const auto addr = reinterpret_cast<uintptr_t>(data);
+  for (int k = 0; k < wire::kFifoSlots; ++k) {
+    const RecvReq& req = r.pool[k];
+    if (req.magic != Request::kMagic) continue;
+    for (int i = 0; i < req.n; ++i) {
+      if (r.stage[k * wire::kEntriesPerSlot + i].addr == addr && req.seq + 1 > best) {
+        best = req.seq + 1;
+        parent = req.parents[i];
+      }
+    }
+  }
+  return start(r.c, parent, w, qpn, wr_bytes(w));
+}
+
+void prof_close_send(SendComm& s) {
+  for (int p = 0; p < SendComm::kPool; ++p) {
+    SendReq& r = s.pool[p];
+    if (r.magic != Request::kMagic) continue;
+    for (int lane = 0; lane < wire::kMaxQps; ++lane) {
+      prof_stop(s.c, r.ev[lane]);
+      prof_stop(s.c, r.close_ev[lane]);
+    }
+  }
+}
+
+void prof_close_recv(RecvComm& r) {
+  for (int k = 0; k < wire::kFifoSlots; ++k) {
+    RecvReq& req = r.pool[k];
+    if (req.magic != Request::kMagic) continue;
+    for (void*& ev : req.cts_ev) prof_stop(r.c, ev);
+  }
+  flush_stop_events(r);
+}
+
+}  // namespace dp
+
+Status set_profiler(void* comm, const ProfilerHook& hook) {
+  auto* b = static_cast<CommBase*>(comm);
+  if (b == nullptr) return Status(Code::kInvalidArgument, "set_profiler: comm is NULL");
+  Conn* c = nullptr;
+  if (b->kind == CommKind::kSend) c = &static_cast<SendComm*>(b)->c;
+  if (b->kind == CommKind::kRecv) c = &static_cast<RecvComm*>(b)->c;
+  if (c == nullptr) return Status(Code::kInvalidArgument, "set_profiler: not a send/receive comm");
+  const Engine* e = engine();
+  if (e != nullptr && !e->config().profiler_events)
+    return Status::ok();  // SLUICE_PROFILER_EVENTS=0
+  if (hook.start != nullptr && hook.stop == nullptr)
+    return Status(Code::kInvalidArgument, "set_profiler: start without stop");
+  c->prof = hook;
+  return Status::ok();
+}
+
+}  // namespace sluice
