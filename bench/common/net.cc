@@ -8,6 +8,8 @@
 #include <cstring>
 #include <random>
 
+#include "profile.h"
+
 #ifndef SLUICE_PLUGIN_DEFAULT_PATH
 #define SLUICE_PLUGIN_DEFAULT_PATH "libnccl-net-sluice.so"
 #endif
@@ -89,12 +91,14 @@ Net::Net(const std::string& spec_in) {
   if (!t_) fail("%s exports no ncclNetPlugin_v11", path_.c_str());
   ext_ = static_cast<const sluiceExt_v1_t*>(dlsym(lib_, SLUICE_EXT_SYMBOL));
   if (ext_ && (ext_->version < 1 || !ext_->commStats)) ext_ = nullptr;
+  ext2_ = static_cast<const sluiceExt_v2_t*>(dlsym(lib_, SLUICE_EXT_V2_SYMBOL));
+  if (ext2_ && (ext2_->version < 2 || !ext2_->commStatsV2)) ext2_ = nullptr;
   ncclNetCommConfig_v11_t cfg{};
   cfg.trafficClass = NCCL_NET_TRAFFIC_CLASS_UNDEF;
   std::random_device rd;
   uint64_t comm_id = (static_cast<uint64_t>(rd()) << 32) | rd();
-  check(t_->init(&ctx_, comm_id, &cfg, logger, nullptr),
-        "init(&ctx, commId, {tc=-1}, logger, NULL)");
+  check(t_->init(&ctx_, comm_id, &cfg, logger, prof_callback()),
+        "init(&ctx, commId, {tc=-1}, logger, profiler)");
   inited_ = true;
   check(t_->devices(&ndev_), "devices()");
   if (ndev_ <= 0) fail("plugin %s reports %d devices", path_.c_str(), ndev_);
@@ -117,6 +121,12 @@ Net::~Net() {
 bool Net::comm_stats(void* comm, sluiceCommStats_v1_t* out) const {
   *out = sluiceCommStats_v1_t{};
   return ext_ && comm && ext_->commStats(comm, out) == 0;
+}
+
+bool Net::comm_stats_v2(void* comm, sluiceCommStats_v2_t* out) const {
+  *out = sluiceCommStats_v2_t{};
+  out->size = sizeof *out;
+  return ext2_ && comm && ext2_->commStatsV2(comm, out) == 0;
 }
 
 void Net::check(ncclResult_t r, const std::string& call) const {
@@ -185,7 +195,7 @@ void Net::dereg(void* comm, void* mh) {
 
 void* Net::isend(void* comm, void* data, size_t size, int tag, void* mh) {
   void* req = nullptr;
-  check(t_->isend(comm, data, size, tag, mh, nullptr, &req),
+  check(t_->isend(comm, data, size, tag, mh, prof_parent(), &req),
         strf("isend(comm, %p, %zu, tag=%d)", data, size, tag));
   return req;
 }
@@ -196,7 +206,8 @@ void* Net::irecv(void* comm, void* data, size_t size, int tag, void* mh) {
   int tg = tag;
   void* d = data;
   void* m = mh;
-  check(t_->irecv(comm, 1, &d, &sz, &tg, &m, nullptr, &req),
+  void* ph = prof_parent();
+  check(t_->irecv(comm, 1, &d, &sz, &tg, &m, ph != nullptr ? &ph : nullptr, &req),
         strf("irecv(comm, n=1, %p, %zu, tag=%d)", data, size, tag));
   return req;
 }

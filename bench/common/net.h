@@ -56,12 +56,16 @@ class Net {
   const sluiceExt_v1_t* ext() const { return ext_; }
   // Cumulative counters of a live send/receive comm; false when there is no table or it refuses.
   bool comm_stats(void* comm, sluiceCommStats_v1_t* out) const;
+  // sluiceExt_v2: per-member (rail) counters and the post-to-completion histogram; false when the
+  // plugin has no v2 table or it refuses.
+  bool comm_stats_v2(void* comm, sluiceCommStats_v2_t* out) const;
 
  private:
   void check(ncclResult_t r, const std::string& call) const;
   void* lib_ = nullptr;
   const ncclNet_v11_t* t_ = nullptr;
   const sluiceExt_v1_t* ext_ = nullptr;
+  const sluiceExt_v2_t* ext2_ = nullptr;
   void* ctx_ = nullptr;
   bool inited_ = false;
   int ndev_ = 0;

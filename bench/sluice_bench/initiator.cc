@@ -140,6 +140,13 @@ struct Initiator {
     }
     if (o.verify) cols.push_back("bad_bytes");
     Table t(name, cols);
+    // Per rail (member device of each side's comms; one per comm today), from sluiceExt_v2 over
+    // the counted repetition: payload, completions polled, post-to-completion percentiles.
+    Table rails(
+        std::string(name) + "_rails",
+        {"size", "send_rail", "send_bytes/msg", "send_cqes/msg", "send_p50_us", "send_p99_us",
+         "recv_rail", "recv_bytes/msg", "recv_cqes/msg", "recv_p50_us", "recv_p99_us"});
+    bool rails_seen = false;
     for (uint64_t size : sizes) {
       uint64_t iters = iters_for(size);
       std::vector<double> gbs, mmsg, cpus, cpur, rgbs, rmmsg;
@@ -165,6 +172,26 @@ struct Initiator {
           wrs_r = ext_per(peer, peer.wrs, n);
           db = me.ext_valid && peer.ext_valid ? (me.doorbells + peer.doorbells) / n : NAN;
           ext_seen |= me.ext_valid && peer.ext_valid;
+          if (me.ext2_valid && peer.ext2_valid) {
+            rails_seen = true;
+            auto pct = [](const SideStats& x, double q) -> double {
+              uint64_t total = 0;
+              for (uint64_t v : x.latency) total += v;
+              if (total == 0) return NAN;
+              uint64_t acc = 0;
+              for (int b = 0; b < SLUICE_EXT_LATENCY_BUCKETS; ++b) {
+                acc += x.latency[b];
+                if (acc >= q * total) return std::ldexp(1.0, b + 1) / 1e3;  // bucket's upper end
+              }
+              return NAN;
+            };
+            rails.add({Table::integer(size), Table::text(me.member0),
+                       Table::num(me.bytes / n, "%.1f"), Table::num(me.completions / n, "%.3f"),
+                       Table::num(pct(me, 0.5), "%.1f"), Table::num(pct(me, 0.99), "%.1f"),
+                       Table::text(peer.member0), Table::num(peer.bytes / n, "%.1f"),
+                       Table::num(peer.completions / n, "%.3f"), Table::num(pct(peer, 0.5), "%.1f"),
+                       Table::num(pct(peer, 0.99), "%.1f")});
+          }
         }
         if (raw) {
           Cmd rc = cmd(Op::kRawBw, size, iters, window, 1, count_flag(rep));
@@ -224,6 +251,7 @@ struct Initiator {
       t.add(std::move(row));
     }
     tables.push_back(std::move(t));
+    if (rails_seen) tables.push_back(std::move(rails));
   }
 
   // Latency: Sluice's two modes and perftest's ib_write_lat / ib_send_lat, rows of one table.

@@ -13,6 +13,7 @@
 #include <optional>
 #include <set>
 
+#include "../common/profile.h"
 #include "sluice_bench.h"
 
 namespace bench {
@@ -80,6 +81,13 @@ Output
                          (Soft-RoCE in the TCG bed, where perftest's server sleeps too);
                          scripts/main-job uses 200 in the bed. Default 0 (yield).
   --label TEXT           a note for the header and the JSON (e.g. the environment used)
+  --profile MODE         what the plugin's init gets as NCCL profiler callback: none (default,
+                         NCCL without a profiler plugin) or count (a callback that counts the
+                         plugin's per-work-request events; every isend/irecv passes a phandle)
+  --trace FILE           write every work request of both sides as a Chrome trace (Perfetto,
+                         chrome://tracing): one process per side, one track per QP. Loads the
+                         profiler plugin --trace-profiler LIB (default: the built
+                         libsluice-trace-profiler.so) and stands in for NCCL's core. Local runs only
   -q, --quiet            tables only
 Exit status: 0 on success; 1 on any error or verification failure. Targets are reported, never
 enforced (this is a benchmark); a timing target whose spread straddles its bound is "within noise".
@@ -186,6 +194,14 @@ Options parse_args(int argc, char** argv) {
       o.agg_sizes = parse_sizes(need(i));
     } else if (a == "--conn-count") {
       o.conn_count = static_cast<uint32_t>(parse_uint(need(i), "--conn-count"));
+    } else if (a == "--profile") {
+      o.profile = need(i);
+      if (o.profile != "none" && o.profile != "count")
+        fail("--profile: '%s' is neither none nor count", o.profile.c_str());
+    } else if (a == "--trace") {
+      o.trace = need(i);
+    } else if (a == "--trace-profiler") {
+      o.trace_lib = need(i);
     } else if (a == "--verify") {
       o.verify = true;
     } else if (a == "--compare-raw") {
@@ -301,6 +317,67 @@ void serve(Side& s) {
   }
 }
 
+// --profile / --trace for the process of `rank` (0 = initiator, 1 = peer), before its Net.
+void setup_profiling(const Options& o, int rank) {
+  if (!o.trace.empty()) {
+    std::string lib = o.trace_lib;
+#ifdef SLUICE_TRACE_PROFILER_DEFAULT_PATH
+    if (lib.empty()) lib = SLUICE_TRACE_PROFILER_DEFAULT_PATH;
+#endif
+    if (lib.empty()) fail("--trace needs --trace-profiler LIB");
+    setenv("SLUICE_TRACE_FILE", (o.trace + ".rank" + std::to_string(rank)).c_str(), 1);
+    prof_setup(ProfMode::kTrace, lib, rank);
+  } else if (o.profile == "count") {
+    prof_setup(ProfMode::kCount, "", rank);
+  }
+}
+
+void report_profiling(const Options& o, const char* side) {
+  if (prof_mode() == ProfMode::kNone) return;
+  prof_finish();
+  const ProfCounts c = prof_counts();
+  if (!o.quiet || c.starts != c.stops)
+    fprintf(stderr, "sluice-bench (%s): profiler events: %llu started, %llu stopped\n", side,
+            static_cast<unsigned long long>(c.starts), static_cast<unsigned long long>(c.stops));
+}
+
+// The two sides' traces (FILE.rank0, FILE.rank1: the profiler's JSON, one event per line between
+// the "traceEvents":[ line and the closing "]}") as one file.
+bool merge_traces(const std::string& out) {
+  std::string events;
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::string part = out + ".rank" + std::to_string(rank);
+    FILE* f = fopen(part.c_str(), "r");
+    if (f == nullptr) {
+      fprintf(stderr, "sluice-bench: --trace: %s missing\n", part.c_str());
+      return false;
+    }
+    std::string text;
+    char buf[65536];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
+    fclose(f);
+    const std::string head = "\"traceEvents\":[\n";
+    const size_t a = text.find(head);
+    const size_t b = text.rfind("\n]}");
+    if (a == std::string::npos || b == std::string::npos || b < a) {
+      fprintf(stderr, "sluice-bench: --trace: %s is not the trace profiler's output\n",
+              part.c_str());
+      return false;
+    }
+    const size_t from = a + head.size();
+    std::string body = b > from ? text.substr(from, b - from) : std::string();
+    if (!body.empty()) events += (events.empty() ? "" : ",\n") + body;
+    unlink(part.c_str());
+  }
+  FILE* f = fopen(out.c_str(), "w");
+  if (f == nullptr) return false;
+  fprintf(f, "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n%s\n]}\n", events.c_str());
+  fclose(f);
+  fprintf(stderr, "sluice-bench: trace written to %s\n", out.c_str());
+  return true;
+}
+
 int run_local(Options& o) {
   int sv[2];
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
@@ -313,6 +390,7 @@ int run_local(Options& o) {
     close(sv[0]);
     int rc = 0;
     try {
+      setup_profiling(o, 1);
       Channel ch(sv[1]);
       Net net(o.plugin);
       int d1 = o.dev1.empty() ? (net.devices() > 1 ? 1 : 0) : net.find_device(o.dev1);
@@ -324,6 +402,7 @@ int run_local(Options& o) {
       fprintf(stderr, "sluice-bench (receiver side): error: %s\n", e.what());
       rc = 1;
     }
+    report_profiling(o, "receiver");
     fflush(nullptr);
     _exit(rc);
   }
@@ -331,6 +410,7 @@ int run_local(Options& o) {
   int rc = 0;
   std::string err;
   try {
+    setup_profiling(o, 0);
     Channel ch(sv[0]);
     Net net(o.plugin);
     int d0 = o.dev0.empty() ? 0 : net.find_device(o.dev0);
@@ -358,6 +438,8 @@ int run_local(Options& o) {
     usleep(10000);
   }
   if (!err.empty()) fprintf(stderr, "sluice-bench: error: %s\n", err.c_str());
+  report_profiling(o, "sender");
+  if (!o.trace.empty() && !merge_traces(o.trace)) rc = 1;
   if (WIFEXITED(st) && WEXITSTATUS(st) != 0) rc = 1;
   if (WIFSIGNALED(st)) {
     fprintf(stderr, "sluice-bench: the receiver process died with signal %d\n", WTERMSIG(st));
@@ -367,6 +449,8 @@ int run_local(Options& o) {
 }
 
 int run_server(Options& o) {
+  if (!o.trace.empty()) fail("--trace: local runs only");
+  setup_profiling(o, 1);
   Listener l(o.addr.empty() ? "0.0.0.0" : o.addr, o.port);
   if (!o.quiet) fprintf(stderr, "sluice-bench: server waiting on port %d\n", l.port());
   Channel ch = l.accept(Deadline(o.timeout * 10, "waiting for a --client"));
@@ -379,6 +463,8 @@ int run_server(Options& o) {
 }
 
 int run_client(Options& o) {
+  if (!o.trace.empty()) fail("--trace: local runs only");
+  setup_profiling(o, 0);
   Channel ch =
       Channel::connect(o.client_host, o.port, Deadline(o.timeout, "connecting to the --server"));
   Net net(o.plugin);

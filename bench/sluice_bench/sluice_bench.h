@@ -57,6 +57,13 @@ struct SideStats {
   int32_t ext_valid = 0;
   uint64_t wire_pkts = 0;
   uint64_t wrs = 0, doorbells = 0, cts_writes = 0, ext_messages = 0;
+  // sluiceExt_v2 over the same phase, summed over this side's comms and their members (rails):
+  // payload bytes, completions polled, and the post-to-completion histogram (log2 ns buckets).
+  int32_t ext2_valid = 0;
+  int32_t members = 0;
+  char member0[32] = {};  // the first member's device name
+  uint64_t bytes = 0, completions = 0;
+  uint64_t latency[SLUICE_EXT_LATENCY_BUCKETS] = {};
 };
 
 struct Options {
@@ -94,6 +101,9 @@ struct Options {
   uint32_t reps = 1;  // every timed figure (Sluice and perftest) this many times
   bool count = true;  // packets on the wire and WRs per message (first repetition)
   std::string label;  // printed in the header and the JSON (e.g. "NCCL_IB_QPS_PER_CONNECTION=4")
+  std::string profile = "none";  // --profile none|count: what init gets as profiler callback
+  std::string trace;             // --trace FILE: Chrome trace of every work request (profile.h)
+  std::string trace_lib;         // --trace-profiler LIB (default: the built one)
 };
 
 // Everything a side needs to run its half.

@@ -122,6 +122,11 @@ std::vector<void*> connect_all(Net& net, int dev, std::vector<Handle>& hs, const
 struct ExtSnap {
   bool ok = true;
   uint64_t wrs = 0, doorbells = 0, cts_writes = 0, messages = 0;
+  bool ok2 = true;
+  int members = 0;
+  std::string member0;
+  uint64_t bytes = 0, completions = 0;
+  uint64_t latency[SLUICE_EXT_LATENCY_BUCKETS] = {};
 };
 ExtSnap ext_snap(Net& net, const std::vector<void*>& comms) {
   ExtSnap e;
@@ -135,6 +140,19 @@ ExtSnap ext_snap(Net& net, const std::vector<void*>& comms) {
     e.doorbells += st.doorbells;
     e.cts_writes += st.ctsWrites;
     e.messages += st.messages;
+    sluiceCommStats_v2_t v2;
+    if (!net.comm_stats_v2(c, &v2)) {
+      e.ok2 = false;
+      continue;
+    }
+    for (int m = 0; m < v2.nMembers; ++m) {
+      const sluiceMemberStats_v2_t& ms = v2.members[m];
+      if (e.member0.empty()) e.member0 = ms.name;
+      e.members = std::max(e.members, v2.nMembers);
+      e.bytes += ms.bytes;
+      e.completions += ms.completions;
+      for (int b = 0; b < SLUICE_EXT_LATENCY_BUCKETS; ++b) e.latency[b] += ms.latency[b];
+    }
   }
   return e;
 }
@@ -157,6 +175,13 @@ struct Counted {
     st->doorbells = e1.doorbells - e0.doorbells;
     st->cts_writes = e1.cts_writes - e0.cts_writes;
     st->ext_messages = e1.messages - e0.messages;
+    st->ext2_valid = e0.ok2 && e1.ok2 && !comms.empty();
+    st->members = e1.members;
+    snprintf(st->member0, sizeof st->member0, "%s", e1.member0.c_str());
+    st->bytes = e1.bytes - e0.bytes;
+    st->completions = e1.completions - e0.completions;
+    for (int b = 0; b < SLUICE_EXT_LATENCY_BUCKETS; ++b)
+      st->latency[b] = e1.latency[b] - e0.latency[b];
   }
 };
 

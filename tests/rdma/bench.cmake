@@ -19,8 +19,10 @@ sluice_add_rdma_test(NAME bench_allreduce_4ranks TIMEOUT 600 COMMAND
   -b 8 -e 2M -f 32 -n 2 -w 1 --chunk 256K --timeout 120 --quiet)
 
 # Point to point with every received byte checked: bandwidth sweep, ping-pong, two connections
-# at once.
+# at once; then, in the same boot, a short rate run with --trace whose Chrome trace must parse
+# with one track per QP (docs/profiler.md).
 sluice_add_rdma_test(NAME bench_sluice_bench_verify TIMEOUT 600 COMMAND
-  ${SLUICE_WITH_TEST_DEVICES} $<TARGET_FILE:sluice-bench>
+  ${SLUICE_WITH_TEST_DEVICES} ${CMAKE_CURRENT_LIST_DIR}/bench_verify_and_trace.sh
+  $<TARGET_FILE:sluice-bench> ${PROJECT_SOURCE_DIR}/tools/check_trace.py
   --verify --tests bw,lat,agg -b 8 -e 1M -f 8 --bytes-per-size 2M --iters-min 4 --iters-max 100
   --lat-iters 50 --agg-sizes 64K --conns 2 --timeout 120 --quiet)

@@ -58,6 +58,7 @@ TEST(Config, DefaultsWithEmptyEnvironment) {
   EXPECT_EQ(c.fifo_traffic_class, -1);
   EXPECT_EQ(c.service_level, -1);
   EXPECT_EQ(c.pkey_index, 0);
+  EXPECT_TRUE(c.profiler_events);
   EXPECT_EQ(c.qps_per_connection, 1);
   EXPECT_EQ(c.split_data_on_qps, 0);
   EXPECT_TRUE(c.cts_inline);
@@ -98,6 +99,7 @@ TEST(Config, EveryParameterReachesItsField) {
       {"SLUICE_LIVENESS_POLL_MS", "250"},
       {"SLUICE_HEARTBEAT_MS", "0"},
       {"SLUICE_PROGRESS_TIMEOUT_MS", "60000"},
+      {"SLUICE_PROFILER_EVENTS", "0"},
       {"SLUICE_CM", "rdmacm"},
       {"NCCL_GDR_FLUSH_DISABLE", "1"},
       {"NCCL_DMABUF_ENABLE", "0"},
@@ -135,6 +137,7 @@ TEST(Config, EveryParameterReachesItsField) {
   EXPECT_EQ(c.liveness_poll_ms, 250);
   EXPECT_EQ(c.heartbeat_ms, 0);
   EXPECT_EQ(c.progress_timeout_ms, 60000);
+  EXPECT_FALSE(c.profiler_events);
   EXPECT_EQ(c.cm_mode, 2);
   EXPECT_TRUE(c.gdr_flush_disable);
   EXPECT_FALSE(c.dmabuf_enable);
@@ -395,7 +398,7 @@ TEST(Config, LogLevelForTheLoggerUsesTheTableRow) {
 
 TEST(ParamDocs, OneRowPerParameterWithEverythingFilledIn) {
   const auto& docs = param_docs();
-  EXPECT_EQ(docs.size(), 34u);
+  EXPECT_EQ(docs.size(), 35u);
   std::set<std::string> names;
   for (const ParamDoc& d : docs) {
     SCOPED_TRACE(d.name);
