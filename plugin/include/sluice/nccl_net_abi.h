@@ -437,6 +437,14 @@ SLUICE_ABI_OFFSET(ncclNetDeviceHandle_v7_t, handle, 8);
 SLUICE_ABI_OFFSET(ncclNetDeviceHandle_v7_t, size, 16);
 SLUICE_ABI_OFFSET(ncclNetDeviceHandle_v7_t, needsProxyProgress, 24);
 
+/* NET/IB profiler descriptor v1 with `device` (NCCL's current net_ib_v1.h). */
+SLUICE_ABI_SIZE(ncclProfilerNetIbDescr_v1_t, 40);
+SLUICE_ABI_OFFSET(ncclProfilerNetIbDescr_v1_t, qp.device, 8);
+SLUICE_ABI_OFFSET(ncclProfilerNetIbDescr_v1_t, qp.wr_id, 16);
+SLUICE_ABI_OFFSET(ncclProfilerNetIbDescr_v1_t, qp.opcode, 24);
+SLUICE_ABI_OFFSET(ncclProfilerNetIbDescr_v1_t, qp.qpNum, 28);
+SLUICE_ABI_OFFSET(ncclProfilerNetIbDescr_v1_t, qp.length, 32);
+
 SLUICE_ABI_SIZE(ncclNetVDeviceProps_v9_t, 20);
 SLUICE_ABI_OFFSET(ncclNetVDeviceProps_v9_t, ndevs, 0);
 SLUICE_ABI_OFFSET(ncclNetVDeviceProps_v9_t, devs, 4);

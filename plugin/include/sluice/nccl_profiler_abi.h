@@ -46,6 +46,13 @@ typedef struct {
 
 #define SLUICE_NCCL_PROFILER_V5_SYMBOL "ncclProfiler_v5"
 
+#if defined(__LP64__) || defined(_LP64)
+SLUICE_ABI_OFFSET(sluiceNcclProfilerEventDescr_v5_t, parentObj, 8);
+SLUICE_ABI_OFFSET(sluiceNcclProfilerEventDescr_v5_t, rank, 16);
+SLUICE_ABI_OFFSET(sluiceNcclProfilerEventDescr_v5_t, netPlugin.id, 24);
+SLUICE_ABI_OFFSET(sluiceNcclProfilerEventDescr_v5_t, netPlugin.data, 32);
+#endif
+
 #ifdef __cplusplus
 }
 #endif
