@@ -42,3 +42,10 @@ if(SLUICE_HAVE_CUDA_HEADERS)
                SLUICE_CUDA_LIBRARY=$<TARGET_FILE:sluice-test-fake-cuda> SLUICE_GDR=force)
   add_dependencies(gpu-check sluice-test-fake-cuda)
 endif()
+
+# The dma-buf export against the stand-in driver (label unit; no RDMA device needed).
+if(TARGET gpu_standin_export_test)
+  target_compile_definitions(gpu_standin_export_test PRIVATE
+                             SLUICE_STANDIN_CUDA="$<TARGET_FILE:sluice-test-fake-cuda>")
+  add_dependencies(gpu_standin_export_test sluice-test-fake-cuda)
+endif()
