@@ -34,12 +34,28 @@ if(SLUICE_HAVE_CUDA_HEADERS)
   add_test(NAME gpu COMMAND ${PROJECT_SOURCE_DIR}/tests/gpu/run.sh --build ${CMAKE_BINARY_DIR})
   set_tests_properties(gpu PROPERTIES LABELS gpu TIMEOUT 330 SKIP_RETURN_CODE 77)
   # The same program against the stand-in driver on the bed: keeps gpu-check's plugin path
-  # exercised where no GPU exists (its output says "stand-in"; it is not a GPU result).
+  # exercised where no GPU exists (its output says "stand-in"; it is not a GPU result). The
+  # stand-in's host pages are no dma-buf, so the regMrDmaBuf step is skipped and gpu-check exits 77;
+  # the test passes only with that exit, the skip's reason, and the peermem transfer and its
+  # forced flush passing.
   sluice_add_rdma_test(NAME gpu_check_standin
-                       COMMAND $<TARGET_FILE:gpu-check> plugin $<TARGET_FILE:nccl-net-sluice>
+                       COMMAND ${PROJECT_SOURCE_DIR}/tests/gpu/expect_skip.sh
+                               "CHECK gpu_dmabuf_transfer: SKIP .* was not offered for dma-buf"
+                               "CHECK gpu_transfer: PASS .*zero-copy .*forced flush done, 0 bytes differ"
+                               "CHECK cuda_vmm: PASS"
+                               -- $<TARGET_FILE:gpu-check> plugin $<TARGET_FILE:nccl-net-sluice>
                        TIMEOUT 600)
   set_property(TEST gpu_check_standin APPEND PROPERTY ENVIRONMENT
                SLUICE_CUDA_LIBRARY=$<TARGET_FILE:sluice-test-fake-cuda> SLUICE_GDR=force)
+  # Without any RDMA device (NCCL_IB_HCA matches none): the plugin steps are skipped, exit 77 with
+  # the reason; never "passed". Label unit: runs anywhere.
+  add_test(NAME gpu_check_no_rdma_skips
+           COMMAND ${PROJECT_SOURCE_DIR}/tests/gpu/expect_skip.sh
+                   "CHECK plugin_init: SKIP no RDMA device" "CHECK cuda_vmm: PASS"
+                   "CHECK dmabuf_export: SKIP .*cuMem\\* range over two chunks"
+                   -- $<TARGET_FILE:gpu-check> plugin $<TARGET_FILE:nccl-net-sluice>)
+  set_tests_properties(gpu_check_no_rdma_skips PROPERTIES LABELS unit TIMEOUT 120 ENVIRONMENT
+                       "SLUICE_CUDA_LIBRARY=$<TARGET_FILE:sluice-test-fake-cuda>;NCCL_IB_HCA==no_such_hca_sluice")
   add_dependencies(gpu-check sluice-test-fake-cuda)
 endif()
 
@@ -49,3 +65,4 @@ if(TARGET gpu_standin_export_test)
                              SLUICE_STANDIN_CUDA="$<TARGET_FILE:sluice-test-fake-cuda>")
   add_dependencies(gpu_standin_export_test sluice-test-fake-cuda)
 endif()
+
