@@ -66,3 +66,33 @@ if(TARGET gpu_standin_export_test)
   add_dependencies(gpu_standin_export_test sluice-test-fake-cuda)
 endif()
 
+# run.sh's NCCL verdicts on sample NCCL logs (label unit).
+add_test(NAME gpu_nccl_log_verdicts COMMAND ${PROJECT_SOURCE_DIR}/tests/gpu/nccl_log_test.sh)
+set_tests_properties(gpu_nccl_log_verdicts PROPERTIES LABELS unit TIMEOUT 60)
+
+# scripts/gpu-bundle from this build tree, then its size and libraries (label package; a minute).
+if(SLUICE_HAVE_CUDA_HEADERS)
+add_test(NAME gpu_bundle
+         COMMAND sh -c "'${PROJECT_SOURCE_DIR}/scripts/gpu-bundle' --build '${CMAKE_BINARY_DIR}' --out '${CMAKE_BINARY_DIR}/gpu-bundle-test' && '${PROJECT_SOURCE_DIR}/tests/gpu/bundle_check.sh' '${CMAKE_BINARY_DIR}/gpu-bundle-test'")
+set_tests_properties(gpu_bundle PROPERTIES LABELS package TIMEOUT 600)
+endif()
+
+# The device run rehearsed from the bundle (label package): run.sh --bundle with the stand-in
+# driver and the stand-in for PyTorch (tests/gpu/standin_torch.py: the plugin loaded into Python
+# as NCCL does, NCCL's lines into NCCL_DEBUG_FILE), only the bundle on the library path, rxe left
+# alone. Without RDMA devices: exit 77, steps 4 and 5 skipped with their reasons, NCCL's refusal
+# reported exactly.
+if(SLUICE_HAVE_CUDA_HEADERS)
+  set_tests_properties(gpu_bundle PROPERTIES FIXTURES_SETUP gpu_bundle_dir)
+  add_test(NAME gpu_run_rehearsal
+           COMMAND env -u LD_LIBRARY_PATH OUT=${CMAKE_BINARY_DIR}/gpu-run-rehearsal
+                   SLUICE_GPU_RUN_NO_RXE=1 NCCL_IB_HCA==no_such_hca_sluice
+                   SLUICE_CUDA_LIBRARY=${CMAKE_BINARY_DIR}/gpu-bundle-test/test/libsluice-test-fake-cuda.so
+                   SLUICE_GPU_RUN_TORCH_SCRIPT=${PROJECT_SOURCE_DIR}/tests/gpu/standin_torch.py
+                   ${PROJECT_SOURCE_DIR}/tests/gpu/expect_skip.sh
+                   "^  1  facts  PASS" "^  2  cuda   PASS" "^  3  gdr    PASS" "^  4  rdma   SKIP no RDMA device"
+                   "^  5  nccl   SKIP expected without an RDMA device: NCCL refused with \"Failed to initialize any NET plugin\""
+                   -- ${PROJECT_SOURCE_DIR}/tests/gpu/run.sh --bundle ${CMAKE_BINARY_DIR}/gpu-bundle-test)
+  set_tests_properties(gpu_run_rehearsal PROPERTIES LABELS package TIMEOUT 330
+                       FIXTURES_REQUIRED gpu_bundle_dir)
+endif()
