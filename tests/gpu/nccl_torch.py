@@ -34,7 +34,7 @@ def main():
               f"NCCL {'.'.join(map(str, torch.cuda.nccl.version()))}, {torch.cuda.get_device_name(0)}",
               flush=True)
         dist.init_process_group("nccl", init_method=f"tcp://{addr}:{port}", rank=rank,
-                                world_size=world, timeout=datetime.timedelta(seconds=90),
+                                world_size=world, timeout=datetime.timedelta(seconds=75),
                                 device_id=dev)
         dtypes = [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int32,
                   torch.int64, torch.uint8]

@@ -20,6 +20,7 @@
 # rdma_rxe alone (rehearsals on a shared host). SLUICE_GPU_RUN_PYTHON names the
 # Python that has torch (default python3); SLUICE_GPU_RUN_TORCH_SCRIPT replaces nccl_torch.py (the
 # rehearsal passes tests/gpu/standin_torch.py where PyTorch is missing).
+# Every step has its own time limit (10+30+45+20+75+100 s: under 5 minutes in all).
 # Exit: 0 when steps 4 and 5 passed; 1 when a step failed; 77 otherwise (no GPU, or steps 4/5
 # skipped with their reasons).
 set -uo pipefail
@@ -91,7 +92,7 @@ first() { grep -m1 -E -- "$1" "$2" | sed -E 's/^CHECK [a-z_]+: (PASS|FAIL|SKIP) 
   echo "date: $(date -u +%FT%TZ)  host: $(hostname)  kernel: $(uname -r)  user: $(id -un)"
   echo "bundle: ${BUNDLE:-none (build $BUILD)}"; [ -n "$BUNDLE" ] && sed -n '2,6p' "$BUNDLE/MANIFEST" 2>/dev/null
   echo "glibc here: $(ldd --version 2>&1 | head -1); ${CXX_NOTE:-}; LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
-  command -v nvidia-smi >/dev/null && timeout 20 nvidia-smi --query-gpu=name,pci.bus_id,driver_version,memory.total --format=csv,noheader
+  command -v nvidia-smi >/dev/null && timeout 10 nvidia-smi --query-gpu=name,pci.bus_id,driver_version,memory.total --format=csv,noheader
   [ -r /proc/driver/nvidia/version ] && head -1 /proc/driver/nvidia/version
   ls -l /dev/nvidia* 2>&1 | head -8
   echo "/dev/infiniband: $(ls /dev/infiniband 2>&1 | tr '\n' ' ')"
@@ -102,11 +103,11 @@ first() { grep -m1 -E -- "$1" "$2" | sed -E 's/^CHECK [a-z_]+: (PASS|FAIL|SKIP) 
 if [ "${SLUICE_GPU_RUN_NO_RXE:-0}" = 1 ]; then
   MRC=1 MODPROBE="modprobe rdma_rxe: not tried (SLUICE_GPU_RUN_NO_RXE=1)"
 else
-  MODPROBE=$( (timeout 20 modprobe rdma_rxe) 2>&1 ); MRC=$?
+  MODPROBE=$( (timeout 10 modprobe rdma_rxe) 2>&1 ); MRC=$?
   [ "$MRC" = 0 ] && MODPROBE="modprobe rdma_rxe: ok" || MODPROBE="modprobe rdma_rxe: exit $MRC ${MODPROBE:0:160}"
 fi
 echo "$MODPROBE" >> "$LOG/facts.txt"
-timeout 60 "$PY" - > "$LOG/torch.txt" 2>&1 <<'EOF'
+timeout 30 "$PY" - > "$LOG/torch.txt" 2>&1 <<'EOF'
 import glob, os, sys
 print("python", sys.version.split()[0], sys.executable)
 try:
@@ -137,7 +138,7 @@ for f in "$CHECK" "$INFO" "$PLUGIN"; do
 done
 
 # ---- 2. CUDA ----------------------------------------------------------------------------------
-timeout 60 "$CHECK" cuda > "$LOG/cuda.txt" 2>&1; rc=$?
+timeout 45 "$CHECK" cuda > "$LOG/cuda.txt" 2>&1; rc=$?
 cat "$LOG/cuda.txt"
 if [ "$rc" = 77 ]; then
   record cuda SKIP "CUDA unusable: $(first 'CHECK cuda_init' "$LOG/cuda.txt")"
@@ -149,7 +150,7 @@ else
 fi
 
 # ---- 3. the GPUDirect decision ----------------------------------------------------------------
-timeout 30 "$INFO" --json > "$LOG/sluice-info.json" 2> "$LOG/sluice-info.stderr"; rc=$?
+timeout 20 "$INFO" --json > "$LOG/sluice-info.json" 2> "$LOG/sluice-info.stderr"; rc=$?
 GDR=$(python3 - "$LOG/sluice-info.json" <<'EOF' 2>&1
 import json, sys
 try:
@@ -189,7 +190,7 @@ if ! usable_uverbs && [ "$MRC" = 0 ] && [ -n "$RDMA_TOOL" ] && [ -x "$RDMA_TOOL"
   fi
 fi
 if usable_uverbs; then
-  timeout 120 "$CHECK" plugin "$PLUGIN" > "$LOG/plugin.txt" 2>&1; rc=$?
+  timeout 75 "$CHECK" plugin "$PLUGIN" > "$LOG/plugin.txt" 2>&1; rc=$?
   cat "$LOG/plugin.txt"
   if [ "$rc" = 0 ]; then
     record rdma PASS "$(first 'CHECK gpu_dmabuf_transfer: PASS' "$LOG/plugin.txt" | cut -c1-110); $(first 'CHECK gpu_transfer: PASS' "$LOG/plugin.txt" | cut -c1-110)"
@@ -201,7 +202,7 @@ if usable_uverbs; then
 else
   RDMA_WHY="no RDMA device: /dev/infiniband has no usable uverbs ($(ls /dev/infiniband 2>&1 | tr '\n' ' ')) and rdma_rxe did not load ($MODPROBE)"
   # Still run the plugin's part, to show what it says (exit 77: skipped with the reason).
-  timeout 60 "$CHECK" plugin "$PLUGIN" > "$LOG/plugin.txt" 2>&1; rc=$?
+  timeout 30 "$CHECK" plugin "$PLUGIN" > "$LOG/plugin.txt" 2>&1; rc=$?
   cat "$LOG/plugin.txt"
   if [ "$rc" = 1 ]; then
     record rdma FAIL "gpu-check plugin exit 1 without RDMA devices: $(grep ': FAIL' "$LOG/plugin.txt" | head -2 | tr '\n' ' ')"
@@ -218,7 +219,7 @@ for r in 0 1; do
       NCCL_HOSTID="sluice-gpu-host$r" NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,GRAPH,ENV \
       NCCL_DEBUG_FILE="$LOG/nccl/nccl.%h.%p.log" RANK=$r WORLD_SIZE=2 LOCAL_RANK=0 \
       MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
-      timeout 150 "$PY" "$TORCH_SCRIPT" > "$LOG/nccl/rank$r.stdout" 2>&1 &
+      timeout 100 "$PY" "$TORCH_SCRIPT" > "$LOG/nccl/rank$r.stdout" 2>&1 &
   pids+=($!)
 done
 wait "${pids[0]}"; r0=$?
