@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "sluice/core/log.h"
+#include "sluice/core/base/log.h"
 
 namespace sluice::gpu {
 namespace {

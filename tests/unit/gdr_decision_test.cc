@@ -8,7 +8,7 @@
 #include <string>
 
 #include "sluice/core/api.h"
-#include "sluice/core/gdr.h"
+#include "sluice/core/memory/gdr.h"
 #include "sluice/gpu/cuda_driver.h"
 #include "sluice/gpu/gdr.h"
 
