@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # tests/gpu/nccl_log.sh: reads NCCL's own proof lines from the files NCCL really writes
 # (NCCL_DEBUG_FILE, one per process: run.sh sets NCCL_DEBUG_FILE=DIR/nccl.%h.%p.log). Sourced by
 # tests/gpu/run.sh and by tests/gpu/nccl_log_test.sh. The lines, as NCCL 2.28 prints them:
@@ -23,7 +24,6 @@ nccl_log_scan() {
   for f in "$@"; do [ -f "$f" ] && files+=("$f"); done
   NCCL_FILES=${#files[@]}
   [ "$NCCL_FILES" -gt 0 ] || return 0
-  local c
   c() { cat "${files[@]}" | grep -Ec -- "$1"; }
   NCCL_LOADED=$(c 'NET/Plugin: Loaded net plugin Sluice|Initialized NET plugin Sluice|Successfully loaded external network plugin .*sluice')
   NCCL_USING=$(c 'Using network Sluice|Assigned NET plugin Sluice to comm')

@@ -181,7 +181,9 @@ usable_uverbs() { local d; for d in /dev/infiniband/uverbs*; do [ -r "$d" ] && [
 RDMA_WHY=""
 if ! usable_uverbs && [ "$MRC" = 0 ] && [ -n "$RDMA_TOOL" ] && [ -x "$RDMA_TOOL" ]; then
   NETDEV=$(ip -o route get 1.1.1.1 2>/dev/null | grep -oE 'dev [^ ]+' | cut -d' ' -f2)
-  NETDEV=${NETDEV:-$(ls /sys/class/net | grep -v '^lo$' | head -1)}
+  if [ -z "$NETDEV" ]; then
+    for n in /sys/class/net/*; do [ "${n##*/}" != lo ] && NETDEV=${n##*/} && break; done
+  fi
   if [ -n "$NETDEV" ]; then
     if "$RDMA_TOOL" link add sluice_rxe0 type rxe netdev "$NETDEV" >> "$LOG/facts.txt" 2>&1; then
       echo "rxe: sluice_rxe0 on $NETDEV" | tee -a "$LOG/facts.txt"
@@ -232,7 +234,7 @@ proof=$(nccl_log_verdict "${logs[@]}"); prc=$?
 echo "NCCL's log: $proof"
 grep -h -E 'GPU Direct RDMA|via NET/|Failed to initialize|NCCL WARN' "${logs[@]}" 2>/dev/null | head -12
 if [ "$r0" = 0 ] && [ "$r1" = 0 ] && [ "$prc" = 0 ]; then
-  record nccl PASS "${res0#TORCH_NCCL: PASS } on both ranks; $proof"
+  record nccl PASS "${res0#TORCH_NCCL: PASS } on rank 0, ${res1#TORCH_NCCL: } on rank 1; $proof"
 elif [ "$prc" = 2 ] && [ -n "$RDMA_WHY" ]; then
   record nccl SKIP "expected without an RDMA device: NCCL refused with \"Failed to initialize any NET plugin\" (rank exits $r0/$r1)"
 elif [ "$prc" = 2 ]; then

@@ -10,7 +10,7 @@ mkdir -p "$T/sys/class/infiniband/mlx5_0/ports/1" "$T/sys/class/infiniband_verbs
 echo "4: ACTIVE" > "$T/sys/class/infiniband/mlx5_0/ports/1/state"
 echo mlx5_0 > "$T/sys/class/infiniband_verbs/uverbs0/ibdev"
 fails=0
-mode() { SLUICE_BED_SYSFS=$T/sys SLUICE_BED_DEVFS=$T/dev SLUICE_BED_MODE= "$BED" --print-mode 2>"$T/err"; }
+mode() { SLUICE_BED_SYSFS=$T/sys SLUICE_BED_DEVFS=$T/dev SLUICE_BED_MODE='' "$BED" --print-mode 2>"$T/err"; }
 check() {  # check NAME WANT_REAL(yes|no) [REGEX for stderr]
   local m; m=$(mode)
   if { [ "$2" = yes ] && [ "$m" = real ]; } || { [ "$2" = no ] && [ "$m" != real ]; }; then
