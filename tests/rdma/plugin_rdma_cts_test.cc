@@ -16,6 +16,7 @@
 // SLUICE_TEST_CTS_COMMS: comma-separated comm counts (default "1,4"); SLUICE_TEST_CTS_ROUNDS:
 // rounds per pattern (default 8); SLUICE_TEST_CTS_REPS: timing repetitions (default 1).
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -60,7 +61,10 @@ Sum operator-(const Sum& a, const Sum& b) {
 }
 
 // rxe's sent_pkts (or a NIC's port_xmit_packets) over the bed's devices; -1 if not readable.
+// ib_core caches hw_counters for their `lifespan` (10 ms by default): reading after a longer pause
+// gets fresh values even when the pattern before it took less (a short run read 0 packets).
 long long wire_packets() {
+  usleep(30 * 1000);
   long long total = 0;
   const Bed& b = bed();
   for (int d : {b.dev_a, b.dev_b}) {
