@@ -71,7 +71,8 @@ add_test(NAME gpu_nccl_log_verdicts COMMAND ${PROJECT_SOURCE_DIR}/tests/gpu/nccl
 set_tests_properties(gpu_nccl_log_verdicts PROPERTIES LABELS unit TIMEOUT 60)
 
 # scripts/gpu-bundle from this build tree, then its size and libraries (label package; a minute).
-if(SLUICE_HAVE_CUDA_HEADERS)
+# The bundle carries nccl-allreduce, a benchmark: a build without benchmarks has no bundle to check.
+if(SLUICE_HAVE_CUDA_HEADERS AND SLUICE_BUILD_BENCH)
 add_test(NAME gpu_bundle
          COMMAND sh -c "'${PROJECT_SOURCE_DIR}/scripts/gpu-bundle' --build '${CMAKE_BINARY_DIR}' --out '${CMAKE_BINARY_DIR}/gpu-bundle-test' && '${PROJECT_SOURCE_DIR}/tests/gpu/bundle_check.sh' '${CMAKE_BINARY_DIR}/gpu-bundle-test'")
 set_tests_properties(gpu_bundle PROPERTIES LABELS package TIMEOUT 600)
@@ -82,7 +83,7 @@ endif()
 # as NCCL does, NCCL's lines into NCCL_DEBUG_FILE), only the bundle on the library path, rxe left
 # alone. Without RDMA devices: exit 77, steps 4 and 5 skipped with their reasons, NCCL's refusal
 # reported exactly.
-if(SLUICE_HAVE_CUDA_HEADERS)
+if(SLUICE_HAVE_CUDA_HEADERS AND SLUICE_BUILD_BENCH)
   set_tests_properties(gpu_bundle PROPERTIES FIXTURES_SETUP gpu_bundle_dir)
   add_test(NAME gpu_run_rehearsal
            COMMAND env -u LD_LIBRARY_PATH OUT=${CMAKE_BINARY_DIR}/gpu-run-rehearsal

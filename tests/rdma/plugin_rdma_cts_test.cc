@@ -174,7 +174,9 @@ class CtsPublish : public ::testing::Test {
     EXPECT_LE(r.cts_writes, writes_hi) << what;
     // Receive WRs: one per lane, one doorbell per QP per publication; plus the CTS writes.
     EXPECT_EQ(r.wrs, msgs * cts_lanes() + r.cts_writes) << what;
-    if (writes_lo == msgs) EXPECT_EQ(r.doorbells, msgs * (cts_lanes() + 1)) << what;
+    if (writes_lo == msgs) {
+      EXPECT_EQ(r.doorbells, msgs * (cts_lanes() + 1)) << what;
+    }
   }
 
   std::vector<Conn> conns_;
