@@ -2,7 +2,8 @@
 # both directions, and the normal close of both sides. Bounds are set short here, so a regression
 # shows as a failed assertion in seconds, not a hang.
 add_executable(plugin_faults_test ${CMAKE_CURRENT_LIST_DIR}/plugin_faults_test.cc
-                                  ${CMAKE_CURRENT_LIST_DIR}/plugin_faults_two_host.cc)
+                                  ${CMAKE_CURRENT_LIST_DIR}/plugin_faults_two_host.cc
+                                  ${CMAKE_CURRENT_LIST_DIR}/plugin_teardown_order.cc)
 target_include_directories(plugin_faults_test PRIVATE ${CMAKE_CURRENT_LIST_DIR})
 target_link_libraries(plugin_faults_test PRIVATE sluice_nccl_abi GTest::gtest Threads::Threads
                                                  PkgConfig::IBVERBS ${CMAKE_DL_LIBS})
@@ -60,9 +61,10 @@ set_property(TEST core_faults APPEND PROPERTY ENVIRONMENT SLUICE_CONNECT_TIMEOUT
 # phase "poweroff" powers host1's VM off (scripts/bed/poweroff, no FIN) with an idle receive and a
 # send in flight on host0: keepalive bound 5 x SLUICE_HEARTBEAT_MS + 1 s, RC bound 4.096 us x
 # 2^NCCL_IB_TIMEOUT x (NCCL_IB_RETRY_CNT + 1) (rxe treats a retry count of 7 as infinite, so 6
-# there) + 2 s. SLUICE_PROGRESS_TIMEOUT_MS=60000: on this link one 4 MiB message under 5 % loss, or
-# the 16 MiB send in flight, takes longer than the watchdog's derived bound at these short timers
-# (1.8 / 2.4 s) although it progresses; this test is about loss recovery and RC retries.
+# there) + 2 s. The watchdog runs at its default (SLUICE_PROGRESS_TIMEOUT_MS unset): its bound grows
+# 2 s per MiB outstanding on the QP (core/src/progress.h), so the 16 MiB message under 5 % loss,
+# which takes longer than the per-packet bound (1.8 s at NCCL_IB_TIMEOUT=14) while it progresses,
+# is never failed (issue 19).
 add_executable(plugin_lossy_two_host_test ${CMAKE_CURRENT_LIST_DIR}/plugin_lossy_two_host_test.cc)
 target_include_directories(plugin_lossy_two_host_test PRIVATE ${CMAKE_CURRENT_LIST_DIR})
 target_link_libraries(plugin_lossy_two_host_test PRIVATE sluice_nccl_abi GTest::gtest Threads::Threads
@@ -83,7 +85,7 @@ add_test(NAME plugin_lossy_two_host
 # plugin_faults_two_host and plugin_faults, and loss recovery itself is the NIC's.
 set_tests_properties(plugin_lossy_two_host PROPERTIES LABELS "rdma;faults;bed;nosan" TIMEOUT 600
                      SKIP_RETURN_CODE 77   # 77: nested inside a VM bed, cannot boot VMs there
-                     ENVIRONMENT "SLUICE_LIVENESS_POLL_MS=100;SLUICE_HEARTBEAT_MS=1000;SLUICE_TEST_DEADLINE_S=180;SLUICE_PROGRESS_TIMEOUT_MS=60000")
+                     ENVIRONMENT "SLUICE_LIVENESS_POLL_MS=100;SLUICE_HEARTBEAT_MS=1000;SLUICE_TEST_DEADLINE_S=180")
 # The progress watchdog (labels rdma, faults, bed: it drops the bed's RoCE packets with tc): every
 # RoCE v2 packet dropped with a send in flight, NCCL_IB_RETRY_CNT=7 (infinite on rxe): the sender
 # fails within 4.096 us x 2^14 x 8 x 1.5 + 1 s = 1806 ms (+ two polls + 3 s margin), the waiting
