@@ -416,7 +416,8 @@ TEST_F(CoreTeardown, CloseWithWorkInFlightIsBounded) {
     }
     const auto t0 = Clock::now();
     EXPECT_TRUE(close_recv(r).is_ok());
-    EXPECT_EQ(count_own("mr"), mrs_before - 1) << "close did not release the deferred MR";
+    // The comm's own MR (CTS staging and records) and the deferred one.
+    EXPECT_EQ(count_own("mr"), mrs_before - 2) << "close did not release the deferred MR";
     const double recv_ms = ms_since(t0);
     const auto t1 = Clock::now();
     EXPECT_TRUE(close_send(s).is_ok());
@@ -521,7 +522,8 @@ TEST_F(CoreTeardown, CloseBoundExpiredWarnsAndReleases) {
 
 // Finalize with a send and a receive comm still open, a receive in flight and its registration
 // held: the verbs objects and sockets go at finalize (with a WARN); every later call on the comms
-// fails with the reason, and close frees them.
+// fails with the reason except deregMr and close (teardown steps NCCL stops at on error), which
+// succeed, and close frees them.
 TEST_F(CoreTeardown, FinalizeWithCommsOpenReleasesThem) {
   const Resources base = Resources::now();
   char handle[kHandleSize];
@@ -555,7 +557,10 @@ TEST_F(CoreTeardown, FinalizeWithCommsOpenReleasesThem) {
   expect_has(irecv(r, 1, &d, &cap, &tag, &mr, &req).message(), why);
   expect_has(test(rq, &done, nullptr).message(), why);
   EXPECT_EQ(done, 0);
-  expect_has(dereg_mr(s, ms).message(), why);
+  // deregMr is a teardown step NCCL stops at on error: it succeeds (finalize released the
+  // registration already; the handle is not touched).
+  EXPECT_TRUE(dereg_mr(s, ms).is_ok());
+  EXPECT_TRUE(dereg_mr(r, mr).is_ok());
   MemHandle* m2 = nullptr;
   expect_has(reg_mr(r, dst.data(), dst.size(), MemType::kHost, &m2).message(), why);
   EXPECT_TRUE(close_send(s).is_ok());
