@@ -13,8 +13,8 @@
 #include <string>
 
 #include "fuzz_check.h"
-#include "liveness.h"
-#include "sluice/core/wire.h"
+#include "health/liveness.h"
+#include "sluice/core/base/wire.h"
 
 using namespace sluice;
 

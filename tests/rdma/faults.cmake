@@ -12,7 +12,7 @@ target_compile_definitions(plugin_faults_test PRIVATE
 add_dependencies(plugin_faults_test nccl-net-sluice)
 sluice_add_rdma_test(NAME plugin_faults COMMAND $<TARGET_FILE:plugin_faults_test>
                      --gtest_filter=-PortDown*:Teardown* TIMEOUT 400)
-# NCCL's teardown order (plugin_teardown_order.cc, docs/teardown-order.md): a window of every size
+# NCCL's teardown order (plugin_teardown_order.cc, docs/failures.md): a window of every size
 # class torn down in flight on v11/v12 x 1/4 threads, after an injected failure, and a deferred
 # deregMr. 50 cycles per case here for CI time (measured ~0.4-0.5 s a cycle in the TCG bed; the
 # test's default, 200, when run by hand).

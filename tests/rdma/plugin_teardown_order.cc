@@ -2,7 +2,8 @@
 // faults). NCCL's proxy frees a net connection with deregMr of its buffers first and closeSend /
 // closeRecv after (sendProxyFree / recvProxyFree, src/transport/net.cc), each under NCCLCHECK, and
 // ncclProxyFreeConnections stops at the first error: so none of these calls may fail for a state
-// that a teardown reaches (docs/teardown-order.md). Checked here, on the v11 and v12 tables:
+// that a teardown reaches (docs/failures.md, "NCCL's teardown order"). Checked here, on the v11
+// and v12 tables:
 //  * a window of receives and sends of every size class (0 B .. 8 MiB + 3) torn down in that order
 //    while in flight, with 1 and 4 threads (each driving its own pair of comms), for
 //    SLUICE_TEST_TEARDOWN_CYCLES cycles (200 by default) in all: every call returns ncclSuccess,
