@@ -61,9 +61,9 @@ long long poll_ms() {
 constexpr long long kSlackMs = 3000;
 // Margin on top of one liveness poll for the peer to learn of a failure (scheduling on TCG).
 constexpr long long kPollSlackMs = 1000;
-// The sender's bound also grows by 2 s per MiB outstanding on the QP (progress.h): one message.
+// The sender's bound also grows by 10 s per MiB outstanding on the QP (progress.h): one message.
 long long sender_bound_ms(size_t bytes) {
-  return watchdog_bound_ms() + static_cast<long long>((bytes * 2000 + (1u << 20) - 1) >> 20);
+  return watchdog_bound_ms() + static_cast<long long>((bytes * 10000 + (1u << 20) - 1) >> 20);
 }
 
 int run(const std::string& cmd) {
