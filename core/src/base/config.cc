@@ -156,7 +156,7 @@ const std::vector<Param>& table() {
      .choices = {{"off", 0}, {"auto", 1}, {"force", 2}}, .default_text = "auto",
      .doc = "GPUDirect RDMA: auto = when detection says it works; off = host staging; force = offer CUDA memory whenever a CUDA driver is present"},
     {.name = "NCCL_NET_FORCE_FLUSH", .type = Type::kBool, .field = &Config::force_flush,
-     .doc = "Flush every non-empty receive with a loopback RDMA READ, host buffers too"},
+     .doc = "Flush with a loopback RDMA READ every non-empty receive that iflush is called for. NCCL calls iflush only for GPUDirect receives (never for host buffers) and reads this variable too: set, it flushes them on Hopper and later, where it otherwise skips the flush"},
     {.name = "SLUICE_CUDA_LIBRARY", .type = Type::kString, .field = &Config::cuda_library,
      .allowed_text = "library name or path", .default_text = "libcuda.so.1",
      .doc = "CUDA driver library to dlopen (tests point it at a stand-in driver)"},

@@ -74,7 +74,10 @@ Result<std::unique_ptr<Engine>> Engine::create(const LocalityProvider& locality,
   } else {
     e->gpu_.facts.driver_reason = "no GPU layer (core used without the plugin)";
   }
-  for (auto& a : e->adapters_) a->dmabuf = probe_dmabuf(a->pd.get(), a->name);
+  for (auto& a : e->adapters_) {
+    a->dmabuf = probe_dmabuf(a->pd.get(), a->name);
+    if (a->dmabuf.warn) SLUICE_WARN("dma-buf probe: %s", a->dmabuf.text.c_str());
+  }
   for (auto& d : e->devices_) {
     d->gdr = decide_gdr(e->cfg_, e->gpu_.facts, d->adapter->dmabuf, d->name);
     d->props.ptr_support = d->gdr.ptr_support;

@@ -81,7 +81,7 @@ ibv_mr* reg_cuda(Device* d, uintptr_t lo, uintptr_t hi, unsigned access, std::st
   std::string tried;
   if (d->gdr.dmabuf && e->gpu().export_dmabuf != nullptr) {
     int fd = -1;
-    Status st = e->gpu().export_dmabuf(lo, len, &fd);
+    Status st = e->gpu().export_dmabuf(lo, len, a->locality.pci_path, &fd);
     if (st.is_ok()) {
       ibv_mr* mr = ibv_reg_dmabuf_mr(a->pd.get(), 0, len, lo, fd, static_cast<int>(access));
       const int err = errno;
