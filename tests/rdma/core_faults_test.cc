@@ -364,10 +364,8 @@ TEST_P(CtsRewrite, SenderFailsNamingWhatWasWrong) {
   {
     rdmatest::ExpectWarns expected;  // the receiver may see its QP flushed by the sender's error
     if (nic_case) {
-      // The receive the bad entry was published for is still pending, and deregMr refuses a
-      // registration a pending request uses while its comm is healthy (core_teardown): the
-      // sender's comm goes first, and the receive fails once its peer is gone (liveness), after
-      // which its registration can go.
+      // The receive the bad entry was published for is still pending: the sender's comm goes
+      // first, and the receive fails once its peer is gone (liveness) or told it failed.
       EXPECT_TRUE(close_send(s).is_ok());
       s = nullptr;
       Status rs;

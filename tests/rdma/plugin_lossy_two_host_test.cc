@@ -4,10 +4,14 @@
 // on the real link between the two kernels:
 //  1. Stream: host1 sends host0 messages of 4 KiB .. 4 MiB (a window of kWindow in flight); host0
 //     verifies every byte. Time and throughput.
-//  2. The same stream with `tc qdisc ... netem loss 5% delay 5ms` (SLUICE_TEST_NETEM) on eth0 of
-//  both
-//     VMs (sch_netem loaded in the VM): every message completes, every byte verifies, and netem
-//     dropped packets (read back from `tc -s qdisc`). Time and throughput against phase 1.
+//  2. The same stream (its largest message 4 MiB) with `tc qdisc ... netem loss 5% delay 5ms`
+//     (SLUICE_TEST_NETEM) on eth0 of both VMs (sch_netem loaded in the VM), NCCL_IB_TIMEOUT=14
+//     and the watchdog at its default: every message completes, every byte verifies, no comm
+//     fails, and netem dropped packets (read back from `tc -s qdisc`). Time and throughput.
+//  2b. Told: every RoCE packet dropped on both hosts (tc ingress filter) with host1's send in
+//     flight; host1's watchdog fails its comm, and host0's pending receive fails within one
+//     liveness poll of that, quoting host1's reason (the failure notice, issue 19); both close
+//     in NCCL's order (deregMr, then close) with success.
 //  3. Power-off, last because the bed cannot restart a VM: host1's VM is powered off at once
 //     (scripts/bed/poweroff, sysrq 'o': no FIN, no RST) while host0 holds a published receive with
 //     nothing in flight (comm 1) and a 16 MiB send in flight (comm 2). Comm 1 fails by TCP
@@ -63,7 +67,11 @@ double ms_since(Clock::time_point t) {
 
 // The stream: sizes in order, SLUICE_TEST_STREAM_ROUNDS (1) times 16 x 4 KiB, 8 x 64 KiB,
 // 4 x 1 MiB and 2 x 4 MiB (12.6 MiB a round); under netem (phase 1) one 4 MiB message (8.6 MiB):
-// at 5 % loss it runs ~10x slower (measured) and CI time counts.
+// at 5 % loss it runs ~10x slower (measured) and CI time counts. Phase 1 runs at the watchdog's
+// default bound (SLUICE_PROGRESS_TIMEOUT_MS unset): a slow link that moves bytes must not be
+// failed by it. A 16 MiB message under 5 % loss did not complete on rxe within 171 s (go-back-N
+// resends everything after each lost packet, so a long WRITE's goodput collapses), so the stream
+// stops at 4 MiB; the watchdog had not fired on it by then (its bound: 1.8 s + 160 s).
 std::vector<size_t> stream_sizes(int phase) {
   std::vector<size_t> v;
   const long rounds = env_long("SLUICE_TEST_STREAM_ROUNDS", 1);
@@ -184,6 +192,143 @@ bool sync_byte(int side, char send, char expect) {
   return write_full(side, &send, 1) && read_full(side, &b, 1, wait_limit()) && b == expect;
 }
 
+// Drops RoCE v2 (UDP 4791) arriving on eth0 (ingress: lost on the path, as in plugin_stall), or
+// removes that filter.
+bool roce_drop(bool on) {
+  if (!on) return shell("tc qdisc del dev eth0 clsact") == 0;
+  const std::string f = "tc filter add dev eth0 ingress ";
+  return shell("modprobe sch_ingress && modprobe cls_u32 && modprobe act_gact") == 0 &&
+         shell("tc qdisc add dev eth0 clsact") == 0 &&
+         shell(f +
+               "protocol ip prio 2 u32 match ip protocol 17 0xff match ip dport 4791 0xffff "
+               "action drop") == 0 &&
+         shell(f +
+               "protocol ipv6 prio 1 u32 match ip6 protocol 17 0xff match ip6 dport 4791 "
+               "0xffff action drop") == 0;
+}
+
+// Phase "told" (after the stream, same comm, NCCL_IB_RETRY_CNT=7: rxe retries forever): every
+// RoCE packet is dropped on both hosts with host1's second send in flight, so host1's progress
+// watchdog fails its comm; its failure notice reaches host0 over the comm's TCP socket, and
+// host0's pending receive must fail within one SLUICE_LIVENESS_POLL_MS (+ 1 s of scheduling
+// margin) of host1's failure, quoting host1's reason. host0 times it from the moment host1's
+// 'F' (sent right after its test failed) arrives on the side channel.
+constexpr size_t kToldMsg = 65536;
+long long poll_ms() {
+  return env_long("SLUICE_LIVENESS_POLL_MS", 1000);
+}
+
+int host0_told(Net& n, void* rc, RegBuf& buf, int side) {
+  void* reqs[2] = {};
+  for (int i = 0; i < 2; ++i) {
+    void* data = buf.data() + i * kToldMsg;
+    void* mh = buf.mh();
+    size_t cap = kToldMsg;
+    int tag = kTag;
+    CHECK_OR(30,
+             post_until("irecv", &reqs[i],
+                        [&](void** q) { return n.irecv(rc, 1, &data, &cap, &tag, &mh, q); }),
+             "told: irecv %d", i);
+  }
+  for (void* q : reqs) {
+    int done = 0;
+    CHECK_OR(30, n.test(q, &done, nullptr) == ncclSuccess && !done, "told: publish");
+  }
+  CHECK_OR(30, sync_byte(side, 'T', 't'), "told: host1 did not take the receives");
+  CHECK_OR(31, wait_done(n, "told: recv 1", reqs[0], nullptr), "%s", last_warn().c_str());
+  CHECK_OR(31, check_pattern(buf.data(), kToldMsg, seed_of(7, 0, kToldMsg)).empty(),
+           "told: message 1 differs");
+  CHECK_OR(32, roce_drop(true), "told: RoCE drop on host0");
+  CHECK_OR(32, sync_byte(side, 'D', 'd'), "told: host1 did not drop");
+  const auto t0 = Clock::now();
+  Clock::time_point told{}, failed{};
+  ncclResult_t r = ncclSuccess;
+  int done = 0;
+  std::string w;
+  while (Clock::now() - t0 < std::chrono::seconds(60) &&
+         (r == ncclSuccess || told == Clock::time_point{})) {
+    if (told == Clock::time_point{}) {
+      char b = 0;
+      if (::recv(side, &b, 1, MSG_DONTWAIT) == 1) {
+        CHECK_OR(33, b == 'F', "told: host1 said %c", b);
+        told = Clock::now();
+      }
+    }
+    if (r == ncclSuccess) {
+      r = n.test(reqs[1], &done, nullptr);
+      CHECK_OR(33, !done, "told: receive 2 completed although every packet was dropped");
+      if (r != ncclSuccess) {
+        failed = Clock::now();
+        w = last_warn();
+      }
+    }
+    usleep(500);
+  }
+  CHECK_OR(33, told != Clock::time_point{}, "told: host1's comm did not fail");
+  CHECK_OR(33, r == ncclRemoteError, "told: the receive did not fail (%d)", static_cast<int>(r));
+  const long long ms = duration_cast<milliseconds>(failed - told).count();
+  std::fprintf(stderr,
+               "host0: told: receive failed %lld ms after host1's comm failed (%lld ms after the "
+               "drop; one poll %lld ms): %s\n",
+               ms, static_cast<long long>(duration_cast<milliseconds>(failed - t0).count()),
+               poll_ms(), w.c_str());
+  CHECK_OR(34, ms <= poll_ms() + 1000, "told: %lld ms, more than one poll + 1 s", ms);
+  CHECK_OR(34,
+           contains(w, "the peer's comm failed (peer ") &&
+               contains(w, "its reason: \"no progress on qpn "),
+           "told: the WARN does not quote host1's reason: %s", w.c_str());
+  CHECK_OR(35, roce_drop(false), "told: drop not removed on host0");
+  CHECK_OR(35, sync_byte(side, 'R', 'r'), "told: host1 did not remove its drop");
+  return 0;
+}
+
+int host1_told(Net& n, void* sc, RegBuf& buf, int side) {
+  char b = 0;
+  CHECK_OR(30, read_full(side, &b, 1, wait_limit()) && b == 'T', "told: no start");
+  b = 't';
+  CHECK_OR(30, write_full(side, &b, 1), "side");
+  fill_pattern(buf.data(), kToldMsg, seed_of(7, 0, kToldMsg));
+  void* s1 = nullptr;
+  CHECK_OR(
+      31,
+      post_until("isend", &s1,
+                 [&](void** q) { return n.isend(sc, buf.data(), kToldMsg, kTag, buf.mh(), q); }),
+      "told: isend 1");
+  CHECK_OR(31, wait_done(n, "told: send 1", s1, nullptr), "%s", last_warn().c_str());
+  CHECK_OR(32, read_full(side, &b, 1, wait_limit()) && b == 'D', "told: no drop request");
+  CHECK_OR(32, roce_drop(true), "told: RoCE drop on host1");
+  b = 'd';
+  CHECK_OR(32, write_full(side, &b, 1), "side");
+  void* s2 = nullptr;
+  const auto t0 = Clock::now();
+  CHECK_OR(33,
+           post_until("isend", &s2,
+                      [&](void** q) {
+                        return n.isend(sc, buf.data() + kToldMsg, kToldMsg, kTag, buf.mh(), q);
+                      }),
+           "told: isend 2");
+  ncclResult_t r = ncclSuccess;
+  int done = 0;
+  while (r == ncclSuccess && !done && Clock::now() - t0 < std::chrono::seconds(60)) {
+    r = n.test(s2, &done, nullptr);
+    usleep(500);
+  }
+  b = 'F';
+  CHECK_OR(33, write_full(side, &b, 1), "side");
+  const std::string w = last_warn();
+  std::fprintf(stderr, "host1: told: send failed %lld ms after its isend: %s\n",
+               static_cast<long long>(duration_cast<milliseconds>(Clock::now() - t0).count()),
+               w.c_str());
+  CHECK_OR(33, r == ncclRemoteError && !done, "told: the send did not fail (%d, done %d)",
+           static_cast<int>(r), done);
+  CHECK_OR(33, contains(w, "no progress on qpn "), "told: not the watchdog: %s", w.c_str());
+  CHECK_OR(35, read_full(side, &b, 1, wait_limit()) && b == 'R', "told: no removal request");
+  CHECK_OR(35, roce_drop(false), "told: drop not removed on host1");
+  b = 'r';
+  CHECK_OR(35, write_full(side, &b, 1), "side");
+  return 0;
+}
+
 int host0_stream(int side) {
   Net n(12);
   CHECK_OR(3, n.init(0x2e70) == ncclSuccess, "init");
@@ -234,7 +379,8 @@ int host0_stream(int side) {
                "(data); the stream took %.2fx as long as without loss\n",
                netem_spec().c_str(), dropped0, dropped1, ms[1] / ms[0]);
   CHECK_OR(12, dropped1 > 0, "netem dropped no data packet: the loss was not exercised");
-  buf.reset();
+  if (int r = host0_told(n, rc, buf, side)) return r;
+  buf.reset();  // NCCL's order on the failed comm, receive 2 pending: deregMr, then close
   CHECK_OR(13, n.close_recv(rc) == ncclSuccess, "closeRecv: %s", last_warn().c_str());
   const Counts0 after{rdma_resource_count("qp"), rdma_resource_count("cq"),
                       rdma_resource_count("mr")};
@@ -411,6 +557,7 @@ int host1_stream(int side) {
   const long dropped = netem_dropped();
   CHECK_OR(11, shell("tc qdisc del dev eth0 root") == 0, "netem not removed on host1");
   CHECK_OR(11, write_full(side, &dropped, sizeof dropped), "side");
+  if (int r = host1_told(n, sc, buf, side)) return r;
   buf.reset();
   CHECK_OR(12, n.close_send(sc) == ncclSuccess, "closeSend: %s", last_warn().c_str());
   CHECK_OR(12, n.finalize() == ncclSuccess, "finalize");

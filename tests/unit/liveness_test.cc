@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstdint>
+#include <cstring>
 #include <string>
 
 namespace sluice {
@@ -87,6 +88,107 @@ TEST(SocketRead, ReasonsNameThePeerAndWhatWasSeen) {
   EXPECT_TRUE(has(r, "unexpected bytes")) << r;
   r = peer_gone_reason(SocketSeen::kError, EHOSTUNREACH, false, peer, 10000);
   EXPECT_TRUE(has(r, "failed")) << r;
+}
+
+// ---- The failure notice (wire.h) and the socket's grammar (feed_peer_bytes)
+
+TEST(FailureNotice, RoundTripsAndIsSmall) {
+  uint8_t buf[wire::kNoticeMaxBytes];
+  const std::string why = "no progress on qpn 17 (rxe0:1) -> qpn 18 (rxe1) at 10.0.0.2:4711";
+  const size_t n = wire::encode_notice(why, buf);
+  EXPECT_EQ(n, wire::kNoticeHeaderBytes + why.size() + 4);
+  EXPECT_EQ(buf[0], wire::kNoticeMagic);
+  EXPECT_EQ(buf[1], wire::kNoticeVersion);
+  std::string text;
+  size_t used = 0;
+  ASSERT_EQ(wire::decode_notice(buf, n, &text, &used), wire::NoticeParse::kOk) << text;
+  EXPECT_EQ(text, why);
+  EXPECT_EQ(used, n);
+  // Every shorter prefix is incomplete, never accepted nor refused.
+  for (size_t k = 0; k < n; ++k)
+    EXPECT_EQ(wire::decode_notice(buf, k, &text, &used), wire::NoticeParse::kIncomplete) << k;
+}
+
+TEST(FailureNotice, CutsLongReasonsAndCleansBytes) {
+  uint8_t buf[wire::kNoticeMaxBytes];
+  std::string why(2000, 'x');
+  why[3] = '\n';
+  why[4] = static_cast<char>(0xff);
+  const size_t n = wire::encode_notice(why, buf);
+  EXPECT_EQ(n, wire::kNoticeMaxBytes);
+  std::string text;
+  size_t used = 0;
+  ASSERT_EQ(wire::decode_notice(buf, n, &text, &used), wire::NoticeParse::kOk);
+  EXPECT_EQ(text.size(), wire::kNoticeMaxText);
+  EXPECT_EQ(text.substr(0, 6), "xxx??x");
+  EXPECT_EQ(wire::encode_notice("", buf), wire::kNoticeHeaderBytes + 11 + 4);  // "unspecified"
+}
+
+TEST(FailureNotice, RejectsCorruptOnes) {
+  uint8_t buf[wire::kNoticeMaxBytes];
+  const size_t n = wire::encode_notice("qp failed", buf);
+  std::string text;
+  size_t used = 0;
+  uint8_t bad[wire::kNoticeMaxBytes];
+  std::memcpy(bad, buf, n);
+  bad[6] ^= 1;  // a text byte: the checksum catches it
+  EXPECT_EQ(wire::decode_notice(bad, n, &text, &used), wire::NoticeParse::kBad);
+  EXPECT_NE(text.find("checksum"), std::string::npos) << text;
+  std::memcpy(bad, buf, n);
+  bad[2] = 0;  // length 0
+  bad[3] = 0;
+  EXPECT_EQ(wire::decode_notice(bad, n, &text, &used), wire::NoticeParse::kBad);
+  bad[2] = 0xff;  // length over the limit: refused from the header alone
+  bad[3] = 0xff;
+  EXPECT_EQ(wire::decode_notice(bad, wire::kNoticeHeaderBytes, &text, &used),
+            wire::NoticeParse::kBad);
+  std::memcpy(bad, buf, n);
+  bad[1] = 0;  // version 0
+  EXPECT_EQ(wire::decode_notice(bad, 2, &text, &used), wire::NoticeParse::kBad);
+  std::memcpy(bad, buf, n);
+  bad[0] = 0x5a;
+  EXPECT_EQ(wire::decode_notice(bad, 1, &text, &used), wire::NoticeParse::kBad);
+  EXPECT_EQ(used, 0u);
+}
+
+TEST(PeerBytes, NoticeArrivesInPiecesThenGoodbye) {
+  uint8_t msg[wire::kNoticeMaxBytes + 1];
+  const size_t n = wire::encode_notice("watchdog: no progress", msg);
+  msg[n] = kGoodbyeByte;  // the failed side closes later: notice, then goodbye
+  uint8_t rx[wire::kNoticeMaxBytes];
+  uint16_t rx_len = 0;
+  std::string text;
+  EXPECT_EQ(feed_peer_bytes(rx, &rx_len, msg, 3, &text), SocketSeen::kNothing);
+  EXPECT_EQ(feed_peer_bytes(rx, &rx_len, msg + 3, 5, &text), SocketSeen::kNothing);
+  EXPECT_EQ(feed_peer_bytes(rx, &rx_len, msg + 8, n + 1 - 8, &text), SocketSeen::kNotice);
+  EXPECT_EQ(text, "watchdog: no progress");
+  const std::string r = peer_gone_reason(SocketSeen::kNotice, 0, false, "10.0.0.2:4711", 0, text);
+  EXPECT_NE(r.find("the peer's comm failed (peer 10.0.0.2:4711, its reason: \"watchdog: no "
+                   "progress\")"),
+            std::string::npos)
+      << r;
+}
+
+TEST(PeerBytes, GoodbyeGarbageAndBadNotices) {
+  uint8_t rx[wire::kNoticeMaxBytes];
+  uint16_t rx_len = 0;
+  std::string text;
+  const uint8_t bye[] = {kGoodbyeByte};  // an old peer's (and a new peer's) normal close
+  EXPECT_EQ(feed_peer_bytes(rx, &rx_len, bye, 1, &text), SocketSeen::kGoodbye);
+  EXPECT_EQ(rx_len, 0);
+  const uint8_t junk[] = {0x01, 0x02};
+  EXPECT_EQ(feed_peer_bytes(rx, &rx_len, junk, 2, &text), SocketSeen::kGarbage);
+  uint8_t msg[wire::kNoticeMaxBytes];
+  const size_t n = wire::encode_notice("x", msg);
+  msg[n - 1] ^= 0x80;  // checksum
+  rx_len = 0;
+  EXPECT_EQ(feed_peer_bytes(rx, &rx_len, msg, n, &text), SocketSeen::kBadNotice);
+  EXPECT_NE(peer_gone_reason(SocketSeen::kBadNotice, 0, false, "p", 0, text)
+                .find("malformed failure notice"),
+            std::string::npos);
+  // An old peer (goodbye only) reads a notice as unexpected bytes: it fails, never waits.
+  wire::encode_notice("x", msg);
+  EXPECT_EQ(classify_read(static_cast<long>(n), 0, msg), SocketSeen::kGarbage);
 }
 
 TEST(AsyncEvents, FatalOnesHaveScopeMeaningAndCause) {

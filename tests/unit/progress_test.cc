@@ -235,5 +235,48 @@ TEST(ProgressReason, NamesWhatWaitedTheBoundAndTheCause) {
   EXPECT_EQ(k.find("x 1.5"), std::string::npos) << k;
 }
 
+// The bound grows with the data outstanding on the QP: a live transfer of a large message (up to
+// maxP2pBytes) is never judged by a per-packet bound; no data, no extra.
+TEST(ProgressBound, GrowsTenSecondsPerOutstandingMiB) {
+  EXPECT_EQ(progress_bytes_ms(0), 0);
+  EXPECT_EQ(progress_bytes_ms(1), 1);        // rounded up
+  EXPECT_EQ(progress_bytes_ms(65537), 626);  // 625.01 rounded up
+  EXPECT_EQ(progress_bytes_ms(uint64_t{1} << 20), 10000);
+  EXPECT_EQ(progress_bytes_ms(uint64_t{16} << 20), 160000);
+  EXPECT_EQ(progress_bytes_ms(uint64_t{1} << 30), 10240000);  // maxP2pBytes
+  // The whole send queue of the largest sends on every QP does not overflow.
+  EXPECT_EQ(progress_bytes_ms(uint64_t{16} * 256 << 30), 16LL * 256 * 10240000);
+}
+
+TEST(ProgressCheck, EachQpGetsItsBytesTerm) {
+  int64_t since[2] = {};
+  const bool out[2] = {true, true};
+  const long long extra[2] = {0, progress_bytes_ms(uint64_t{16} << 20)};  // QP 1: a 16 MiB send
+  long long waited = 0;
+  EXPECT_EQ(progress_check(since, out, 2, 1 * kMs, 1806, &waited, extra), -1);  // clocks start
+  // Past the base: the idle-data QP 0 fires, QP 1 (data in flight) does not.
+  EXPECT_EQ(progress_check(since, out, 2, 1900 * kMs, 1806, &waited, extra), 0);
+  const bool only1[2] = {false, true};
+  EXPECT_EQ(progress_check(since, only1, 2, 150000 * kMs, 1806, &waited, extra), -1);
+  EXPECT_EQ(progress_check(since, only1, 2, 1 * kMs + (1806 + 160000) * kMs, 1806, &waited, extra),
+            -1);  // exactly at its bound: not past it
+  EXPECT_EQ(progress_check(since, only1, 2, 2 * kMs + (1806 + 160000) * kMs, 1806, &waited, extra),
+            1);
+  EXPECT_EQ(waited, 1806 + 160001);
+  // A completion restarted the clock (progress): a slow stream is judged by its progress.
+  since[1] = 0;
+  EXPECT_EQ(progress_check(since, only1, 2, 170000 * kMs, 1806, &waited, extra), -1);
+  EXPECT_EQ(progress_check(since, only1, 2, 320000 * kMs, 1806, &waited, extra), -1);
+}
+
+TEST(ProgressReason, NamesTheBytesTerm) {
+  const std::string m = progress_reason("qpn 17", "isend RDMA WRITE / WRITE_WITH_IMM", 170000, 1806,
+                                        14, 7, false, uint64_t{16} << 20);
+  EXPECT_NE(m.find("waited 170000 ms with no completion, bound 161806 ms (1806 ms + 160000 ms for "
+                   "the 16777216 bytes outstanding on the QP at 10000 ms per MiB; RC retry bound"),
+            std::string::npos)
+      << m;
+}
+
 }  // namespace
 }  // namespace sluice

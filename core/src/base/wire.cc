@@ -207,4 +207,69 @@ Status validate_cm_token(const void* data, size_t len, uint64_t nonce, CmToken* 
   return Status::ok();
 }
 
+namespace {
+
+uint32_t fnv1a(const uint8_t* p, size_t n) {
+  uint32_t h = 2166136261u;
+  for (size_t i = 0; i < n; ++i) {
+    h ^= p[i];
+    h *= 16777619u;
+  }
+  return h;
+}
+
+char printable(uint8_t b) {
+  return b >= 0x20 && b < 0x7f ? static_cast<char>(b) : '?';
+}
+
+}  // namespace
+
+size_t encode_notice(const std::string& reason, uint8_t* out) {
+  const std::string text = reason.empty() ? std::string("unspecified") : reason;
+  const size_t n = std::min(text.size(), kNoticeMaxText);
+  out[0] = kNoticeMagic;
+  out[1] = kNoticeVersion;
+  out[2] = static_cast<uint8_t>(n & 0xff);
+  out[3] = static_cast<uint8_t>(n >> 8);
+  for (size_t i = 0; i < n; ++i)
+    out[kNoticeHeaderBytes + i] = static_cast<uint8_t>(printable(static_cast<uint8_t>(text[i])));
+  const uint32_t h = fnv1a(out, kNoticeHeaderBytes + n);
+  for (int k = 0; k < 4; ++k) out[kNoticeHeaderBytes + n + k] = static_cast<uint8_t>(h >> (8 * k));
+  return kNoticeHeaderBytes + n + 4;
+}
+
+NoticeParse decode_notice(const uint8_t* p, size_t n, std::string* text, size_t* used) {
+  *used = 0;
+  if (n == 0) return NoticeParse::kIncomplete;
+  if (p[0] != kNoticeMagic) {
+    *text = "not a failure notice (first byte " + std::to_string(p[0]) + ")";
+    return NoticeParse::kBad;
+  }
+  if (n < 2) return NoticeParse::kIncomplete;
+  if (p[1] == 0) {
+    *text = "failure notice of version 0";
+    return NoticeParse::kBad;
+  }
+  if (n < kNoticeHeaderBytes) return NoticeParse::kIncomplete;
+  const size_t len = p[2] | (static_cast<size_t>(p[3]) << 8);
+  if (len == 0 || len > kNoticeMaxText) {
+    *text = "failure notice with a text length of " + std::to_string(len) + " bytes (1.." +
+            std::to_string(kNoticeMaxText) + ")";
+    return NoticeParse::kBad;
+  }
+  const size_t total = kNoticeHeaderBytes + len + 4;
+  if (n < total) return NoticeParse::kIncomplete;
+  uint32_t h = 0;
+  for (int k = 0; k < 4; ++k)
+    h |= static_cast<uint32_t>(p[kNoticeHeaderBytes + len + k]) << (8 * k);
+  if (h != fnv1a(p, kNoticeHeaderBytes + len)) {
+    *text = "failure notice with a bad checksum (corrupt)";
+    return NoticeParse::kBad;
+  }
+  text->assign(len, '?');
+  for (size_t i = 0; i < len; ++i) (*text)[i] = printable(p[kNoticeHeaderBytes + i]);
+  *used = total;
+  return NoticeParse::kOk;
+}
+
 }  // namespace sluice::wire

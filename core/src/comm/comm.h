@@ -225,8 +225,10 @@ class SendComm : public CommBase {
   uint8_t matched = 0;  // bit i: entry i has its isend
   SendReq* slot_reqs[wire::kEntriesPerSlot] = {};
   uint32_t sq_used[wire::kMaxQps] = {};  // WRs posted on each QP and not yet completed
-  SendReq* pool = nullptr;               // kPool requests, in `mem` (on the NIC's NUMA node)
-  uint16_t* free_list = nullptr;         // kPool entries, in `mem`
+  uint64_t sq_bytes[wire::kMaxQps] =
+      {};                         // data bytes of those WRs (the watchdog's bound, progress.h)
+  SendReq* pool = nullptr;        // kPool requests, in `mem` (on the NIC's NUMA node)
+  uint16_t* free_list = nullptr;  // kPool entries, in `mem`
   int free_top = 0;
   Conn c;
 };
@@ -277,9 +279,15 @@ class RecvComm : public CommBase {
 // connect in progress and every listen comm's pending handshakes, and retire open listen comms
 // (a later accept fails, close frees them). Each returns how many it released.
 // Requests of `comm` (a SendComm or RecvComm) not yet completed whose buffers lie in the
-// registration `mh` (datapath.cc); *what describes them ("2 isend(s) on qpn 17 on ..."). 0 for a
-// failed comm, whose QPs it moves to ERROR: nothing of it touches memory again.
+// registration `mh` (datapath.cc); *what describes them ("2 isend(s) on qpn 17 on ..."). On a
+// failed comm it also moves the QPs to ERROR (the NIC stops), but its requests still count until
+// close drains the queues.
 int requests_using(void* comm, const MemHandle* mh, std::string* what);
+
+// Frees the registrations that deregMr deferred on the comm `key` (its address): with `comm` (the
+// live comm) those whose requests are done; with comm = null every one (the comm's QPs are
+// drained or destroyed; it may be freed already).
+void release_deferred_mrs(Adapter* a, uintptr_t key, void* comm);
 
 // Finalize with the comm still open (datapath.cc): its QPs, CQ, MRs, flush machinery and socket
 // are released while the device is alive, and it fails every later call with `why`; only its

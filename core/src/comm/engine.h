@@ -27,7 +27,8 @@ struct MrEntry;
 // A registration: what regMr/regMrDmaBuf hand to NCCL, one per call. It names its own range and
 // the MR that serves it; several registrations may share one MR (MrEntry).
 struct MemHandle {
-  static constexpr uint32_t kMagic = 0x534c4d52;  // "SLMR"
+  static constexpr uint32_t kMagic = 0x534c4d52;     // "SLMR"
+  static constexpr uint32_t kDeferred = 0x534c4446;  // "SLDF": deregistered, MR kept (mr.cc)
   uint32_t magic = kMagic;
   uint32_t lkey = 0;
   uint32_t rkey = 0;
@@ -37,6 +38,9 @@ struct MemHandle {
   MemType type = MemType::kHost;
   unsigned access = 0;       // ibv access flags of the MR
   MrEntry* entry = nullptr;  // the MR that serves it
+  // Deregistered while a request of this comm still used it (magic kDeferred): dead to the caller
+  // and never reused, freed once the requests are done or the comm's queues are drained (mr.cc).
+  uintptr_t deferred_on = 0;  // the comm, as a key
   bool contains(const void* p, size_t n) const {
     auto a = reinterpret_cast<uintptr_t>(p);
     return a >= base && n <= len && a - base <= len - n;

@@ -24,7 +24,10 @@ namespace sluice {
 namespace dp {
 
 Status fail(Conn& c, Status st) {
-  if (!c.failed()) c.failure = std::move(st);
+  if (!c.failed()) {
+    c.failure = std::move(st);
+    liveness_tell_peer(c);  // the peer's next call fails with this reason (liveness.h)
+  }
   return c.failure;
 }
 
@@ -48,11 +51,17 @@ Status check_progress(Conn& c) {
                               ? cfg.progress_timeout_ms
                               : progress_bound_ms(cfg.ib_timeout, cfg.retry_cnt);
   bool outstanding[wire::kMaxQps] = {};
+  long long extra[wire::kMaxQps] = {};  // the bytes term of each QP's bound (progress.h)
+  uint64_t bytes[wire::kMaxQps] = {};
   const char* what = nullptr;
   if (c.owner->kind == CommKind::kSend) {
     auto& s = *static_cast<SendComm*>(c.owner);
     SLUICE_RETURN_IF_ERROR(poll_send(s));
-    for (int q = 0; q < c.nqps; ++q) outstanding[q] = s.sq_used[q] > 0;
+    for (int q = 0; q < c.nqps; ++q) {
+      outstanding[q] = s.sq_used[q] > 0;
+      bytes[q] = s.sq_bytes[q];
+      extra[q] = progress_bytes_ms(bytes[q]);
+    }
     what = "isend RDMA WRITE / WRITE_WITH_IMM";
   } else if (c.owner->kind == CommKind::kRecv) {
     auto& r = *static_cast<RecvComm*>(c.owner);
@@ -74,8 +83,8 @@ Status check_progress(Conn& c) {
     return Status::ok();
   }
   long long waited = 0;
-  const int q =
-      progress_check(c.progress.since_ns, outstanding, c.nqps, c.progress.now_ns, bound, &waited);
+  const int q = progress_check(c.progress.since_ns, outstanding, c.nqps, c.progress.now_ns, bound,
+                               &waited, extra);
   if (q < 0) return Status::ok();
   if (c.owner->kind == CommKind::kRecv && static_cast<RecvComm*>(c.owner)->cts_probing[q]) {
     what =
@@ -84,7 +93,7 @@ Status check_progress(Conn& c) {
   }
   return fail(c, Status(Code::kRemoteError,
                         progress_reason(c.describe_qp(q), what, waited, bound, cfg.ib_timeout,
-                                        cfg.retry_cnt, cfg.progress_timeout_ms > 0)));
+                                        cfg.retry_cnt, cfg.progress_timeout_ms > 0, bytes[q])));
 }
 
 int qp_index(const Conn& c, uint32_t qpn) {
@@ -248,6 +257,8 @@ void retire_comm(Conn& c, const std::string& why) {
   liveness_stop(c);
   c.drain_at_close();
   for (int q = 0; q < c.nqps; ++q) c.qps[q].reset();
+  release_deferred_mrs(c.dev->adapter, reinterpret_cast<uintptr_t>(c.owner),
+                       nullptr);  // nothing of the comm touches memory now
   c.cq.reset();
   c.cm.reset();  // rdmacm mode: the QPs' rdma_cm ids and event channel
   if (c.fd >= 0) close(c.fd);
@@ -269,18 +280,17 @@ int requests_using(void* comm, const MemHandle* mh, std::string* what) {
   const auto in = [mh](uintptr_t addr, size_t n) {
     return n > 0 && addr >= mh->base && addr - mh->base < mh->len;
   };
-  // A failed comm is never used again: its QPs go to ERROR (the NIC stops touching its buffers),
-  // so teardown after a failure can always deregister.
-  const auto stopped = [](Conn& c) {
-    if (!c.failed()) return false;
+  // A failed comm is never used again: its QPs go to ERROR so the NIC stops; its requests still
+  // count (deregMr defers) until close or finalize drained the queues.
+  const auto stop = [](Conn& c) {
+    if (!c.failed()) return;
     for (int q = 0; q < c.nqps; ++q)
       if (c.qps[q]) (void)qp_to_error(c.qps[q].get());
-    return true;
   };
   int n = 0;
   if (b->kind == CommKind::kSend) {
     auto* s = static_cast<SendComm*>(b);
-    if (stopped(s->c)) return 0;
+    stop(s->c);
     for (int i = 0; i < SendComm::kPool; ++i) {
       const SendReq& r = s->pool[i];
       n += r.magic == Request::kMagic && r.in_use && !r.done && r.lkey == mh->lkey &&
@@ -290,7 +300,7 @@ int requests_using(void* comm, const MemHandle* mh, std::string* what) {
   } else if (b->kind == CommKind::kRecv) {
     auto* r = static_cast<RecvComm*>(b);
     std::lock_guard<std::mutex> lk(r->mu);
-    if (stopped(r->c)) return 0;
+    stop(r->c);
     for (int k = 0; k < wire::kFifoSlots; ++k) {
       const RecvReq& q = r->pool[k];
       if (q.magic != Request::kMagic || !q.in_use || q.done) continue;
@@ -320,7 +330,10 @@ Status close_send(SendComm* s) {
                         " WR(s) on the send queues";
   }
   const bool counted = !s->c.retired;  // finalize took a retired comm off the count
+  Adapter* a = s->c.dev != nullptr ? s->c.dev->adapter : nullptr;
+  const auto key = reinterpret_cast<uintptr_t>(s);  // only a key once `s` is freed
   delete s;  // QPs to ERROR, CQ drained, QPs/CQ/MR/memory released (member order)
+  release_deferred_mrs(a, key, nullptr);  // the NIC is done with the requests that deferred them
   if (Engine* e = engine(); e != nullptr && counted) e->open_comms.fetch_sub(1);
   return Status::ok();
 }
@@ -340,7 +353,10 @@ Status close_recv(RecvComm* r) {
     live += r->pool[i].magic == Request::kMagic && r->pool[i].in_use;
   if (live > 0) r->c.pending_work = std::to_string(live) + " irecv(s) not tested done";
   const bool counted = !r->c.retired;
+  Adapter* a = r->c.dev != nullptr ? r->c.dev->adapter : nullptr;
+  const auto key = reinterpret_cast<uintptr_t>(r);
   delete r;
+  release_deferred_mrs(a, key, nullptr);
   if (Engine* e = engine(); e != nullptr && counted) e->open_comms.fetch_sub(1);
   return Status::ok();
 }

@@ -37,7 +37,10 @@ void FlushDeleter::operator()(Flush* f) const {
 namespace {
 
 Status fail(Conn& c, Status st) {
-  if (!c.failed()) c.failure = std::move(st);
+  if (!c.failed()) {
+    c.failure = std::move(st);
+    liveness_tell_peer(c);  // the peer's next call fails with this reason (liveness.h)
+  }
   return c.failure;
 }
 

@@ -67,6 +67,7 @@ Status post_group(SendComm& s) {
     ibv_sge sges[wire::kEntriesPerSlot + 1];
     std::memset(wrs, 0, sizeof wrs);
     int nw = 0;
+    uint64_t lane_bytes = 0;
     for (int i = 0; i < nreqs; ++i) {
       const SendReq* r = s.slot_reqs[i];
       const size_t chunk = cts::chunk_of(r->size, nlanes);
@@ -82,6 +83,7 @@ Status post_group(SendComm& s) {
       w.wr.rdma.remote_addr = e[i].addr + off;
       w.wr.rdma.rkey = e[i].rkey;
       ++nw;
+      lane_bytes += len;
     }
     ibv_send_wr* close;
     if (nreqs == 1) {
@@ -111,6 +113,7 @@ Status post_group(SendComm& s) {
     if (s.c.prof.start != nullptr) [[unlikely]]
       prof_send_chain(s, lane, q, wrs, nw);
     if (Status st = post_chain(s, q, wrs, nw); !st.is_ok()) return fail(s.c, st);
+    s.sq_bytes[q] += lane_bytes;
   }
   for (int i = 0; i < nreqs; ++i) s.slot_reqs[i]->posted = true;
   ++s.head;
@@ -176,6 +179,8 @@ Status reject_send(SendComm& s, int index, size_t size, int tag, uint32_t why) {
   m += " on " + s.c.describe_qp(0) + "; nothing was written";
   m += told.is_ok() ? " and the receiver is told"
                     : "; telling the receiver failed: " + told.message();
+  // Told through the completion record: the failure notice (liveness.h) would race it.
+  if (told.is_ok()) s.c.watch.told = true;
   return fail(s.c, Status(Code::kInvalidUsage, std::move(m)));
 }
 
@@ -267,10 +272,18 @@ Status poll_send(SendComm& s) {
     // mode the lane is the QP; otherwise the group had one lane.
     if (q >= 0) {
       size_t sizes[wire::kEntriesPerSlot];
-      for (int i = 0; i < leader->group_n; ++i) sizes[i] = s.pool[leader->group[i]].size;
-      s.sq_used[q] -= cts::group_wrs(sizes, leader->group_n, s.c.split ? q : 0, nlanes);
+      const int lane = s.c.split ? q : 0;
+      uint64_t bytes = 0;
+      for (int i = 0; i < leader->group_n; ++i) {
+        sizes[i] = s.pool[leader->group[i]].size;
+        const size_t chunk = cts::chunk_of(sizes[i], nlanes);
+        const size_t off = static_cast<size_t>(lane) * chunk;
+        if (off < sizes[i]) bytes += std::min(chunk, sizes[i] - off);
+      }
+      s.sq_used[q] -= cts::group_wrs(sizes, leader->group_n, lane, nlanes);
+      s.sq_bytes[q] -= std::min<uint64_t>(bytes, s.sq_bytes[q]);
       if (s.c.prof.start != nullptr) [[unlikely]]
-        prof_send_done(s, *leader, s.c.split ? q : 0);
+        prof_send_done(s, *leader, lane);
     }
     if (--leader->pending == 0) {
       if (now == 0) now = stat_clock_ns();

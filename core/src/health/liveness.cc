@@ -52,6 +52,34 @@ SocketSeen classify_read(long r, int err, const uint8_t* buf) {
   return SocketSeen::kGoodbye;
 }
 
+SocketSeen feed_peer_bytes(uint8_t* rx, uint16_t* rx_len, const uint8_t* buf, size_t n,
+                           std::string* text) {
+  bool goodbye = false;
+  for (size_t i = 0; i < n; ++i) {
+    if (*rx_len == 0) {
+      if (buf[i] == kGoodbyeByte) {
+        goodbye = true;
+        continue;
+      }
+      if (buf[i] != wire::kNoticeMagic) return SocketSeen::kGarbage;
+    }
+    // A notice after the goodbye cannot come from a Sluice peer (it says goodbye last).
+    if (goodbye && *rx_len == 0) return SocketSeen::kGarbage;
+    if (*rx_len >= wire::kNoticeMaxBytes) return SocketSeen::kBadNotice;
+    rx[(*rx_len)++] = buf[i];
+    size_t used = 0;
+    switch (wire::decode_notice(rx, *rx_len, text, &used)) {
+      case wire::NoticeParse::kIncomplete:
+        continue;
+      case wire::NoticeParse::kBad:
+        return SocketSeen::kBadNotice;
+      case wire::NoticeParse::kOk:
+        return SocketSeen::kNotice;
+    }
+  }
+  return goodbye ? SocketSeen::kGoodbye : SocketSeen::kNothing;
+}
+
 AsyncEventInfo async_event_info(ibv_event_type t) {
   using S = AsyncEventInfo::Scope;
   switch (t) {
@@ -89,7 +117,7 @@ std::string local_port_hint(const std::string& port, ibv_port_state state) {
 }
 
 std::string peer_gone_reason(SocketSeen seen, int err, bool said_goodbye, const std::string& peer,
-                             int heartbeat_ms) {
+                             int heartbeat_ms, const std::string& text) {
   if (said_goodbye) {
     return "peer " + peer +
            " closed its comm normally (goodbye on the connection socket) while this comm still "
@@ -103,6 +131,12 @@ std::string peer_gone_reason(SocketSeen seen, int err, bool said_goodbye, const 
     case SocketSeen::kGarbage:
       return "unexpected bytes from peer " + peer +
              " on the connection socket (not a Sluice peer, or a protocol mismatch)";
+    case SocketSeen::kNotice:
+      return "the peer's comm failed (peer " + peer + ", its reason: \"" + text +
+             "\"); this side is fine but cannot go on without it";
+    case SocketSeen::kBadNotice:
+      return "peer " + peer + " sent a malformed failure notice on the connection socket (" + text +
+             "): its comm failed or it is not a Sluice peer";
     case SocketSeen::kError:
       if (err == ECONNRESET || err == EPIPE) {
         return "peer " + peer + " reset the connection (" + std::strerror(err) +
@@ -159,7 +193,7 @@ void poll_socket(Conn& c) {
   PeerWatch& w = c.watch;
   if (w.state == PeerWatch::kGone || c.fd < 0) return;
   for (;;) {
-    uint8_t buf[16];
+    uint8_t buf[64];
     ssize_t r = ::recv(c.fd, buf, sizeof buf, MSG_DONTWAIT);
     int err = r < 0 ? errno : 0;
     SocketSeen seen = classify_read(r, err, buf);
@@ -167,14 +201,21 @@ void poll_socket(Conn& c) {
       if (err == EINTR) continue;
       return;
     }
+    std::string text;
+    if (r > 0) seen = feed_peer_bytes(w.rx, &w.rx_len, buf, static_cast<size_t>(r), &text);
+    if (seen == SocketSeen::kNothing) continue;  // a notice in part: read on
     if (seen == SocketSeen::kGoodbye) {
       w.state = PeerWatch::kGoodbye;
       w.gone = peer_gone_reason(seen, 0, true, c.peer, heartbeat_ms());
       continue;  // EOF follows
     }
     const bool goodbye = w.state == PeerWatch::kGoodbye && seen == SocketSeen::kEof;
+    if (seen == SocketSeen::kEof && w.rx_len > 0) {  // EOF inside a notice
+      seen = SocketSeen::kBadNotice;
+      text = "cut short after " + std::to_string(w.rx_len) + " bytes";
+    }
     w.state = PeerWatch::kGone;
-    w.gone = peer_gone_reason(seen, err, goodbye, c.peer, heartbeat_ms());
+    w.gone = peer_gone_reason(seen, err, goodbye, c.peer, heartbeat_ms(), text);
     return;
   }
 }
@@ -186,8 +227,11 @@ Status gone_status(Conn& c) {
           (c.nqps > 1 ? " (+" + std::to_string(c.nqps - 1) + " more QPs)" : std::string()));
 }
 
-Status fail_with(Conn& c, Status st) {
-  if (!c.failed()) c.failure = std::move(st);
+Status fail_with(Conn& c, Status st, bool tell) {
+  if (!c.failed()) {
+    c.failure = std::move(st);
+    if (tell) liveness_tell_peer(c);
+  }
   return c.failure;
 }
 
@@ -229,7 +273,7 @@ void liveness_stop(Conn& c) {
 Status liveness_check(Conn& c, bool new_work) {
   if (c.failed()) return c.failure;
   if (c.watch.async_failed.load(std::memory_order_acquire))
-    return fail_with(c, Status(Code::kRemoteError, c.watch.async_reason));
+    return fail_with(c, Status(Code::kRemoteError, c.watch.async_reason), true);
   if (!c.watch.started) return Status::ok();
   const Engine* e = engine();
   const int period = e ? e->config().liveness_poll_ms : 1000;
@@ -239,13 +283,32 @@ Status liveness_check(Conn& c, bool new_work) {
     c.progress.due = true;  // the data path's progress watchdog (progress.h) runs at this cadence
     c.progress.now_ns = now;
   }
-  if (new_work && c.watch.state != PeerWatch::kAlive) return fail_with(c, gone_status(c));
+  if (new_work && c.watch.state != PeerWatch::kAlive) return fail_with(c, gone_status(c), false);
   return Status::ok();
 }
 
 Status liveness_verdict(Conn& c) {
   if (c.watch.state == PeerWatch::kAlive) return Status::ok();
-  return fail_with(c, gone_status(c));
+  return fail_with(c, gone_status(c), false);
+}
+
+void liveness_tell_peer(Conn& c) {
+  PeerWatch& w = c.watch;
+  if (w.told || !w.started || c.fd < 0 || w.state != PeerWatch::kAlive) return;
+  w.told = true;
+  uint8_t msg[wire::kNoticeMaxBytes];
+  const size_t n = wire::encode_notice(c.failure.message(), msg);
+  // Best effort, never blocks: the socket is idle (nothing else is sent on it), so a few hundred
+  // bytes fit its buffer; a peer that is gone fails by its own bounds.
+  const ssize_t sent = ::send(c.fd, msg, n, MSG_DONTWAIT | MSG_NOSIGNAL);
+  if (sent != static_cast<ssize_t>(n)) {
+    SLUICE_INFO(kSubNet, "%s: the failure notice to peer %s was not sent (%s)",
+                c.describe_qp(0).c_str(), c.peer.c_str(),
+                sent < 0 ? std::strerror(errno) : "short write");
+  } else {
+    SLUICE_INFO(kSubNet, "%s: told peer %s this comm failed", c.describe_qp(0).c_str(),
+                c.peer.c_str());
+  }
 }
 
 // ---- Asynchronous events ------------------------------------------------------------------------

@@ -1,8 +1,11 @@
 // Liveness of a comm's peer and the device's asynchronous events (liveness.cc).
 //
 // Every send/receive comm keeps the out-of-band TCP socket of its handshake (Conn::fd). Nothing is
-// sent on it after the handshake except one goodbye byte when a comm is closed normally, so what
-// the socket shows tells how the peer went:
+// sent on it after the handshake except one goodbye byte when a comm is closed, and a failure
+// notice (wire.h) when a comm fails on its own side, so what the socket shows tells how the peer
+// went:
+//  * failure notice: the peer's comm failed (watchdog, completion error, async event); this comm
+//    fails at its next call with a WARN quoting the peer's reason (within one liveness poll);
 //  * goodbye byte, then EOF: the peer closed its comm (normal close);
 //  * EOF without goodbye, or ECONNRESET: the peer's process exited or was killed;
 //  * ETIMEDOUT: TCP keepalive (SLUICE_HEARTBEAT_MS) or TCP_USER_TIMEOUT gave up: host down, power
@@ -23,6 +26,7 @@
 #include <string>
 
 #include "sluice/core/base/status.h"
+#include "sluice/core/base/wire.h"
 
 namespace sluice {
 
@@ -37,7 +41,11 @@ struct PeerWatch {
   State state = kAlive;
   bool started = false;     // liveness_start ran: in the adapter's registry, keepalive set
   bool registered = false;  // in Adapter::comms
+  bool told = false;        // this side's failure notice was sent (or is not to be sent)
   std::string gone;         // what was seen, once state != kAlive
+  // Bytes of a failure notice read so far (a notice may arrive over several polls).
+  uint16_t rx_len = 0;
+  uint8_t rx[wire::kNoticeMaxBytes] = {};
   // Set once by the async-event thread (reason first, then the flag with release order).
   std::atomic<bool> async_failed{false};
   std::string async_reason;
@@ -66,8 +74,16 @@ KeepaliveParams keepalive_params(int heartbeat_ms);
 bool poll_due(int64_t now_ns, int64_t* next_poll_ns, int period_ms);
 
 // What one non-blocking read of the socket saw: r = recv's return, err = errno when r < 0.
-enum class SocketSeen { kNothing, kGoodbye, kEof, kError, kGarbage };
+enum class SocketSeen { kNothing, kGoodbye, kEof, kError, kGarbage, kNotice, kBadNotice };
 SocketSeen classify_read(long r, int err, const uint8_t* buf);
+
+// Feeds bytes the peer sent (a read that returned n > 0) through the socket's grammar: goodbye
+// bytes, or one failure notice. Returns kNothing (a notice still incomplete: its prefix is kept in
+// rx/rx_len), kGoodbye (only goodbye bytes), kNotice (*text: the peer's reason), kBadNotice (*text:
+// what is wrong with it) or kGarbage (neither goodbye nor a notice). Once it returned kNotice,
+// kBadNotice or kGarbage the socket says nothing more that matters.
+SocketSeen feed_peer_bytes(uint8_t* rx, uint16_t* rx_len, const uint8_t* buf, size_t n,
+                           std::string* text);
 
 // The meaning of an asynchronous event, what it concerns and its likely cause. Unknown or benign
 // events have scope kNone and are only logged at INFO.
@@ -84,9 +100,10 @@ AsyncEventInfo async_event_info(ibv_event_type t);
 // failed (a route that no longer exists, a TCP connect that timed out) better than that failure.
 std::string local_port_hint(const std::string& port, ibv_port_state state);
 
-// The reason text for a peer that is gone; `seen` and `err` as from classify_read.
+// The reason text for a peer that is gone; `seen` and `err` as from classify_read; `text` the
+// notice's reason (kNotice) or what was wrong with it (kBadNotice).
 std::string peer_gone_reason(SocketSeen seen, int err, bool said_goodbye, const std::string& peer,
-                             int heartbeat_ms);
+                             int heartbeat_ms, const std::string& text = {});
 
 // ---- On a comm ---------------------------------------------------------------------------------
 
@@ -95,6 +112,9 @@ std::string peer_gone_reason(SocketSeen seen, int err, bool said_goodbye, const 
 void liveness_start(Conn& c);
 // At close (Conn::~Conn), before the QPs go: unregisters and, for a started comm, says goodbye.
 void liveness_stop(Conn& c);
+// Once, when c.failure is first set by a cause on this side (dp::fail, an async event): sends the
+// failure notice with the reason to a peer still alive. Best effort, never blocks.
+void liveness_tell_peer(Conn& c);
 // At the start of isend/irecv (new_work) and of test on a pending request: an async failure fails
 // the comm; a due socket poll updates the peer's state; new work fails when the peer is gone.
 Status liveness_check(Conn& c, bool new_work);

@@ -14,8 +14,14 @@ long long progress_bound_ms(int ib_timeout, int retry_cnt) {
   return static_cast<long long>(std::ceil(rc_retry_bound_ms(ib_timeout, retry_cnt) * 1.5)) + 1000;
 }
 
+long long progress_bytes_ms(uint64_t bytes) {
+  constexpr uint64_t kMiB = uint64_t{1} << 20;
+  // bytes <= kMaxQps x 256 sends x 1 GiB: the product stays far below 2^63.
+  return static_cast<long long>((bytes * kProgressMsPerMiB + kMiB - 1) / kMiB);
+}
+
 int progress_check(int64_t* since_ns, const bool* outstanding, int nqps, int64_t now_ns,
-                   long long bound_ms, long long* waited_ms) {
+                   long long bound_ms, long long* waited_ms, const long long* extra_ms) {
   int worst = -1;
   long long worst_ms = 0;
   for (int q = 0; q < nqps; ++q) {
@@ -28,7 +34,8 @@ int progress_check(int64_t* since_ns, const bool* outstanding, int nqps, int64_t
       continue;
     }
     const long long ms = (now_ns - since_ns[q]) / 1000000;
-    if (ms > bound_ms && ms > worst_ms) {
+    const long long bound = bound_ms + (extra_ms != nullptr ? extra_ms[q] : 0);
+    if (ms > bound && ms > worst_ms) {
       worst = q;
       worst_ms = ms;
     }
@@ -60,12 +67,20 @@ int64_t cts_probe_posted(int64_t since_ns, int64_t now_ns, long long bound_ms) {
 }
 
 std::string progress_reason(const std::string& qp, const char* what, long long waited_ms,
-                            long long bound_ms, int ib_timeout, int retry_cnt, bool from_knob) {
+                            long long bound_ms, int ib_timeout, int retry_cnt, bool from_knob,
+                            uint64_t bytes) {
   char rc[32];
   std::snprintf(rc, sizeof rc, "%.1f", rc_retry_bound_ms(ib_timeout, retry_cnt));
+  const long long extra = progress_bytes_ms(bytes);
+  const std::string data =
+      bytes == 0 ? std::string()
+                 : std::to_string(bound_ms) + " ms + " + std::to_string(extra) + " ms for the " +
+                       std::to_string(bytes) + " bytes outstanding on the QP at " +
+                       std::to_string(kProgressMsPerMiB) + " ms per MiB; ";
   return std::string("no progress on ") + qp + ": the oldest posted " + what + " waited " +
-         std::to_string(waited_ms) + " ms with no completion, bound " + std::to_string(bound_ms) +
-         " ms (" + (from_knob ? "SLUICE_PROGRESS_TIMEOUT_MS; " : "") + "RC retry bound " + rc +
+         std::to_string(waited_ms) + " ms with no completion, bound " +
+         std::to_string(bound_ms + extra) + " ms (" + data +
+         (from_knob ? "SLUICE_PROGRESS_TIMEOUT_MS; " : "") + "RC retry bound " + rc +
          " ms = 4.096 us x 2^" + std::to_string(ib_timeout) + " (NCCL_IB_TIMEOUT) x " +
          std::to_string(retry_cnt + 1) + " (NCCL_IB_RETRY_CNT + 1)" +
          (from_knob ? "" : ", x 1.5 + 1 s") +

@@ -31,13 +31,21 @@
 // send-queue completion polled on that QP stops it (progress); each check polls the CQ first, so
 // work that completed while nobody called is never taken for stuck. Checks run at the liveness
 // poll cadence (SLUICE_LIVENESS_POLL_MS, rate-limited like liveness.cc: no syscall per test).
-// A QP whose clock ran past the bound fails its comm:
-//   bound = 4.096 us x 2^NCCL_IB_TIMEOUT x (NCCL_IB_RETRY_CNT + 1) x 1.5 + 1 s
-// (a retry count of 7 counts as 7), or SLUICE_PROGRESS_TIMEOUT_MS when set. The clock starts at
-// most one poll period after the work was posted (or last completed) and fires at the first check
-// past the bound: the comm fails at its next test/isend/irecv within bound + two poll periods.
-// Progress is seen per work request, not per packet: on a link so slow that one message takes
-// longer than the bound (the emulated bed at short NCCL_IB_TIMEOUT), set the knob higher.
+// A QP whose clock ran past its bound fails its comm:
+//   bound = base + 10 s x (MiB of data still outstanding on the QP)
+//   base  = 4.096 us x 2^NCCL_IB_TIMEOUT x (NCCL_IB_RETRY_CNT + 1) x 1.5 + 1 s
+// (a retry count of 7 counts as 7), or base = SLUICE_PROGRESS_TIMEOUT_MS when set. The base is a
+// per-packet bound (RC's); the bytes term lets a transfer that moves bytes finish however large
+// its messages (up to maxP2pBytes): a completion is seen per work request, not per packet, so a
+// chain of WRITEs is given time at a floor rate of 0.1 MiB/s (kProgressMsPerMiB) on top of the
+// base. Any completion on the QP restarts its clock, and only the bytes still outstanding count,
+// so a stream of messages is judged by its progress, never by the age of one message. Nothing is
+// added to the wire (no extra WR or CQE). A transfer that moves nothing fails once its clock ran
+// base + 10 s per outstanding MiB (a 16 MiB message: base + 160 s; the largest, 1 GiB, maxP2pBytes:
+// base + 2.8 h; NCCL's own messages are its buffer chunks, a few MiB). The receiver's watched work
+// (clear-to-send writes, probes) carries no data: its bound is the base. The clock starts at most
+// one poll period after the work was posted (or last completed) and fires at the first check past
+// the bound: the comm fails at its next test/isend/irecv within bound + two poll periods.
 #pragma once
 
 #include <cstdint>
@@ -64,11 +72,18 @@ struct ProgressWatch {
 double rc_retry_bound_ms(int ib_timeout, int retry_cnt);
 long long progress_bound_ms(int ib_timeout, int retry_cnt);
 
+// The bytes term: kProgressMsPerMiB per MiB outstanding (rounded up to a millisecond).
+// 10 s: the two-VM bed moved 16 MiB under 5 % loss and 5 ms delay at ~3 s per MiB (TCG), so the
+// floor keeps a 3x margin over the slowest live transfer measured.
+inline constexpr long long kProgressMsPerMiB = 10000;
+long long progress_bytes_ms(uint64_t bytes);
+
 // One check. outstanding[q]: QP q has watched work without a completion right now (after the CQ
 // was polled). Updates since_ns (starts clocks at now_ns, stops those of idle QPs) and returns the
-// QP whose clock has run longest past bound_ms, or -1; *waited_ms is how long it waited.
+// QP whose clock has run longest past its bound, or -1; *waited_ms is how long it waited. QP q's
+// bound is bound_ms + extra_ms[q] (extra_ms null: none).
 int progress_check(int64_t* since_ns, const bool* outstanding, int nqps, int64_t now_ns,
-                   long long bound_ms, long long* waited_ms);
+                   long long bound_ms, long long* waited_ms, const long long* extra_ms = nullptr);
 
 // The failure text. qp: describe_qp of the stuck QP (names the peer, device and QPs); what: the
 // watched work ("isend data/closing WRITE_WITH_IMM" or "clear-to-send WRITE"); from_knob: the bound
@@ -104,8 +119,9 @@ bool cts_tail_check(const CtsTail& t, uint64_t completed_hi, bool received, int6
 // least bound - cts_probe_after_ms before it fires (a check that came late).
 int64_t cts_probe_posted(int64_t since_ns, int64_t now_ns, long long bound_ms);
 
+// bytes: data outstanding on the QP (its bound is bound_ms + progress_bytes_ms(bytes)).
 std::string progress_reason(const std::string& qp, const char* what, long long waited_ms,
                             long long bound_ms, int ib_timeout, int retry_cnt,
-                            bool from_knob = false);
+                            bool from_knob = false, uint64_t bytes = 0);
 
 }  // namespace sluice

@@ -6,12 +6,20 @@
 // never an old one pinned to the freed pages (issue 9's stale-registration corruption).
 // The PD is per adapter, so registrations are shared by every comm of the adapter (regIsGlobal).
 // An MR only ever serves registrations of its own memory type.
+//
+// deregMr never refuses a valid handle (NCCL's proxy deregisters before it closes and stops its
+// teardown at the first error). A registration that a pending request of the comm still uses is
+// deferred: its handle is dead at once (magic kDeferred: isend/irecv/deregMr reject it) and it is
+// never reused by find_live, but its MR stays until the NIC can no longer touch the memory: the
+// requests are done (checked at the comm's next regMr/deregMr) or the comm's QPs are in ERROR and
+// drained (close, finalize's retire_comm). So a regMr of the same range gets a new MR.
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <mutex>
+#include <vector>
 
 #include "comm/comm.h"
 #include "sluice/core/base/log.h"
@@ -106,7 +114,7 @@ MrEntry* find_live(Adapter* a, MemType type, uintptr_t lo, uintptr_t hi) {
   for (auto& e : a->mrs) {
     if (e->type != type || e->base > lo || e->base + e->len < hi) continue;
     for (const auto& u : e->users)
-      if (u->base <= lo && u->base + u->len >= hi) return e.get();
+      if (u->magic == MemHandle::kMagic && u->base <= lo && u->base + u->len >= hi) return e.get();
   }
   return nullptr;
 }
@@ -140,7 +148,42 @@ MemHandle* add_entry(Adapter* a, ibv_mr* mr, MemType type, unsigned access, uint
   return add_user(a, a->mrs.back().get(), lo, len);
 }
 
+// Frees the registration `mh` (caller holds mr_mu), and its MR when it was the MR's last user.
+void erase_user(Adapter* a, const MemHandle* mh) {
+  for (auto e = a->mrs.begin(); e != a->mrs.end(); ++e) {
+    auto& users = (*e)->users;
+    for (auto u = users.begin(); u != users.end(); ++u) {
+      if (u->get() != mh) continue;
+      (*u)->magic = 0;
+      users.erase(u);                      // frees the handle
+      if (users.empty()) a->mrs.erase(e);  // the last registration on the MR: deregister it
+      return;
+    }
+  }
+}
+
 }  // namespace
+
+void release_deferred_mrs(Adapter* a, uintptr_t key, void* comm) {
+  if (a == nullptr) return;
+  std::vector<MemHandle*> mine;
+  {
+    std::lock_guard<std::mutex> lk(a->mr_mu);
+    for (const auto& e : a->mrs)
+      for (const auto& u : e->users)
+        if (u->magic == MemHandle::kDeferred && u->deferred_on == key) mine.push_back(u.get());
+  }
+  if (mine.empty()) return;
+  // requests_using takes the receive comm's mutex: not under mr_mu. Only this comm's driver frees
+  // its deferred handles, so they stay valid in between.
+  std::vector<MemHandle*> done;
+  for (MemHandle* mh : mine) {
+    std::string what;
+    if (comm == nullptr || requests_using(comm, mh, &what) == 0) done.push_back(mh);
+  }
+  std::lock_guard<std::mutex> lk(a->mr_mu);
+  for (MemHandle* mh : done) erase_user(a, mh);
+}
 
 Status reg_mr(void* comm, void* data, size_t size, MemType type, MemHandle** out) {
   *out = nullptr;
@@ -160,6 +203,8 @@ Status reg_mr(void* comm, void* data, size_t size, MemType type, MemHandle** out
   uintptr_t hi =
       (reinterpret_cast<uintptr_t>(data) + size + page - 1) & ~(static_cast<uintptr_t>(page) - 1);
   Adapter* a = d->adapter;
+  // Registrations this comm deferred whose requests are done.
+  release_deferred_mrs(a, reinterpret_cast<uintptr_t>(comm), comm);
   std::lock_guard<std::mutex> lk(a->mr_mu);
   // Reuse an MR only inside the range of a live registration on it (see the top of the file).
   if (MrEntry* e = find_live(a, type, lo, hi)) {
@@ -225,37 +270,35 @@ Status reg_mr_dmabuf(void* comm, void* data, size_t size, MemType type, uint64_t
 }
 
 Status dereg_mr(void* comm, MemHandle* mh) {
-  if (const Conn* c = retired_conn(comm)) return c->failure;  // finalize released its MRs
+  // Finalize released every registration of the process with the comm's verbs objects: the
+  // handle is gone already, and this teardown step succeeds (NCCL stops at the first error).
+  if (retired_conn(comm) != nullptr) return Status::ok();
   if (comm == nullptr || comm_device(comm) == nullptr)
     return Status(Code::kInvalidArgument, "deregMr: not a send or receive comm");
-  if (mh == nullptr || mh->magic != MemHandle::kMagic)
-    return Status(Code::kInvalidArgument, "deregMr: not a Sluice memory handle");
-  // A registration that a request of this comm still uses stays: the NIC may still read or write
-  // it. The caller gets an error naming it and may deregister again once the request is done.
-  std::string users;
-  if (const int n = requests_using(comm, mh, &users); n > 0) {
-    char range[96];
-    std::snprintf(range, sizeof range, "[0x%lx, +%zu)", static_cast<unsigned long>(mh->base),
-                  mh->len);
-    return Status(Code::kInvalidUsage,
-                  "deregMr of the registration " + std::string(range) + " on " +
-                      comm_device(comm)->name + ": still in use by " + users +
-                      "; the registration is kept (test the requests to completion or close the "
-                      "comm, then deregister it)");
+  if (mh == nullptr || mh->magic != MemHandle::kMagic) {
+    return Status(Code::kInvalidArgument, mh != nullptr && mh->magic == MemHandle::kDeferred
+                                              ? "deregMr: memory handle already deregistered"
+                                              : "deregMr: not a Sluice memory handle");
   }
   Adapter* a = mh->adapter;
+  release_deferred_mrs(a, reinterpret_cast<uintptr_t>(comm), comm);
+  // A registration that a request of this comm still uses is deferred (top of the file): the NIC
+  // may still read or write it until the request is done or the comm's queues are drained.
+  std::string users;
+  const int n = requests_using(comm, mh, &users);
   std::lock_guard<std::mutex> lk(a->mr_mu);
-  for (auto e = a->mrs.begin(); e != a->mrs.end(); ++e) {
-    auto& users = (*e)->users;
-    for (auto u = users.begin(); u != users.end(); ++u) {
-      if (u->get() != mh) continue;
-      mh->magic = 0;
-      users.erase(u);                      // frees the handle
-      if (users.empty()) a->mrs.erase(e);  // the last registration on the MR: deregister it
-      return Status::ok();
-    }
+  if (n > 0) {
+    mh->magic = MemHandle::kDeferred;
+    mh->deferred_on = reinterpret_cast<uintptr_t>(comm);
+    SLUICE_INFO(kSubNet,
+                "deregMr of the registration [0x%lx, +%zu) on %s while %s still use it: the "
+                "handle is dead now; its MR is released once they are done or the comm is closed",
+                static_cast<unsigned long>(mh->base), mh->len, comm_device(comm)->name.c_str(),
+                users.c_str());
+    return Status::ok();
   }
-  return Status(Code::kInternalError, "deregMr: handle not found in the registration cache");
+  erase_user(a, mh);
+  return Status::ok();
 }
 
 }  // namespace sluice

@@ -191,4 +191,30 @@ inline constexpr size_t kMaxMessageBytes = size_t{1} << 30;
 //  bit 31 set:   read the completion record of slot (value & 0xffff).
 inline constexpr uint32_t kImmRecord = 0x80000000u;
 
+// The failure notice: what a comm that failed on its own side (watchdog, completion error, async
+// event) sends its peer on the kept out-of-band socket, once, so the peer's next call fails with
+// the reason instead of waiting (liveness.cc). The socket otherwise carries only the goodbye byte
+// (0xb7) at a normal close. Layout, little-endian:
+//   [0] kNoticeMagic  [1] version  [2..3] text length n (1..kNoticeMaxText)
+//   [4 .. 4+n) the reason (printable ASCII)  [4+n .. 8+n) FNV-1a-32 of every byte before it.
+// A later version keeps this prefix (it may append bytes inside the checksummed length only by
+// raising the version, which a reader of version 1 still decodes as the text it can quote). An
+// older Sluice that knows only the goodbye byte reads the magic as unexpected bytes and fails the
+// comm as a protocol mismatch: it fails too, never waits.
+inline constexpr uint8_t kNoticeMagic = 0xf7;  // neither the goodbye (0xb7) nor ready (0x5a) byte
+inline constexpr uint8_t kNoticeVersion = 1;
+inline constexpr size_t kNoticeHeaderBytes = 4;
+inline constexpr size_t kNoticeMaxText = 480;
+inline constexpr size_t kNoticeMaxBytes = kNoticeHeaderBytes + kNoticeMaxText + 4;
+
+// Encodes `reason` (cut to kNoticeMaxText, non-printable bytes as '?', an empty one as
+// "unspecified") into out[0..kNoticeMaxBytes); returns the bytes written.
+size_t encode_notice(const std::string& reason, uint8_t* out);
+
+// Decodes the first n bytes a peer sent (starting with kNoticeMagic). kIncomplete: a valid prefix,
+// more bytes needed; kBad: not a valid notice (*text says why); kOk: *text is the reason (its
+// bytes made printable) and *used the notice's length.
+enum class NoticeParse { kIncomplete, kBad, kOk };
+NoticeParse decode_notice(const uint8_t* p, size_t n, std::string* text, size_t* used);
+
 }  // namespace sluice::wire

@@ -1,0 +1,89 @@
+// The failure notice a peer sends on the kept out-of-band socket (wire.h encode_notice /
+// decode_notice) and the socket's grammar around it (liveness.h feed_peer_bytes), over any bytes.
+// Contract:
+//  * decode_notice on every prefix: once a prefix is refused (kBad) every longer one is too; a
+//    prefix of an accepted notice is kIncomplete; an accepted notice is at most kNoticeMaxBytes,
+//    its text is 1..kNoticeMaxText printable bytes, and encoding that text again gives the same
+//    bytes (version 1) - so a reason is quoted exactly as the peer sent it;
+//  * feed_peer_bytes, with the input cut into pieces at the first byte's choice, reaches the same
+//    verdict and text as feeding it whole, never keeps more than kNoticeMaxBytes, and answers
+//    kNotice only with the decoder's text.
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "fuzz_check.h"
+#include "health/liveness.h"
+#include "sluice/core/base/wire.h"
+
+using namespace sluice;
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size == 0) return 0;
+  const uint8_t cut = data[0];  // piece size for the split feed (1..16)
+  const uint8_t* p = data + 1;
+  const size_t n = size - 1;
+
+  bool refused = false;
+  size_t accepted_at = 0;
+  std::string accepted_text;
+  for (size_t k = 0; k <= std::min(n, wire::kNoticeMaxBytes + 8); ++k) {
+    std::string text;
+    size_t used = 0;
+    const wire::NoticeParse r = wire::decode_notice(p, k, &text, &used);
+    FUZZ_CHECK(!refused || r == wire::NoticeParse::kBad, "prefix %zu accepted after a refusal", k);
+    if (r == wire::NoticeParse::kBad) {
+      FUZZ_CHECK(!text.empty(), "refusal without a reason");
+      FUZZ_CHECK(used == 0, "refused but used %zu", used);
+      refused = true;
+    } else if (r == wire::NoticeParse::kOk) {
+      FUZZ_CHECK(used <= k && used <= wire::kNoticeMaxBytes, "used %zu of %zu", used, k);
+      FUZZ_CHECK(!text.empty() && text.size() <= wire::kNoticeMaxText, "text of %zu bytes",
+                 text.size());
+      for (char ch : text) FUZZ_CHECK(ch >= 0x20 && ch < 0x7f, "unprintable byte %d", ch);
+      if (accepted_at == 0) {
+        accepted_at = used;
+        accepted_text = text;
+        FUZZ_CHECK(used == k, "a notice accepted before its last byte (%zu < %zu)", used, k);
+        if (p[1] == wire::kNoticeVersion) {
+          uint8_t again[wire::kNoticeMaxBytes];
+          const size_t m = wire::encode_notice(text, again);
+          FUZZ_CHECK(m == used && std::memcmp(again, p, m) == 0, "re-encoding differs");
+        }
+      }
+      FUZZ_CHECK(used == accepted_at && text == accepted_text, "longer input changed the notice");
+    } else {
+      FUZZ_CHECK(accepted_at == 0 && !refused, "incomplete after a verdict at %zu", k);
+    }
+  }
+
+  // The socket's grammar, whole and in pieces.
+  uint8_t rx1[wire::kNoticeMaxBytes], rx2[wire::kNoticeMaxBytes];
+  uint16_t len1 = 0, len2 = 0;
+  std::string t1, t2;
+  const SocketSeen whole = n > 0 ? feed_peer_bytes(rx1, &len1, p, n, &t1) : SocketSeen::kNothing;
+  SocketSeen split = SocketSeen::kNothing;
+  bool goodbye = false;
+  const size_t piece = 1 + cut % 16;
+  for (size_t at = 0; at < n; at += piece) {
+    split = feed_peer_bytes(rx2, &len2, p + at, std::min(piece, n - at), &t2);
+    FUZZ_CHECK(len2 <= wire::kNoticeMaxBytes, "kept %u bytes", len2);
+    if (split == SocketSeen::kGoodbye) goodbye = true;
+    if (split == SocketSeen::kNotice || split == SocketSeen::kBadNotice ||
+        split == SocketSeen::kGarbage)
+      break;
+  }
+  if (split == SocketSeen::kNothing && goodbye) split = SocketSeen::kGoodbye;
+  const bool final_whole = whole == SocketSeen::kNotice || whole == SocketSeen::kBadNotice ||
+                           whole == SocketSeen::kGarbage;
+  if (final_whole) {
+    // A goodbye byte then notice bytes across two reads may be taken as a late notice: the
+    // verdict may differ only there (both fail the comm).
+    if (whole == split) FUZZ_CHECK(whole != SocketSeen::kNotice || t1 == t2, "texts differ");
+  }
+  if (whole == SocketSeen::kNotice) {
+    FUZZ_CHECK(p[0] == wire::kNoticeMagic || p[0] == kGoodbyeByte, "notice from byte %d", p[0]);
+    FUZZ_CHECK(!t1.empty() && t1.size() <= wire::kNoticeMaxText, "notice text %zu", t1.size());
+  }
+  return 0;
+}
