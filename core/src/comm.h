@@ -93,7 +93,8 @@ struct StatCell {
 };
 struct CommCounters {
   StatCell messages, wrs, doorbells, cts_writes, cts_entries;
-  StatCell cts_probes;  // the watchdog's zero-length CTS probes (progress.h), also in wrs
+  StatCell cts_probes;     // the watchdog's zero-length CTS probes (progress.h), also in wrs
+  StatCell ar_imm_writes;  // adaptive routing's separate closing WRITE_WITH_IMMs, also in wrs
 };
 
 struct CommBase {
@@ -158,6 +159,8 @@ struct Conn {
   uint32_t remote_qpn[wire::kMaxQps] = {};
   uint32_t max_inline = 0;
   bool split = false;  // NCCL_IB_SPLIT_DATA_ON_QPS of the connector (both ends follow it)
+  Ece ece_local;       // ibv_query_ece of QP 0 (fabric.h); unsupported where the provider has none
+  Ece ece;             // what both ends offer, set on every QP before RTR (agree_ece)
   CommCounters stats;
   // Receive WRs posted on each QP and not yet completed (recv.cc), for the drain at close.
   uint32_t rq_outstanding[wire::kMaxQps] = {};
@@ -199,8 +202,11 @@ class SendComm : public CommBase {
   uint8_t matched = 0;  // bit i: entry i has its isend
   SendReq* slot_reqs[wire::kEntriesPerSlot] = {};
   uint32_t sq_used[wire::kMaxQps] = {};  // WRs posted on each QP and not yet completed
-  SendReq* pool = nullptr;               // kPool requests, in `mem` (on the NIC's NUMA node)
-  uint16_t* free_list = nullptr;         // kPool entries, in `mem`
+  // Adaptive routing (fabric.h): a message larger than this closes with a separate zero-length
+  // WRITE_WITH_IMM; SIZE_MAX = off (the device's decision, taken at connect).
+  size_t ar_threshold = SIZE_MAX;
+  SendReq* pool = nullptr;        // kPool requests, in `mem` (on the NIC's NUMA node)
+  uint16_t* free_list = nullptr;  // kPool entries, in `mem`
   int free_top = 0;
   Conn c;
 };

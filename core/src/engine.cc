@@ -16,6 +16,7 @@
 #include "sluice/core/device_info.h"
 #include "sluice/core/hca_filter.h"
 #include "sluice/core/log.h"
+#include "sluice/core/verbs_ext.h"
 #include "sluice/core/version.h"
 #include "sluice/core/wire.h"
 
@@ -74,12 +75,24 @@ Result<std::unique_ptr<Engine>> Engine::create(const LocalityProvider& locality,
   } else {
     e->gpu_.facts.driver_reason = "no GPU layer (core used without the plugin)";
   }
-  for (auto& a : e->adapters_) a->dmabuf = probe_dmabuf(a->pd.get(), a->name);
+  SLUICE_INFO(kSubInit | kSubNet, "%s", verbs::ext_summary().c_str());
+  for (auto& a : e->adapters_) {
+    a->dmabuf = probe_dmabuf(a->pd.get(), a->name);
+    if (e->cfg_.pci_relaxed_ordering != 0)
+      a->ro_probe = probe_relaxed_ordering(a->pd.get(), a->name);
+    a->relaxed_ordering = decide_relaxed_ordering(e->cfg_.pci_relaxed_ordering, a->ro_probe).on;
+  }
   for (auto& d : e->devices_) {
     d->gdr = decide_gdr(e->cfg_, e->gpu_.facts, d->adapter->dmabuf, d->name);
     d->props.ptr_support = d->gdr.ptr_support;
     d->props.gdr_summary = d->gdr.summary.c_str();
     SLUICE_INFO(kSubInit | kSubNet, "%s", d->gdr.summary.c_str());
+    d->ro = decide_relaxed_ordering(e->cfg_.pci_relaxed_ordering, d->adapter->ro_probe);
+    d->ar =
+        decide_adaptive_routing(e->cfg_.adaptive_routing, e->cfg_.ar_threshold, d->attr.link_layer);
+    SLUICE_INFO(kSubInit | kSubNet, "%s: PCIe relaxed ordering %s", d->name.c_str(),
+                d->ro.why.c_str());
+    SLUICE_INFO(kSubInit | kSubNet, "%s: adaptive routing %s", d->name.c_str(), d->ar.why.c_str());
   }
   if (order) SLUICE_RETURN_IF_ERROR(e->apply_order(order));
   for (auto& a : e->adapters_) {

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "sluice/core/api.h"
+#include "sluice/core/verbs_ext.h"
 
 namespace sluice {
 namespace {
@@ -30,10 +31,19 @@ std::string errno_name(int e) {
 }  // namespace
 
 DmabufProbe probe_dmabuf(ibv_pd* pd, const std::string& nic) {
+  return probe_dmabuf_with(pd, nic, verbs::ext().reg_dmabuf_mr);
+}
+
+DmabufProbe probe_dmabuf_with(ibv_pd* pd, const std::string& nic, RegDmabufFn reg) {
   DmabufProbe p;
+  if (reg == nullptr) {
+    p.text = "no dma-buf (rdma-core too old): libibverbs has no " +
+             verbs::ext_origin("ibv_reg_dmabuf_mr") + "; upgrade rdma-core to 34 or later";
+    return p;
+  }
   const std::string call = "ibv_reg_dmabuf_mr(fd -1) on " + nic;
   errno = 0;
-  ibv_mr* mr = ibv_reg_dmabuf_mr(pd, 0, 4096, 0, -1, IBV_ACCESS_LOCAL_WRITE);
+  ibv_mr* mr = reg(pd, 0, 4096, 0, -1, IBV_ACCESS_LOCAL_WRITE);
   const int e = errno;
   if (mr != nullptr) {  // cannot happen with fd -1; never keep it
     ibv_dereg_mr(mr);

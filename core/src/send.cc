@@ -77,11 +77,13 @@ Status post_group(SendComm& s) {
       ++nw;
     }
     ibv_send_wr* close;
+    bool ar_imm = false;  // adaptive routing: this lane's data WRITE is closed by its own WR
     if (nreqs == 1) {
       const uint32_t imm = static_cast<uint32_t>(s.slot_reqs[0]->size);
-      if (nw > 0) {
+      ar_imm = nw > 0 && s.slot_reqs[0]->size > s.ar_threshold;
+      if (nw > 0 && !ar_imm) {
         close = &wrs[nw - 1];  // the last data WRITE itself carries the immediate
-      } else {
+      } else {  // no data on this lane, or above NCCL_IB_AR_THRESHOLD: a zero-length one
         close = &wrs[nw++];
         close->wr.rdma.remote_addr = e[0].addr;
         close->wr.rdma.rkey = e[0].rkey;
@@ -102,6 +104,7 @@ Status post_group(SendComm& s) {
     close->send_flags = IBV_SEND_SIGNALED;
     close->wr_id = leader->index;
     if (Status st = post_chain(s, q, wrs, nw); !st.is_ok()) return fail(s.c, st);
+    if (ar_imm) s.c.stats.ar_imm_writes.add(1);
   }
   for (int i = 0; i < nreqs; ++i) s.slot_reqs[i]->posted = true;
   ++s.head;
@@ -199,7 +202,7 @@ Status isend_impl(SendComm* s, void* data, size_t size, int tag, MemHandle* mh, 
     const int nlanes = cts::lanes(s->c.split, s->c.nqps);
     uint32_t need[wire::kMaxQps];
     for (int lane = 0; lane < nlanes; ++lane)
-      need[lane] = cts::group_wrs(sizes, nreqs, lane, nlanes);
+      need[lane] = cts::group_wrs(sizes, nreqs, lane, nlanes, s->ar_threshold);
     bool fits = false;
     SLUICE_RETURN_IF_ERROR(room_for(*s, need, &fits));
     if (!fits) return Status::again();
@@ -255,7 +258,8 @@ Status poll_send(SendComm& s) {
     if (q >= 0) {
       size_t sizes[wire::kEntriesPerSlot];
       for (int i = 0; i < leader->group_n; ++i) sizes[i] = s.pool[leader->group[i]].size;
-      s.sq_used[q] -= cts::group_wrs(sizes, leader->group_n, s.c.split ? q : 0, nlanes);
+      s.sq_used[q] -=
+          cts::group_wrs(sizes, leader->group_n, s.c.split ? q : 0, nlanes, s.ar_threshold);
     }
     if (--leader->pending == 0) {
       for (int i = 0; i < leader->group_n; ++i) s.pool[leader->group[i]].done = true;

@@ -42,6 +42,10 @@ struct DmabufProbe {
   std::string text;  // "ibv_reg_dmabuf_mr(fd -1) on rxe0: EOPNOTSUPP: the NIC driver has no ..."
 };
 DmabufProbe probe_dmabuf(ibv_pd* pd, const std::string& nic);
+// The same with the registration entry point given: null = this rdma-core has none (before 34),
+// which the probe reports as "no dma-buf (rdma-core too old)".
+using RegDmabufFn = ibv_mr* (*)(ibv_pd*, uint64_t, size_t, uint64_t, int, int);
+DmabufProbe probe_dmabuf_with(ibv_pd* pd, const std::string& nic, RegDmabufFn reg);
 
 enum class GdrMode { kOff = 0, kAuto = 1, kForce = 2 };  // SLUICE_GDR
 
