@@ -2,12 +2,15 @@
 # sluice_<version>_<arch>.deb with
 #   /usr/lib/<multiarch>/libnccl-net-sluice.so   where NCCL's dlopen finds it (plugin/CMakeLists.txt)
 #   /usr/bin/sluice-info
-#   /usr/share/doc/sluice/                       README.md, configuration.md
+#   /usr/share/doc/sluice/README.md              the front page
+#   /usr/share/doc/sluice/docs/*.md              the manual, every page of docs/ (so the README's
+#                                                relative links docs/<page>.md resolve there too)
 # Its Depends are computed from the shared libraries by dpkg-shlibdeps (dpkg-dev, file).
 # tests/package/check_deb.sh builds it, extracts it and checks what is inside (label `package`).
 include(GNUInstallDirs)
-install(FILES ${PROJECT_SOURCE_DIR}/README.md ${PROJECT_SOURCE_DIR}/docs/configuration.md
-        DESTINATION ${CMAKE_INSTALL_DOCDIR})
+install(FILES ${PROJECT_SOURCE_DIR}/README.md DESTINATION ${CMAKE_INSTALL_DOCDIR})
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/docs/ DESTINATION ${CMAKE_INSTALL_DOCDIR}/docs
+        FILES_MATCHING PATTERN "*.md")
 
 set(CPACK_GENERATOR DEB)
 set(CPACK_PACKAGE_NAME sluice)

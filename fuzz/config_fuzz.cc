@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "fuzz_check.h"
-#include "sluice/core/config.h"
+#include "sluice/core/base/config.h"
 
 using namespace sluice;
 

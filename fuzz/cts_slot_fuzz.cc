@@ -1,5 +1,5 @@
 // libFuzzer target: a clear-to-send slot and a completion record as the data path reads them,
-// through the real functions of core/src/cts_match.cc (the ones isend and poll_recv call).
+// through the real functions of core/src/base/cts_match.cc (the ones isend and poll_recv call).
 //
 // Input layout (short inputs are zero-padded):
 //   [0, 256)    the FIFO slot: kEntriesPerSlot CtsEntry, as the peer RDMA-wrote them
@@ -18,7 +18,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "../core/src/cts_match.h"
+#include "../core/src/base/cts_match.h"
 
 using namespace sluice;
 

@@ -10,8 +10,8 @@
 
 #include "fuzz_check.h"
 #include "sluice/core/api.h"
-#include "sluice/core/net_addr.h"
-#include "sluice/core/wire.h"
+#include "sluice/core/base/net_addr.h"
+#include "sluice/core/base/wire.h"
 
 using namespace sluice;
 

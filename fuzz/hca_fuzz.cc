@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "fuzz_check.h"
-#include "sluice/core/hca_filter.h"
+#include "sluice/core/base/hca_filter.h"
 
 using namespace sluice;
 

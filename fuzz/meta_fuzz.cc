@@ -10,9 +10,9 @@
 #include <string>
 
 #include "fuzz_check.h"
-#include "sluice/core/net_addr.h"
-#include "sluice/core/verbs.h"
-#include "sluice/core/wire.h"
+#include "sluice/core/base/net_addr.h"
+#include "sluice/core/base/verbs.h"
+#include "sluice/core/base/wire.h"
 
 using namespace sluice;
 

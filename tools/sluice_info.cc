@@ -19,14 +19,14 @@
 #include <string>
 #include <vector>
 
-#include "sluice/core/cm_choice.h"
-#include "sluice/core/config.h"
-#include "sluice/core/device_info.h"
-#include "sluice/core/fabric.h"
-#include "sluice/core/net_addr.h"
-#include "sluice/core/verbs.h"
-#include "sluice/core/verbs_ext.h"
-#include "sluice/core/version.h"
+#include "sluice/core/base/config.h"
+#include "sluice/core/base/fabric.h"
+#include "sluice/core/base/net_addr.h"
+#include "sluice/core/base/verbs.h"
+#include "sluice/core/base/verbs_ext.h"
+#include "sluice/core/base/version.h"
+#include "sluice/core/connect/cm_choice.h"
+#include "sluice/core/device/device_info.h"
 #include "sluice/gpu/cuda_driver.h"
 #include "sluice/gpu/gdr.h"
 #include "sluice/topology/affinity.h"

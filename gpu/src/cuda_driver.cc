@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <string>
 
-#include "sluice/core/log.h"
+#include "sluice/core/base/log.h"
 
 namespace sluice::gpu {
 namespace {

@@ -18,9 +18,9 @@
 
 #include "placement.h"
 #include "sluice/core/api.h"
-#include "sluice/core/log.h"
-#include "sluice/core/status.h"
-#include "sluice/core/wire.h"
+#include "sluice/core/base/log.h"
+#include "sluice/core/base/status.h"
+#include "sluice/core/base/wire.h"
 #include "sluice/gpu/cuda_driver.h"
 #include "sluice/gpu/gdr.h"
 

@@ -4,7 +4,7 @@
 #include <mutex>
 #include <string>
 
-#include "sluice/core/log.h"
+#include "sluice/core/base/log.h"
 #include "sluice/gpu/cuda_driver.h"
 #include "sluice/topology/affinity.h"
 #include "sluice/topology/topology.h"

@@ -46,9 +46,16 @@ root=$work/root
 dpkg-deb -x "$deb" "$root"
 lib=$root/usr/lib/$multiarch/libnccl-net-sluice.so
 info=$root/usr/bin/sluice-info
-for f in "$lib" "$info" "$root/usr/share/doc/sluice/README.md" \
-  "$root/usr/share/doc/sluice/configuration.md"; do
+# The docs: the README and every page of the manual (docs/*.md), where the README's links point.
+docs=("$root/usr/share/doc/sluice/README.md")
+for page in "$src"/docs/*.md; do docs+=("$root/usr/share/doc/sluice/docs/${page##*/}"); done
+[ "${#docs[@]}" -gt 1 ] || fail "no docs/*.md in $src"
+for f in "$lib" "$info" "${docs[@]}"; do
   [ -f "$f" ] || fail "${f#"$root"} missing from the package"
+done
+# Every docs/<page>.md the README links to is in the package.
+for page in $(grep -o 'docs/[a-z0-9-]*\.md' "$src/README.md" | sort -u); do
+  [ -f "$root/usr/share/doc/sluice/$page" ] || fail "README links $page, which the package lacks"
 done
 # Nothing else than the plugin, the tool and its docs.
 extra=$(find "$root" -type f -printf '/%P\n' |

@@ -17,6 +17,8 @@ foreach(split 0 1)
                        COMMAND $<TARGET_FILE:core_datapath_test> TIMEOUT 900)
   set_property(TEST core_datapath_qps4_split${split} APPEND PROPERTY ENVIRONMENT
                NCCL_IB_QPS_PER_CONNECTION=4 NCCL_IB_SPLIT_DATA_ON_QPS=${split})
+  # Sanitizer pass: plugin_rdma_qps4 and plugin_rdma_qps4_split run this core code on 4 QPs.
+  set_property(TEST core_datapath_qps4_split${split} APPEND PROPERTY LABELS nosan)
 endforeach()
 
 # Handshake bytes through a relay: validated, and printed for scripts/capture-fuzz-seeds.

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "comm.h"
+#include "comm/comm.h"
 #include "rdma_env.h"
 #include "sluice/core/api.h"
 

@@ -36,12 +36,12 @@
 #include <string>
 #include <vector>
 
-#include "comm.h"
-#include "datapath_internal.h"
+#include "comm/comm.h"
+#include "datapath/datapath_internal.h"
 #include "rdma_env.h"
 #include "sluice/core/api.h"
-#include "sluice/core/config.h"
-#include "sluice/core/wire.h"
+#include "sluice/core/base/config.h"
+#include "sluice/core/base/wire.h"
 
 namespace {
 

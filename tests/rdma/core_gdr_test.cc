@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "engine.h"
-#include "flush.h"
+#include "comm/engine.h"
+#include "datapath/flush.h"
 #include "rdma_env.h"
 #include "sluice/core/api.h"
 #include "sluice/gpu/cuda_driver.h"

@@ -30,8 +30,8 @@
 
 #include "rdma_env.h"
 #include "sluice/core/api.h"
-#include "sluice/core/config.h"
-#include "sluice/core/wire.h"
+#include "sluice/core/base/config.h"
+#include "sluice/core/base/wire.h"
 
 namespace {
 

@@ -83,6 +83,8 @@ foreach(split 0 1)
   set_property(TEST plugin_rdma_stress_qps4_split${split} APPEND PROPERTY ENVIRONMENT
                NCCL_IB_QPS_PER_CONNECTION=4 NCCL_IB_SPLIT_DATA_ON_QPS=${split}
                SLUICE_TEST_STRESS_MESSAGES=20000)
+  # Sanitizer pass: plugin_rdma_stress (1 QP) and plugin_rdma_qps4(_split) cover this code.
+  set_property(TEST plugin_rdma_stress_qps4_split${split} APPEND PROPERTY LABELS nosan)
 endforeach()
 # 1,000 init/connect/transfer/close/finalize cycles with fds, RSS and verbs objects flat (label
 # faults too); measured 29 ms a cycle in the TCG bed, so the whole 1,000 run in ~30 s.
@@ -111,3 +113,14 @@ add_test(NAME abi_no_cuda_link
          COMMAND ${CMAKE_COMMAND} -DLIB=$<TARGET_FILE:nccl-net-sluice> -DREADELF=${SLUICE_READELF}
                  -P ${SLUICE_ABI_TEST_DIR}/check_no_cuda.cmake)
 set_tests_properties(abi_no_cuda_link PROPERTIES LABELS "unit;abi" TIMEOUT 60)
+
+# core's parts include one another only in the allowed direction (core/src/README.md), and the
+# check itself catches a wrong-way include.
+add_test(NAME core_layers
+         COMMAND ${CMAKE_COMMAND} -DCORE_DIR=${PROJECT_SOURCE_DIR}/core
+                 -P ${SLUICE_ABI_TEST_DIR}/check_core_layers.cmake)
+add_test(NAME core_layers_catches_violation
+         COMMAND ${SLUICE_ABI_TEST_DIR}/check_core_layers_selftest.sh ${PROJECT_SOURCE_DIR}/core
+                 ${SLUICE_ABI_TEST_DIR}/check_core_layers.cmake)
+set_tests_properties(core_layers core_layers_catches_violation PROPERTIES LABELS "unit;abi"
+                     TIMEOUT 60)

@@ -304,8 +304,8 @@ int host0_poweroff(int side) {
   CHECK_OR(15, write_full(side, &b, 1), "side");
   CHECK_OR(15, read_full(side, &b, 1, wait_limit()) && b == 'P', "host1 did not say 'power-off'");
   const auto off = Clock::now();  // host1 powers its VM off 50 ms after sending that byte
-  // Keepalive: 5 x SLUICE_HEARTBEAT_MS rounded up to whole seconds (README, Failure detection:
-  // the kernel gives up 4 idle intervals after the last answer, checked once an interval), then
+  // Keepalive: 5 x SLUICE_HEARTBEAT_MS rounded up to whole seconds (docs/failures.md: the kernel
+  // gives up 4 idle intervals after the last answer, checked once an interval), then
   // one liveness poll (100 ms here); + 1 s slack.
   const long hb_s = (env_long("SLUICE_HEARTBEAT_MS", 0) + 999) / 1000;
   const double bound1 = 5.0 * hb_s * 1000 + 1000;

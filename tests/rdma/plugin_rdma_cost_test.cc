@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "plugin_bed.h"
-#include "sluice/core/wire.h"
+#include "sluice/core/base/wire.h"
 #include "sluice/sluice_ext.h"
 
 namespace nettest {

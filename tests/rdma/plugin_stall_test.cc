@@ -44,7 +44,7 @@ using std::chrono::milliseconds;
 constexpr size_t kMsg = 65537;
 constexpr int kTag = 9;
 
-// The watchdog's bound as documented (core/src/progress.h), from this process's environment.
+// The watchdog's bound as documented (core/src/health/progress.h), from this process's environment.
 long long watchdog_bound_ms() {
   const long t = env_long("NCCL_IB_TIMEOUT", 20);
   const long r = env_long("NCCL_IB_RETRY_CNT", 7);

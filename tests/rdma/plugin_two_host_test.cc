@@ -35,7 +35,7 @@
 
 #include "plugin_bed.h"
 #include "side_channel.h"
-#include "sluice/core/wire.h"
+#include "sluice/core/base/wire.h"
 #include "two_host_matrix.h"
 
 namespace nettest {

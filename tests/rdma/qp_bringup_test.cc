@@ -18,10 +18,10 @@
 #include <vector>
 
 #include "rdma_env.h"
-#include "sluice/core/config.h"
-#include "sluice/core/device_info.h"
-#include "sluice/core/qp.h"
-#include "sluice/core/verbs.h"
+#include "sluice/core/base/config.h"
+#include "sluice/core/base/qp.h"
+#include "sluice/core/base/verbs.h"
+#include "sluice/core/device/device_info.h"
 
 namespace {
 

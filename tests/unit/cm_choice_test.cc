@@ -1,6 +1,6 @@
 // SLUICE_CM's decision (cm_choice.h): what auto picks, and the errors of a forced mode that cannot
 // work, each with its reason.
-#include "sluice/core/cm_choice.h"
+#include "sluice/core/connect/cm_choice.h"
 
 #include <gtest/gtest.h>
 

@@ -3,7 +3,7 @@
 // with the extra WR it costs, the ECE intersection and its place in the connection metadata, the
 // modify-QP retry policy (NCCL_IB_MQP_RETRY_*) with an injected ibv_modify_qp, and the run-time
 // verbs entry points ("no dma-buf (rdma-core too old)").
-#include "sluice/core/fabric.h"
+#include "sluice/core/base/fabric.h"
 
 #include <gtest/gtest.h>
 
@@ -13,12 +13,12 @@
 #include <utility>
 #include <vector>
 
-#include "../../core/src/cts_match.h"
-#include "sluice/core/config.h"
-#include "sluice/core/gdr.h"
-#include "sluice/core/qp.h"
-#include "sluice/core/verbs_ext.h"
-#include "sluice/core/wire.h"
+#include "../../core/src/base/cts_match.h"
+#include "sluice/core/base/config.h"
+#include "sluice/core/memory/gdr.h"
+#include "sluice/core/base/qp.h"
+#include "sluice/core/base/verbs_ext.h"
+#include "sluice/core/base/wire.h"
 
 namespace sluice {
 namespace {

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "sluice/core/api.h"
-#include "sluice/core/gdr.h"
+#include "sluice/core/memory/gdr.h"
 #include "sluice/gpu/gdr.h"
 
 namespace sluice {

@@ -1,7 +1,7 @@
 // The GID chosen by the route to the peer (gid_route.h): matching the route's source GID in the
 // port's table, NCCL_IB_GID_INDEX winning with a WARN, the fallback to the table's guess, and the
 // check of the two sides' GIDs (families, link-local, subnets).
-#include "sluice/core/gid_route.h"
+#include "sluice/core/device/gid_route.h"
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>

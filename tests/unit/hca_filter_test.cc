@@ -1,4 +1,4 @@
-#include "sluice/core/hca_filter.h"
+#include "sluice/core/base/hca_filter.h"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,7 @@
-// Pure logic of peer liveness (core/src/liveness.cc): keepalive settings from SLUICE_HEARTBEAT_MS,
-// the poll rate limiter, what a socket read means, the reason texts, and the async-event table.
-#include "../../core/src/liveness.h"
+// Pure logic of peer liveness (core/src/health/liveness.cc): keepalive settings from
+// SLUICE_HEARTBEAT_MS, the poll rate limiter, what a socket read means, the reason texts, and the
+// async-event table.
+#include "../../core/src/health/liveness.h"
 
 #include <gtest/gtest.h>
 

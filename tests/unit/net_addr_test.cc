@@ -1,4 +1,4 @@
-#include "sluice/core/net_addr.h"
+#include "sluice/core/base/net_addr.h"
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>

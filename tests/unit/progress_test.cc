@@ -1,8 +1,8 @@
-// Pure logic of the progress watchdog (core/src/progress.cc): the bound derived from
+// Pure logic of the progress watchdog (core/src/health/progress.cc): the bound derived from
 // NCCL_IB_TIMEOUT and NCCL_IB_RETRY_CNT, the per-QP clock (starts at the first check that sees
 // work outstanding, stops on progress, fires only past the bound), the receiver's unsignaled
 // clear-to-send tail and its probe, and the reason text.
-#include "../../core/src/progress.h"
+#include "../../core/src/health/progress.h"
 
 #include <gtest/gtest.h>
 

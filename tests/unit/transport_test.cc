@@ -2,7 +2,7 @@
 // offered" and sluice-info's "not used", and the words of its WARN.
 #include <gtest/gtest.h>
 
-#include "sluice/core/device_info.h"
+#include "sluice/core/device/device_info.h"
 
 namespace sluice {
 namespace {

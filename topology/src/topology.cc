@@ -20,7 +20,7 @@
 #include <type_traits>
 #include <utility>
 
-#include "sluice/core/log.h"
+#include "sluice/core/base/log.h"
 #include "topology_internal.h"
 
 namespace sluice::topo {

@@ -18,10 +18,10 @@
 #include <string>
 #include <vector>
 
-#include "sluice/core/config.h"
-#include "sluice/core/gdr.h"
-#include "sluice/core/log.h"
-#include "sluice/core/status.h"
+#include "sluice/core/base/config.h"
+#include "sluice/core/base/log.h"
+#include "sluice/core/base/status.h"
+#include "sluice/core/memory/gdr.h"
 
 namespace sluice {
 

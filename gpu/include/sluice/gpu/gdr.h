@@ -1,12 +1,13 @@
 // GPUDirect facts (driver, per-GPU attributes, peermem module) and the dma-buf export, in core's
-// type-free shape (sluice/core/gdr.h). The plugin layer hands make_gpu_ops to engine_acquire.
+// type-free shape (sluice/core/memory/gdr.h). The plugin layer hands make_gpu_ops to
+// engine_acquire.
 #pragma once
 
 #include <string>
 #include <vector>
 
-#include "sluice/core/config.h"
-#include "sluice/core/gdr.h"
+#include "sluice/core/base/config.h"
+#include "sluice/core/memory/gdr.h"
 
 namespace sluice::gpu {
 

@@ -14,7 +14,7 @@
 #include <string_view>
 #include <vector>
 
-#include "sluice/core/status.h"
+#include "sluice/core/base/status.h"
 #include "sluice/topology/topology.h"
 
 namespace sluice::topo {

@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "sluice/core/api.h"  // DeviceLocality
-#include "sluice/core/status.h"
+#include "sluice/core/base/status.h"
 
 namespace sluice::topo {
 

@@ -1,0 +1,96 @@
+// Configuration: one typed table of every knob (config.cc), parsed once at engine start into an
+// immutable Config. config.cc is the only place in Sluice that reads the environment.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sluice/core/base/status.h"
+
+namespace sluice {
+
+struct Config {
+  // Devices and addressing
+  std::string ib_hca;         // NCCL_IB_HCA: device filter ("" = every active port)
+  int gid_index = -1;         // NCCL_IB_GID_INDEX: RoCE GID index, -1 = automatic
+  int addr_family = 2;        // NCCL_IB_ADDR_FAMILY: AF_INET (2) or AF_INET6 (10)
+  std::string addr_range;     // NCCL_IB_ADDR_RANGE: CIDR the GID must be in ("" = any)
+  int roce_version = 2;       // NCCL_IB_ROCE_VERSION_NUM: preferred RoCE version (1 or 2)
+  std::string socket_ifname;  // NCCL_SOCKET_IFNAME: interface(s) for the out-of-band TCP socket
+  int socket_family = 0;      // NCCL_SOCKET_FAMILY: 0 = any, AF_INET or AF_INET6
+  // Queue pairs
+  int ib_timeout = 20;           // NCCL_IB_TIMEOUT: ACK timeout exponent, 4.096us * 2^x (1..31)
+  int retry_cnt = 7;             // NCCL_IB_RETRY_CNT: transport retries (0..7)
+  int rnr_retry = 7;             // SLUICE_RNR_RETRY: RNR retries (0..7, 7 = infinite)
+  int min_rnr_timer = 12;        // SLUICE_MIN_RNR_TIMER: RNR NAK timer code (0..31)
+  int traffic_class = -1;        // NCCL_IB_TC: GRH traffic class (-1 = comm config or 0)
+  int fifo_traffic_class = -1;   // NCCL_IB_FIFO_TC: traffic class of clear-to-send writes (-1 = TC)
+  int service_level = -1;        // NCCL_IB_SL: IB service level (-1 = 0)
+  int pkey_index = 0;            // NCCL_IB_PKEY: partition key index
+  int qps_per_connection = 1;    // NCCL_IB_QPS_PER_CONNECTION: data QPs per connection (1..16)
+  int split_data_on_qps = 0;     // NCCL_IB_SPLIT_DATA_ON_QPS: 0 = whole messages round-robin
+  bool cts_inline = true;        // NCCL_IB_USE_INLINE / SLUICE_CTS_INLINE: inline clear-to-send
+  int adaptive_routing = -2;     // NCCL_IB_ADAPTIVE_ROUTING: 1 on, 0 off, <0 on for IB only
+  int ar_threshold = 8192;       // NCCL_IB_AR_THRESHOLD: bytes above which AR mode applies
+  bool ece_enable = true;        // NCCL_IB_ECE_ENABLE: exchange and set ECE before RTR
+  bool mqp_retry_all = false;    // NCCL_IB_MQP_RETRY_ALL: retry ibv_modify_qp on every error
+  int mqp_retry_cnt = 34;        // NCCL_IB_MQP_RETRY_CNT: retries of ibv_modify_qp
+  int mqp_retry_sleep_ms = 100;  // NCCL_IB_MQP_RETRY_SLEEP_MSEC: backoff unit (retry k sleeps k x)
+  // Connections
+  int connect_timeout_ms = 120000;   // SLUICE_CONNECT_TIMEOUT_MS: bound on connection setup
+  int close_timeout_ms = 2000;       // SLUICE_CLOSE_TIMEOUT_MS: bound on draining at close
+  int handshake_timeout_ms = 10000;  // SLUICE_HANDSHAKE_TIMEOUT_MS: bound on one accepted socket
+  int liveness_poll_ms = 1000;       // SLUICE_LIVENESS_POLL_MS: period of the peer socket check
+  int heartbeat_ms = 10000;          // SLUICE_HEARTBEAT_MS: TCP keepalive period (0 = off)
+  int progress_timeout_ms = 0;       // SLUICE_PROGRESS_TIMEOUT_MS: watchdog bound (0 = derive)
+  int cm_mode = 0;                   // SLUICE_CM: CmMode (cm_choice.h): 0 auto, 1 oob, 2 rdmacm
+  // GPU
+  int pci_relaxed_ordering = 2;               // NCCL_IB_PCI_RELAXED_ORDERING: 0 / 1 / 2 = if works
+  bool gdr_flush_disable = false;             // NCCL_GDR_FLUSH_DISABLE
+  bool dmabuf_enable = true;                  // NCCL_DMABUF_ENABLE
+  int gdr_mode = 1;                           // SLUICE_GDR: 0 off, 1 auto, 2 force
+  bool force_flush = false;                   // NCCL_NET_FORCE_FLUSH
+  std::string cuda_library = "libcuda.so.1";  // SLUICE_CUDA_LIBRARY
+  // Topology
+  std::string nic_affinity;  // SLUICE_NIC_AFFINITY: "" / "off" / "auto"
+  std::string gpu_nic_map;   // SLUICE_GPU_NIC_MAP: explicit GPU -> NIC override
+  std::string topo_file;     // SLUICE_TOPO_FILE: hwloc XML instead of the live machine
+  // Logging
+  int log_level = 2;  // SLUICE_LOG: level of the stderr log where NCCL's logger is absent
+};
+
+// How a parameter got its value, for the INFO dump.
+struct ParamSource {
+  std::string name;    // canonical name (the one documented)
+  std::string set_by;  // the environment variable that set it, "" = default
+  std::string value;   // final value as text
+};
+
+// One row of the table, for documentation and `sluice-info --config`.
+struct ParamDoc {
+  std::string name;                  // canonical variable name
+  std::vector<std::string> aliases;  // other accepted names (earlier in list wins)
+  std::string type;                  // "int", "bool", "string", "enum"
+  std::string default_value;
+  std::string allowed;  // "1..31", "AF_INET|AF_INET6", ...
+  std::string doc;      // one line
+};
+
+using EnvLookup = std::function<std::optional<std::string>(std::string_view name)>;
+
+// Parses every parameter from `env` (defaults to getenv). A malformed or out-of-range value is an
+// error naming the variable, the value and the accepted values. `sources` (optional) receives
+// one entry per parameter set by the environment (even when set to its default value).
+Result<Config> load_config(const EnvLookup& env, std::vector<ParamSource>* sources = nullptr);
+Result<Config> load_config_from_environment(std::vector<ParamSource>* sources = nullptr);
+
+const std::vector<ParamDoc>& param_docs();
+
+// SLUICE_LOG alone, parsed with its table row and without logging (the logger itself needs it
+// before any configuration is loaded). An unset or invalid value gives the default (WARN = 2).
+int log_level_from_environment();
+
+}  // namespace sluice

@@ -1,0 +1,216 @@
+// Everything Sluice puts on a wire or into memory a peer writes: the 128-byte listen handle, the
+// connection metadata exchanged over the out-of-band TCP socket, the clear-to-send (CTS) FIFO
+// entries and the completion records. Both ends are Sluice of the same wire version; integers are
+// little-endian host order (x86_64/aarch64), checked by the version and magic fields.
+#pragma once
+
+#include <sys/socket.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+
+#include "sluice/core/base/status.h"
+
+namespace sluice::wire {
+
+inline constexpr uint64_t kHandleMagic = 0x45434955'4c53ull;  // "SLUICE"
+inline constexpr uint64_t kMetaMagic = 0x4154454d'434c53ull;  // "SLCMETA"
+// 2: the handle carries the rdma_cm listener's own address (cm_addr, cm_family).
+inline constexpr uint16_t kVersion = 2;
+inline constexpr int kMaxQps = 16;         // NCCL_IB_QPS_PER_CONNECTION upper bound
+inline constexpr int kFifoSlots = 32;      // = receives in flight per comm (NCCL_NET_MAX_REQUESTS)
+inline constexpr int kEntriesPerSlot = 8;  // = maxRecvs
+// Receives whose clear-to-send entries the receiver stages and publishes together: reaching this
+// many publishes at once (one RDMA WRITE of up to this many slots, two at the FIFO's wrap). Here,
+// not in core's comm.h, so the cost test can bound CTS writes per message by the same constant.
+inline constexpr int kCtsCoalesceSlots = 8;
+static_assert(kCtsCoalesceSlots >= 1 && kCtsCoalesceSlots <= kFifoSlots);
+
+// The listen handle (first bytes of NCCL's 128-byte handle). The connector keeps a reference to its
+// in-progress state in `connect_state` (NCCL passes the same handle memory on every connect call).
+//
+// Two addresses: `addr`/`port` is the out-of-band TCP listener (the NCCL_SOCKET_IFNAME interface);
+// the rdma_cm listener is at `cm_addr`/`cm_port`, an IP address of the listening device's own
+// network interface. cm_family AF_UNSPEC (0) says the rdma_cm listener is at `addr` itself: the
+// out-of-band address is on the listening device, which then keeps it (handle_cm_address).
+struct Handle {
+  uint64_t magic;
+  uint16_t version;
+  uint16_t family;   // AF_INET / AF_INET6
+  uint16_t port;     // network byte order
+  uint16_t cm_port;  // network byte order: the listener's rdma_cm port; 0 = none
+  uint8_t addr[16];  // IPv4 in the first 4 bytes
+  uint32_t scope_id;
+  uint32_t listen_dev;
+  uint64_t nonce;       // random per listener; the connector echoes it so strays are rejected
+  uint8_t cm_addr[16];  // the rdma_cm listener's address when cm_family != 0 (IPv4: first 4 bytes)
+  uint16_t cm_family;   // AF_UNSPEC = the rdma_cm listener is at `addr`; AF_INET / AF_INET6
+  uint16_t reserved1;   // zero
+  uint32_t checksum;    // FNV-1a over the bytes above
+  uint64_t connect_state;  // connector-private: id of its state machine (0 = not started)
+  uint64_t connect_check;  // connect_state ^ nonce ^ kHandleMagic: guards against garbage
+};
+static_assert(sizeof(Handle) == 88);
+static_assert(offsetof(Handle, version) == 8, "the version stays where wire version 1 had it");
+static_assert(offsetof(Handle, cm_addr) == 48 && offsetof(Handle, cm_family) == 64);
+static_assert(offsetof(Handle, checksum) == 68, "the checksum covers the rdma_cm address");
+static_assert(offsetof(Handle, connect_state) == 72);
+static_assert(sizeof(Handle) <= 128, "must fit NCCL_NET_HANDLE_MAXSIZE");
+static_assert(std::is_trivially_copyable_v<Handle>);
+
+uint32_t handle_checksum(const Handle& h);
+// Verifies magic, version (another one: the listener runs another Sluice wire version), checksum,
+// family, port and the rdma_cm address family. The error names what is wrong.
+Status validate_handle(const Handle& h);
+// The handle of a listener bound to `sa` (AF_INET or AF_INET6) on device `listen_dev`, checksum
+// set, connector fields zero; `cm_port` (network order) = its rdma_cm listener's port, 0 = none,
+// bound to `cm_addr` (its port ignored); nullptr or the address of `sa` = at `sa` (cm_family 0).
+Handle encode_handle(const sockaddr_storage& sa, uint32_t listen_dev, uint64_t nonce,
+                     uint16_t cm_port = 0, const sockaddr_storage* cm_addr = nullptr);
+// The listener's address in a validated handle, and its length for connect().
+void handle_address(const Handle& h, sockaddr_storage* sa, socklen_t* len);
+// The rdma_cm listener's address and port in a validated handle; false when it offers none.
+bool handle_cm_address(const Handle& h, sockaddr_storage* sa);
+// "peer runs another Sluice wire version (N; this Sluice speaks M): ..." for every versioned thing
+// a peer sends (`what`: "connection handle", "connection metadata", ...).
+std::string version_mismatch(const char* what, unsigned theirs);
+
+struct QpInfo {
+  uint32_t qpn;
+  uint32_t psn;  // the sender's initial sq_psn for this QP; the peer uses it as rq_psn
+};
+
+// Connection metadata: sent by the connector (sender side), answered by the acceptor.
+struct Meta {
+  uint64_t magic;
+  uint16_t version;
+  uint8_t role;  // 0 = sender (connector), 1 = receiver (acceptor)
+  uint8_t link_layer;
+  uint8_t port;
+  uint8_t mtu;  // enum ibv_mtu of the port's active MTU
+  uint8_t gid_index;
+  uint8_t nqps;
+  uint16_t lid;
+  uint8_t traffic_class;
+  uint8_t service_level;
+  uint32_t fifo_slots;  // kFifoSlots
+  uint64_t nonce;       // the listener's nonce, echoed
+  uint8_t gid[16];
+  uint64_t buf_addr;  // sender: its CTS FIFO; receiver: its completion-record array
+  uint32_t buf_rkey;
+  uint8_t split_data;  // connector's NCCL_IB_SPLIT_DATA_ON_QPS (0/1); the acceptor follows it
+  uint8_t cm;          // connector's connection manager: kMetaCmOob or kMetaCmRdmacm (cm_choice.h)
+  uint8_t features;    // kMetaFeature* bits; 0 from Sluice before ECE (this byte was reserved)
+  uint8_t reserved;
+  // For messages, NUL-terminated. With kMetaFeatureEce the name ends within its first
+  // kMetaNameBytesEce bytes and the rest carries the ECE (put_meta_ece); a peer without the
+  // feature ignores it and still reads a terminated name.
+  char dev_name[32];
+  QpInfo qps[kMaxQps];
+};
+static_assert(sizeof(Meta) == 224);
+static_assert(offsetof(Meta, qps) == 96);
+static_assert(std::is_trivially_copyable_v<Meta>);
+
+static_assert(offsetof(Meta, split_data) == 60);
+static_assert(offsetof(Meta, cm) == 61);
+inline constexpr uint8_t kMetaCmOob = 0;     // QPs to RTR/RTS by hand from the metadata
+inline constexpr uint8_t kMetaCmRdmacm = 1;  // each QP established through rdma_cm (CmToken)
+static_assert(offsetof(Meta, features) == 62);
+
+// Enhanced Connection Establishment (NCCL_IB_ECE_ENABLE): bytes kMetaNameBytesEce.. of dev_name
+// hold the sender's ECE as three little-endian uint32 (vendor_id, options, comp_mask). Wire version
+// 2 without it (older Sluice, or a provider without ECE) has features = 0, and both ends then
+// connect without ECE. The last byte of dev_name stays 0 (validate_meta), so comp_mask < 2^24.
+inline constexpr uint8_t kMetaFeatureEce = 0x1;
+inline constexpr size_t kMetaNameBytesEce = 20;
+struct MetaEce {
+  uint32_t vendor_id = 0;
+  uint32_t options = 0;
+  uint32_t comp_mask = 0;
+};
+// Sets the feature and the ECE, shortening the device name to kMetaNameBytesEce - 1 characters;
+// false (nothing changed) when comp_mask does not fit the 24 bits the layout leaves.
+bool put_meta_ece(Meta* m, const MetaEce& e);
+// The peer's ECE, when its metadata has the feature.
+bool meta_ece(const Meta& m, MetaEce* out);
+
+// The private data of each rdma_cm connect request in SLUICE_CM=rdmacm mode: the listener matches
+// it to the TCP handshake whose metadata it accepted (nonce, the connector's FIFO address and rkey,
+// and the QP number the CM request names for QP `qp_index`). IB/RoCE REQs carry at most 56 bytes
+// of private data (rdma_connect(3)), so the full Meta travels over TCP.
+inline constexpr uint32_t kCmTokenMagic = 0x4d434c53;  // "SLCM"
+inline constexpr size_t kCmPrivateDataMax = 56;
+struct CmToken {
+  uint32_t magic;
+  uint16_t version;
+  uint8_t qp_index;
+  uint8_t nqps;
+  uint64_t nonce;      // the listener's, echoed
+  uint64_t fifo_addr;  // = the connector's Meta::buf_addr
+  uint32_t fifo_rkey;  // = the connector's Meta::buf_rkey
+  uint32_t reserved;
+};
+static_assert(sizeof(CmToken) == 32 && sizeof(CmToken) <= kCmPrivateDataMax);
+static_assert(std::is_trivially_copyable_v<CmToken>);
+// Checks `len` bytes of a CM request's private data (providers may pad it) against the listener's
+// nonce: magic, version, qp_index < nqps <= kMaxQps.
+Status validate_cm_token(const void* data, size_t len, uint64_t nonce, CmToken* out);
+
+// The leading bytes of Meta that tell a Sluice peer: the magic, then the version.
+inline constexpr size_t kMetaHeaderBytes = offsetof(Meta, version) + sizeof(uint16_t);
+static_assert(offsetof(Meta, magic) == 0 && kMetaHeaderBytes == 10);
+// Checks the first `n` bytes that arrived of a Meta (any n, also fewer than kMetaHeaderBytes): each
+// arrived byte of the magic, and the version once it is complete. ok() = nothing wrong so far, so
+// a stray or foreign connection is refused at its first wrong byte.
+Status check_meta_prefix(const void* bytes, size_t n);
+// Verifies magic, version, role, nqps, split_data, fifo_slots, the MTU code and the echoed nonce.
+Status validate_meta(const Meta& m, uint8_t expected_role, uint64_t nonce);
+// The peer's validated metadata against ours (`local_dev` names our device in the error): the same
+// link layer and the same number of QPs.
+Status check_peer_meta(const Meta& local, const Meta& remote, const std::string& local_dev);
+
+// A clear-to-send entry: the receiver describes one posted buffer. Written by the receiver into the
+// sender's FIFO (slot = seq % kFifoSlots, entry = index in the grouped receive) with one RDMA WRITE
+// per irecv. `seq` is the receive's sequence number + 1 and sits at the end so that a sender that
+// reads the expected seq in every entry of a slot reads complete entries; the sender never writes
+// the FIFO. Sizes are 32-bit: a message is below 2^31 bytes (maxP2pBytes), so a larger posted
+// capacity is recorded as UINT32_MAX.
+struct alignas(32) CtsEntry {
+  uint64_t addr;
+  uint32_t rkey;
+  uint32_t size;
+  int32_t tag;
+  uint8_t nreqs;  // receives in this group (same in every entry of the slot)
+  uint8_t index;  // this entry's position in the group
+  uint16_t reserved;
+  uint64_t seq;
+};
+static_assert(sizeof(CtsEntry) == 32);
+static_assert(offsetof(CtsEntry, seq) == 24);
+
+// Completion record: written by the sender into the receiver's array (one per FIFO slot) with the
+// closing WRITE_WITH_IMM of a grouped send or of an error notice; read by the receiver only after
+// every QP's immediate for that slot arrived (same-QP ordering makes it visible by then).
+struct alignas(64) DoneRecord {
+  uint32_t sizes[kEntriesPerSlot];  // bytes sent into each entry (attempted size on error)
+  uint32_t status;                  // kRecordOk, kRecordTooLarge or kRecordOverLimit
+  uint32_t bad_index;               // on error: the entry the refused send was matched to
+  uint64_t seq;
+};
+static_assert(sizeof(DoneRecord) == 64);
+inline constexpr uint32_t kRecordOk = 0;
+inline constexpr uint32_t kRecordTooLarge = 1;   // the send was larger than the posted buffer
+inline constexpr uint32_t kRecordOverLimit = 2;  // the send was larger than kMaxMessageBytes
+// The largest message (maxP2pBytes / maxCollBytes): test() reports received sizes through `int`,
+// so a message must stay below 2^31; 1 GiB is the largest power of two that does.
+inline constexpr size_t kMaxMessageBytes = size_t{1} << 30;
+
+// Immediate data of the closing WRITE_WITH_IMM (host order, converted with htonl/ntohl):
+//  bit 31 clear: single receive, the value is the byte count (< 2^31, we never allow more);
+//  bit 31 set:   read the completion record of slot (value & 0xffff).
+inline constexpr uint32_t kImmRecord = 0x80000000u;
+
+}  // namespace sluice::wire

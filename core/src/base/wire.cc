@@ -1,0 +1,236 @@
+#include "sluice/core/base/wire.h"
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "sluice/core/base/net_addr.h"
+#include "sluice/core/base/verbs.h"
+
+namespace sluice::wire {
+
+uint32_t handle_checksum(const Handle& h) {
+  const auto* p = reinterpret_cast<const uint8_t*>(&h);
+  uint32_t x = 2166136261u;
+  for (size_t i = 0; i < offsetof(Handle, checksum); ++i) {
+    x ^= p[i];
+    x *= 16777619u;
+  }
+  return x;
+}
+
+Status validate_handle(const Handle& h) {
+  if (h.magic != kHandleMagic) {
+    return Status(Code::kInvalidArgument,
+                  "connection handle is not a Sluice handle (bad magic): corrupt handle, or the "
+                  "listener uses a different network plugin");
+  }
+  if (h.version != kVersion)
+    return Status(Code::kInvalidArgument, version_mismatch("connection handle", h.version));
+  if (handle_checksum(h) != h.checksum)
+    return Status(Code::kInvalidArgument, "connection handle checksum mismatch: corrupt handle");
+  if (h.family != AF_INET && h.family != AF_INET6)
+    return Status(Code::kInvalidArgument, "connection handle has an unknown address family");
+  if (h.cm_family != AF_UNSPEC && h.cm_family != AF_INET && h.cm_family != AF_INET6) {
+    return Status(
+        Code::kInvalidArgument,
+        "connection handle has an unknown rdma_cm address family " + std::to_string(h.cm_family));
+  }
+  if (h.port == 0) return Status(Code::kInvalidArgument, "connection handle has port 0");
+  return Status::ok();
+}
+
+std::string version_mismatch(const char* what, unsigned theirs) {
+  return std::string(what) + " has Sluice wire version " + std::to_string(theirs) +
+         ", this Sluice speaks " + std::to_string(kVersion) +
+         ": the peer runs another Sluice wire version; run the same Sluice release on every host "
+         "of the job";
+}
+
+Handle encode_handle(const sockaddr_storage& sa, uint32_t listen_dev, uint64_t nonce,
+                     uint16_t cm_port, const sockaddr_storage* cm_addr) {
+  Handle h{};
+  h.cm_port = cm_port;
+  h.magic = kHandleMagic;
+  h.version = kVersion;
+  h.family = sa.ss_family;
+  if (sa.ss_family == AF_INET) {
+    const auto* s4 = reinterpret_cast<const sockaddr_in*>(&sa);
+    h.port = s4->sin_port;
+    std::memcpy(h.addr, &s4->sin_addr, 4);
+  } else {
+    const auto* s6 = reinterpret_cast<const sockaddr_in6*>(&sa);
+    h.port = s6->sin6_port;
+    std::memcpy(h.addr, &s6->sin6_addr, 16);
+    h.scope_id = s6->sin6_scope_id;
+  }
+  if (cm_port != 0 && cm_addr != nullptr && !same_address(*cm_addr, sa)) {
+    h.cm_family = cm_addr->ss_family;
+    if (cm_addr->ss_family == AF_INET)
+      std::memcpy(h.cm_addr, &reinterpret_cast<const sockaddr_in*>(cm_addr)->sin_addr, 4);
+    else
+      std::memcpy(h.cm_addr, &reinterpret_cast<const sockaddr_in6*>(cm_addr)->sin6_addr, 16);
+  }
+  h.listen_dev = listen_dev;
+  h.nonce = nonce;
+  h.checksum = handle_checksum(h);
+  return h;
+}
+
+void handle_address(const Handle& h, sockaddr_storage* sa, socklen_t* len) {
+  std::memset(sa, 0, sizeof *sa);
+  if (h.family == AF_INET) {
+    auto* a = reinterpret_cast<sockaddr_in*>(sa);
+    a->sin_family = AF_INET;
+    a->sin_port = h.port;
+    std::memcpy(&a->sin_addr, h.addr, 4);
+    *len = sizeof(sockaddr_in);
+  } else {
+    auto* a = reinterpret_cast<sockaddr_in6*>(sa);
+    a->sin6_family = AF_INET6;
+    a->sin6_port = h.port;
+    std::memcpy(&a->sin6_addr, h.addr, 16);
+    a->sin6_scope_id = h.scope_id;
+    *len = sizeof(sockaddr_in6);
+  }
+}
+
+bool handle_cm_address(const Handle& h, sockaddr_storage* sa) {
+  if (h.cm_port == 0) return false;
+  socklen_t len = 0;
+  handle_address(h, sa, &len);  // cm_family 0: at the out-of-band address (scope id included)
+  if (h.cm_family == AF_INET) {
+    std::memset(sa, 0, sizeof *sa);
+    auto* a = reinterpret_cast<sockaddr_in*>(sa);
+    a->sin_family = AF_INET;
+    std::memcpy(&a->sin_addr, h.cm_addr, 4);
+  } else if (h.cm_family == AF_INET6) {
+    std::memset(sa, 0, sizeof *sa);
+    auto* a = reinterpret_cast<sockaddr_in6*>(sa);
+    a->sin6_family = AF_INET6;
+    std::memcpy(&a->sin6_addr, h.cm_addr, 16);
+  }
+  // The port is at the same offset in sockaddr_in and sockaddr_in6.
+  reinterpret_cast<sockaddr_in*>(sa)->sin_port = h.cm_port;
+  return true;
+}
+
+Status check_meta_prefix(const void* bytes, size_t n) {
+  const auto* p = static_cast<const uint8_t*>(bytes);
+  uint8_t magic[sizeof kMetaMagic];
+  std::memcpy(magic, &kMetaMagic, sizeof magic);
+  for (size_t i = 0; i < std::min(n, sizeof magic); ++i) {
+    if (p[i] != magic[i]) {
+      char what[96];
+      std::snprintf(what, sizeof what, "byte %zu is 0x%02x, expected 0x%02x", i, p[i], magic[i]);
+      return Status(
+          Code::kRemoteError,
+          std::string("not a Sluice peer: bad magic in its connection metadata (") + what + ")");
+    }
+  }
+  if (n < kMetaHeaderBytes) return Status::ok();
+  uint16_t version;
+  std::memcpy(&version, p + offsetof(Meta, version), sizeof version);
+  if (version != kVersion)
+    return Status(Code::kRemoteError, version_mismatch("the peer's connection metadata", version));
+  return Status::ok();
+}
+
+Status validate_meta(const Meta& m, uint8_t expected_role, uint64_t nonce) {
+  if (m.magic != kMetaMagic)
+    return Status(Code::kRemoteError, "peer sent no Sluice connection metadata (bad magic)");
+  if (m.version != kVersion)
+    return Status(Code::kRemoteError,
+                  version_mismatch("the peer's connection metadata", m.version));
+  if (m.role != expected_role)
+    return Status(Code::kRemoteError, "peer metadata has the wrong role");
+  if (m.nonce != nonce)
+    return Status(Code::kRemoteError, "peer metadata is for another listener (nonce mismatch)");
+  if (m.nqps == 0 || m.nqps > kMaxQps)
+    return Status(Code::kRemoteError, "peer metadata has " + std::to_string(m.nqps) + " QPs");
+  if (m.cm > kMetaCmRdmacm) {
+    return Status(Code::kRemoteError,
+                  "peer metadata has connection manager " + std::to_string(m.cm) + " (0 or 1)");
+  }
+  if (m.split_data > 1) {
+    return Status(Code::kRemoteError,
+                  "peer metadata has split_data = " + std::to_string(m.split_data));
+  }
+  if (m.fifo_slots != static_cast<uint32_t>(kFifoSlots))
+    return Status(Code::kRemoteError, "peer uses a FIFO depth of " + std::to_string(m.fifo_slots));
+  if (m.dev_name[sizeof m.dev_name - 1] != '\0')
+    return Status(Code::kRemoteError, "peer metadata device name is not terminated");
+  if ((m.features & kMetaFeatureEce) != 0 &&
+      std::memchr(m.dev_name, '\0', kMetaNameBytesEce) == nullptr) {
+    return Status(Code::kRemoteError,
+                  "peer metadata carries ECE but its device name is not terminated within " +
+                      std::to_string(kMetaNameBytesEce) + " bytes");
+  }
+  // connect_qps() uses it as an enum ibv_mtu (IBV_MTU_256 = 1 .. IBV_MTU_4096 = 5).
+  if (m.mtu < 1 || m.mtu > 5)
+    return Status(Code::kRemoteError, "peer metadata has an invalid path MTU code " +
+                                          std::to_string(m.mtu) + " (expected 1..5)");
+  return Status::ok();
+}
+
+static_assert(kMetaNameBytesEce + 3 * sizeof(uint32_t) == sizeof(Meta::dev_name));
+
+bool put_meta_ece(Meta* m, const MetaEce& e) {
+  if (e.comp_mask > 0xffffffu) return false;
+  m->dev_name[kMetaNameBytesEce - 1] = '\0';
+  std::memcpy(m->dev_name + kMetaNameBytesEce, &e.vendor_id, 4);
+  std::memcpy(m->dev_name + kMetaNameBytesEce + 4, &e.options, 4);
+  std::memcpy(m->dev_name + kMetaNameBytesEce + 8, &e.comp_mask, 4);
+  m->features |= kMetaFeatureEce;
+  return true;
+}
+
+bool meta_ece(const Meta& m, MetaEce* out) {
+  if ((m.features & kMetaFeatureEce) == 0) return false;
+  std::memcpy(&out->vendor_id, m.dev_name + kMetaNameBytesEce, 4);
+  std::memcpy(&out->options, m.dev_name + kMetaNameBytesEce + 4, 4);
+  std::memcpy(&out->comp_mask, m.dev_name + kMetaNameBytesEce + 8, 4);
+  return true;
+}
+
+Status check_peer_meta(const Meta& local, const Meta& remote, const std::string& local_dev) {
+  if (remote.link_layer != local.link_layer) {
+    return Status(Code::kInvalidUsage,
+                  "cannot connect " + local_dev + " (" + verbs::link_layer_name(local.link_layer) +
+                      ") to " + remote.dev_name + " (" + verbs::link_layer_name(remote.link_layer) +
+                      "): select NICs of one link type with NCCL_IB_HCA");
+  }
+  if (remote.nqps != local.nqps) {
+    return Status(Code::kRemoteError, "peer has " + std::to_string(remote.nqps) +
+                                          " QPs for this connection, we have " +
+                                          std::to_string(local.nqps));
+  }
+  return Status::ok();
+}
+
+Status validate_cm_token(const void* data, size_t len, uint64_t nonce, CmToken* out) {
+  if (data == nullptr || len < sizeof(CmToken)) {
+    return Status(Code::kRemoteError, "rdma_cm request carries " + std::to_string(len) +
+                                          " bytes of private data, not a Sluice token (" +
+                                          std::to_string(sizeof(CmToken)) + ")");
+  }
+  std::memcpy(out, data, sizeof *out);
+  if (out->magic != kCmTokenMagic)
+    return Status(Code::kRemoteError, "rdma_cm request is not from Sluice (bad token magic)");
+  if (out->version != kVersion)
+    return Status(Code::kRemoteError, version_mismatch("rdma_cm request token", out->version));
+  if (out->nqps == 0 || out->nqps > kMaxQps || out->qp_index >= out->nqps) {
+    return Status(Code::kRemoteError, "rdma_cm request token names QP " +
+                                          std::to_string(out->qp_index) + " of " +
+                                          std::to_string(out->nqps));
+  }
+  if (out->nonce != nonce)
+    return Status(Code::kRemoteError, "rdma_cm request for another listener (nonce mismatch)");
+  return Status::ok();
+}
+
+}  // namespace sluice::wire

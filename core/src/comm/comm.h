@@ -1,0 +1,272 @@
+// Comm objects and requests. Invariants of the data path:
+//  * The receiver owns its posted buffers and its completion-record array; the sender writes them
+//    (RDMA WRITE / WRITE_WITH_IMM) only after reading a CTS entry the receiver published.
+//  * The sender owns its CTS FIFO memory; only the receiver writes it (RDMA WRITE of the entries of
+//    one slot), only for a slot whose previous use the sender has consumed: the receiver has at
+//    most kFifoSlots receives in flight and reuses slot s % kFifoSlots only after receive s -
+//    kFifoSlots completed, which needs the sender to have read that entry first.
+//  * Both sides walk the same sequence numbers: receive k uses FIFO slot k % kFifoSlots and record
+//    slot k % kFifoSlots. Split mode: every data QP carries exactly one immediate for it; otherwise
+//    only QP k % nqps does (cts::qp_of_lane).
+//  * A comm is driven by one thread at a time (NCCL's rule). The one exception: a receive comm's
+//    unpublished clear-to-send entries may be published by any thread's call (cts_publish.cc),
+//    so the receive comm's CTS and completion state is guarded by RecvComm::mu.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "base/cts_match.h"
+#include "comm/engine.h"
+#include "health/liveness.h"
+#include "health/progress.h"
+#include "sluice/core/api.h"
+#include "sluice/core/base/verbs.h"
+#include "sluice/core/base/wire.h"
+
+namespace sluice {
+
+// Queue depths, per QP. The sender accounts the WRs it has on each send queue and does not post a
+// group that would not fit (isend returns "again" until completions free room), so the send queue
+// need not hold the worst case of kFifoSlots grouped sends of kEntriesPerSlot + 1 WRs each.
+// Depths are 2^k - 1: providers (rxe, mlx5) round a queue up to the next power of two above the
+// requested depth, so 2^k would double the memory.
+inline constexpr uint32_t kSendSqDepth = 47;
+// wr_id of the marker WR that Conn::drain_at_close posts on each send queue in ERROR: its flushed
+// completion comes after every earlier WR's (send-queue order). Distinct from the data path's
+// wr_id bits (datapath_internal.h: 1 << 63, 62, 61; pool indexes below 256).
+inline constexpr uint64_t kWrDrainMarker = 1ull << 60;
+// The receiver's send queue carries only CTS writes: at most kCtsBudget whose slots are not yet
+// reclaimed by a polled signaled CTS completion (one every kCtsSignalEvery).
+inline constexpr uint32_t kCtsSignalEvery = 8;
+inline constexpr uint32_t kCtsBudget = 23;
+inline constexpr uint32_t kRecvSqDepth = kCtsBudget + kCtsSignalEvery;
+inline constexpr uint32_t kRecvRqDepth = wire::kFifoSlots;  // one receive WR per irecv per QP
+// Receives staged before a clear-to-send publication is forced (wire.h says why it lives there).
+inline constexpr uint32_t kCtsCoalesceSlots = wire::kCtsCoalesceSlots;
+static_assert(kCtsBudget >= 2, "a publication may need two writes (FIFO wrap)");
+// Inline CTS: one entry (the common, ungrouped receive); grouped receives post from staging memory.
+inline constexpr uint32_t kCtsInlineBytes = sizeof(wire::CtsEntry);
+static_assert(kSendSqDepth >= 2 * (wire::kEntriesPerSlot + 1), "two full groups must fit");
+static_assert(kCtsBudget + kCtsSignalEvery <= kRecvSqDepth);
+// The watchdog's CTS probe (progress.h) is posted only when no signaled CTS write is outstanding,
+// so behind at most kCtsSignalEvery - 1 unsignaled ones: it always fits the CTS budget.
+static_assert(kCtsSignalEvery - 1 + 1 <= kCtsBudget);
+static_assert(kRecvRqDepth >= wire::kFifoSlots);
+
+// Anonymous memory preferring a NUMA node (mbind MPOL_PREFERRED, best effort), page aligned,
+// zeroed. Used for everything the NIC reads or writes on the comm's behalf.
+class NumaBuffer {
+ public:
+  NumaBuffer() = default;
+  static Result<NumaBuffer> allocate(size_t bytes, int numa_node);
+  NumaBuffer(NumaBuffer&& o) noexcept : p_(o.p_), n_(o.n_) { o.p_ = nullptr, o.n_ = 0; }
+  NumaBuffer& operator=(NumaBuffer&& o) noexcept;
+  ~NumaBuffer();
+  void* data() const { return p_; }
+  size_t size() const { return n_; }
+
+ private:
+  void* p_ = nullptr;
+  size_t n_ = 0;
+};
+
+enum class CommKind : uint32_t {
+  kListen = 0x4c49534e,  // "LISN"
+  kSend = 0x53454e44,    // "SEND"
+  kRecv = 0x52454356,    // "RECV"
+  kDead = 0xdeadc0de,
+};
+
+// Per-comm statistics (sluiceExt_v1 commStats). One writer at a time (the comm's driver, or a
+// publisher holding RecvComm::mu); readers may be other threads, so the cells are atomics updated
+// without a locked read-modify-write.
+struct StatCell {
+  std::atomic<uint64_t> v{0};
+  void add(uint64_t n) {
+    v.store(v.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+  }
+  uint64_t get() const { return v.load(std::memory_order_relaxed); }
+};
+struct CommCounters {
+  StatCell messages, wrs, doorbells, cts_writes, cts_entries;
+  StatCell cts_probes;     // the watchdog's zero-length CTS probes (progress.h), also in wrs
+  StatCell ar_imm_writes;  // adaptive routing's separate closing WRITE_WITH_IMMs, also in wrs
+};
+
+struct CommBase {
+  explicit CommBase(CommKind k) : kind(k) {}
+  CommKind kind;
+};
+
+class SendComm;
+class RecvComm;
+
+// A request handed to NCCL. Send and receive requests live in their comm's fixed pool (no
+// allocation on the data path); `kind` tells test() which one it holds.
+struct Request {
+  static constexpr uint32_t kMagic = 0x52455153;  // "REQS"
+  uint32_t magic = kMagic;
+  bool is_send = false;
+  bool is_flush = false;  // a FlushReq (flush.h)
+  bool in_use = false;
+  bool done = false;
+  CommBase* comm = nullptr;
+};
+
+struct SendReq : Request {
+  bool posted = false;  // the group's chain is on the wire
+  uint8_t pending = 0;  // leader: closing completions still expected (one per QP)
+  uint8_t group_n = 0;  // leader: members in `group`
+  uint16_t index = 0;   // position in the pool (the closing WR's wr_id)
+  uint32_t lkey = 0;
+  const char* data = nullptr;
+  size_t size = 0;
+  uint16_t group[wire::kEntriesPerSlot] = {};  // leader: pool indexes of the group's members
+};
+
+struct RecvReq : Request {
+  uint8_t n = 1;        // buffers in the grouped receive
+  uint8_t pending = 0;  // immediates still expected (one per QP)
+  bool has_record = false;
+  uint64_t seq = 0;  // receive sequence number (FIFO slot = seq % kFifoSlots)
+  size_t posted[wire::kEntriesPerSlot] = {};    // capacity of each buffer
+  size_t received[wire::kEntriesPerSlot] = {};  // bytes that arrived
+  int tags[wire::kEntriesPerSlot] = {};
+};
+
+// SLUICE_CM=rdmacm: the rdma_cm ids of a connection's QPs (cm_rdmacm.h).
+class CmLink;
+struct CmLinkDeleter {
+  void operator()(CmLink* l) const;
+};
+
+// State shared by both comm directions.
+struct Conn {
+  Device* dev = nullptr;
+  int nqps = 0;
+  std::string peer;        // "10.0.0.2:4711"
+  std::string remote_dev;  // the peer's device name
+  std::string local_desc;  // "rxe0:1"
+  std::string remote_gid;  // text
+  int fd = -1;             // the out-of-band socket, kept for the comm's lifetime
+  // Verbs objects in dependency order: CQ before QPs, so QPs are destroyed first.
+  verbs::Cq cq;
+  verbs::Qp qps[wire::kMaxQps];
+  uint32_t remote_qpn[wire::kMaxQps] = {};
+  uint32_t max_inline = 0;
+  bool split = false;  // NCCL_IB_SPLIT_DATA_ON_QPS of the connector (both ends follow it)
+  Ece ece_local;       // ibv_query_ece of QP 0 (fabric.h); unsupported where the provider has none
+  Ece ece;             // what both ends offer, set on every QP before RTR (agree_ece)
+  CommCounters stats;
+  // Receive WRs posted on each QP and not yet completed (recv.cc), for the drain at close.
+  uint32_t rq_outstanding[wire::kMaxQps] = {};
+  // What the owner had in flight when it closed (set by close_send/close_recv): named by the WARN
+  // when the drain at close runs out of SLUICE_CLOSE_TIMEOUT_MS.
+  std::string pending_work;
+  Status failure;             // sticky: once set every call fails with it
+  PeerWatch watch;            // the peer's liveness and async-event failures (liveness.h)
+  ProgressWatch progress;     // posted work without completion (progress.h)
+  CommBase* owner = nullptr;  // the SendComm or RecvComm this is a member of
+  std::unique_ptr<CmLink, CmLinkDeleter> cm;  // rdmacm mode only; null in oob mode
+  bool retired = false;  // finalize released its verbs objects (retire_comm); dev is null
+  bool failed() const { return !failure.is_ok(); }
+  std::string describe_qp(int q) const;  // "qpn 17 (rxe0:1) -> qpn 18 (rxe1) at 127.0.0.1:4711"
+  // QPs to ERROR, then polls the CQ until every queue is drained (a marker WR posted behind the
+  // send queue's work came back, every posted receive WR completed) or SLUICE_CLOSE_TIMEOUT_MS of
+  // wall time passed (then a WARN names what was left). Run by ~Conn; idempotent.
+  void drain_at_close();
+  ~Conn();
+};
+
+class SendComm : public CommBase {
+ public:
+  static constexpr int kPool = wire::kFifoSlots * wire::kEntriesPerSlot;  // 256 isends in flight
+  SendComm() : CommBase(CommKind::kSend) { c.owner = this; }
+  // Declared first so they are released last, after the QPs in `c` are gone.
+  // FIFO (written by the receiver) and local completion records (read by the NIC), then the
+  // request pool; all on the NIC's NUMA node, only the first two registered.
+  NumaBuffer mem;
+  verbs::Mr mem_mr;
+  wire::CtsEntry* fifo = nullptr;       // kFifoSlots * kEntriesPerSlot entries
+  wire::DoneRecord* records = nullptr;  // kFifoSlots, source of record writes
+  uint64_t remote_records = 0;          // receiver's completion-record array
+  uint32_t remote_records_rkey = 0;
+  uint64_t head = 0;  // receives consumed so far; the next slot is head % kFifoSlots
+  // Matching state of the slot at `head`: its validated snapshot (taken once, at first use), then
+  // which entries have their isend.
+  cts::Snapshot snap;
+  uint8_t matched = 0;  // bit i: entry i has its isend
+  SendReq* slot_reqs[wire::kEntriesPerSlot] = {};
+  uint32_t sq_used[wire::kMaxQps] = {};  // WRs posted on each QP and not yet completed
+  // Adaptive routing (fabric.h): a message larger than this closes with a separate zero-length
+  // WRITE_WITH_IMM; SIZE_MAX = off (the device's decision, taken at connect).
+  size_t ar_threshold = SIZE_MAX;
+  SendReq* pool = nullptr;        // kPool requests, in `mem` (on the NIC's NUMA node)
+  uint16_t* free_list = nullptr;  // kPool entries, in `mem`
+  int free_top = 0;
+  Conn c;
+};
+
+// The receive comm's flush machinery (flush.h), created at its first flush.
+class Flush;
+struct FlushDeleter {
+  void operator()(Flush* f) const;
+};
+
+class RecvComm : public CommBase {
+ public:
+  RecvComm() : CommBase(CommKind::kRecv) { c.owner = this; }
+  // CTS staging (read by the NIC) and completion records (written by the peer), then the request
+  // pool; all on the NIC's NUMA node, only the first two registered.
+  NumaBuffer mem;
+  verbs::Mr mem_mr;
+  wire::CtsEntry* stage = nullptr;      // kFifoSlots * kEntriesPerSlot
+  wire::DoneRecord* records = nullptr;  // kFifoSlots
+  uint64_t remote_fifo = 0;             // the sender's CTS FIFO
+  uint32_t remote_fifo_rkey = 0;
+  // Guards everything below and the requests in `pool`: a publisher on another thread (recv.cc)
+  // posts on this comm's queues and may poll its CQ for room.
+  std::mutex mu;
+  uint64_t seq = 0;        // receives posted so far (staged in `stage`)
+  uint64_t rq_posted = 0;  // receives whose receive WRs are posted (<= seq)
+  uint64_t published = 0;  // receives whose CTS entries are written to the peer (<= rq_posted)
+  std::atomic<bool> has_pending{false};  // published < seq (hint for other threads' publishers)
+  bool registered = false;               // in the process-wide publication registry
+  uint32_t cts_unsignaled[wire::kMaxQps] = {};   // CTS writes since the last signaled one
+  uint32_t cts_outstanding[wire::kMaxQps] = {};  // CTS writes whose send-queue slot is in use
+  // The progress watchdog's view of the unsignaled CTS tail (progress.h): the first receive of
+  // each QP's latest CTS write, a probe outstanding per QP, and the receives completed.
+  uint64_t cts_tail_from[wire::kMaxQps] = {};
+  bool cts_probing[wire::kMaxQps] = {};
+  uint64_t completed = 0;       // receives completed
+  uint64_t completed_hi = 0;    // 1 + the highest seq of a completed receive (0: none)
+  uint64_t completed_seen = 0;  // `completed` at the watchdog's previous check
+  RecvReq* pool = nullptr;      // kFifoSlots requests in `mem`; receive k uses k % kFifoSlots
+  Conn c;
+  std::unique_ptr<Flush, FlushDeleter> flush;  // loopback QP for iflush; null until needed
+};
+
+// Teardown of what NCCL may abandon (connect.cc, listener.cc). all = false: release connects
+// in progress that nobody polled past their SLUICE_CONNECT_TIMEOUT_MS, and handshakes in progress
+// on listen comms past their SLUICE_HANDSHAKE_TIMEOUT_MS (called from later control calls; skips
+// what another thread is driving). all = true (finalize, before the devices go): release every
+// connect in progress and every listen comm's pending handshakes, and retire open listen comms
+// (a later accept fails, close frees them). Each returns how many it released.
+// Requests of `comm` (a SendComm or RecvComm) not yet completed whose buffers lie in the
+// registration `mh` (datapath.cc); *what describes them ("2 isend(s) on qpn 17 on ..."). 0 for a
+// failed comm, whose QPs it moves to ERROR: nothing of it touches memory again.
+int requests_using(void* comm, const MemHandle* mh, std::string* what);
+
+// Finalize with the comm still open (datapath.cc): its QPs, CQ, MRs, flush machinery and socket
+// are released while the device is alive, and it fails every later call with `why`; only its
+// memory stays, for close to free. The caller holds no adapter lock.
+void retire_comm(Conn& c, const std::string& why);
+
+size_t reap_abandoned_connects(bool all);
+size_t reap_listens(bool all);
+
+}  // namespace sluice

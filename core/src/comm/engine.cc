@@ -1,0 +1,392 @@
+#include "comm/engine.h"
+
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+
+#include "comm/comm.h"
+#include "health/liveness.h"
+#include "sluice/core/base/hca_filter.h"
+#include "sluice/core/base/log.h"
+#include "sluice/core/base/verbs_ext.h"
+#include "sluice/core/base/version.h"
+#include "sluice/core/base/wire.h"
+#include "sluice/core/device/device_info.h"
+
+namespace sluice {
+namespace {
+
+std::mutex g_engine_mu;
+int g_refs = 0;
+// A plain pointer: no static destructor may release verbs objects at exit (an engine still held
+// then, with no finalize, is left to the process's end).
+Engine* g_engine = nullptr;
+std::atomic<Engine*> g_engine_ptr{nullptr};
+
+// Largest single transfer we report (the data path refuses larger sends: send.cc).
+constexpr size_t kMaxTransfer = wire::kMaxMessageBytes;
+
+}  // namespace
+
+Adapter::~Adapter() {
+  // Registrations still held at shutdown are released here, before the PD (member order).
+  std::lock_guard<std::mutex> lk(mr_mu);
+  size_t held = 0;
+  for (const auto& e : mrs) held += e->users.size();
+  if (held > 0) {
+    SLUICE_WARN("%s: %zu memory registration(s) still held at shutdown; releasing them",
+                name.c_str(), held);
+  }
+  mrs.clear();
+}
+
+Engine* engine() {
+  return g_engine_ptr.load(std::memory_order_acquire);
+}
+
+Result<std::unique_ptr<Engine>> Engine::create(const LocalityProvider& locality,
+                                               const DeviceOrderProvider& order,
+                                               const GpuProvider& gpu) {
+  SLUICE_INFO(kSubInit | kSubNet, "%s", version_line());  // first line: what is running
+  std::unique_ptr<Engine> e(new Engine());
+  std::vector<ParamSource> sources;
+  auto cfg = load_config_from_environment(&sources);
+  if (!cfg.is_ok()) return cfg.status();
+  e->cfg_ = cfg.value();
+  for (const auto& s : sources)
+    SLUICE_INFO(kSubInit | kSubEnv, "%s set by %s to %s", s.name.c_str(), s.set_by.c_str(),
+                s.value.c_str());
+
+  auto oob = choose_interface(list_interfaces(), e->cfg_.socket_ifname, e->cfg_.socket_family);
+  if (!oob.is_ok())
+    return oob.status().with_context("no IP interface for the out-of-band connection socket");
+  e->oob_ = oob.value();
+
+  SLUICE_RETURN_IF_ERROR(e->discover(locality));
+  if (gpu) {
+    e->gpu_ = gpu(e->cfg_);
+  } else {
+    e->gpu_.facts.driver_reason = "no GPU layer (core used without the plugin)";
+  }
+  SLUICE_INFO(kSubInit | kSubNet, "%s", verbs::ext_summary().c_str());
+  for (auto& a : e->adapters_) {
+    a->dmabuf = probe_dmabuf(a->pd.get(), a->name);
+    if (e->cfg_.pci_relaxed_ordering != 0)
+      a->ro_probe = probe_relaxed_ordering(a->pd.get(), a->name);
+    a->relaxed_ordering = decide_relaxed_ordering(e->cfg_.pci_relaxed_ordering, a->ro_probe).on;
+  }
+  for (auto& d : e->devices_) {
+    d->gdr = decide_gdr(e->cfg_, e->gpu_.facts, d->adapter->dmabuf, d->name);
+    d->props.ptr_support = d->gdr.ptr_support;
+    d->props.gdr_summary = d->gdr.summary.c_str();
+    SLUICE_INFO(kSubInit | kSubNet, "%s", d->gdr.summary.c_str());
+    d->ro = decide_relaxed_ordering(e->cfg_.pci_relaxed_ordering, d->adapter->ro_probe);
+    d->ar =
+        decide_adaptive_routing(e->cfg_.adaptive_routing, e->cfg_.ar_threshold, d->attr.link_layer);
+    SLUICE_INFO(kSubInit | kSubNet, "%s: PCIe relaxed ordering %s", d->name.c_str(),
+                d->ro.why.c_str());
+    SLUICE_INFO(kSubInit | kSubNet, "%s: adaptive routing %s", d->name.c_str(), d->ar.why.c_str());
+  }
+  if (order) SLUICE_RETURN_IF_ERROR(e->apply_order(order));
+  for (auto& a : e->adapters_) {
+    Adapter* ap = a.get();
+    e->threads_.emplace_back([eng = e.get(), ap] { eng->async_loop(ap); });
+  }
+  std::string list;
+  for (const auto& d : e->devices_) {
+    if (!list.empty()) list += " ";
+    list += "[" + std::to_string(d->index) + "]" + d->name + ":" + std::to_string(d->port) + "/" +
+            (d->roce ? "RoCE" : "IB");
+  }
+  SLUICE_INFO(kSubInit | kSubNet, "Using %s; OOB %s:%s", list.c_str(), e->oob_.name.c_str(),
+              sockaddr_to_string(e->oob_.addr).c_str());
+  return e;
+}
+
+Status Engine::discover(const LocalityProvider& locality) {
+  auto filter = HcaFilter::parse(cfg_.ib_hca);
+  if (!filter.is_ok()) return filter.status().with_context("NCCL_IB_HCA");
+  int n = 0;
+  verbs::DeviceList list(ibv_get_device_list(&n));
+  if (!list) {
+    return errno_status(Code::kSystemError,
+                        "ibv_get_device_list (is rdma-core installed and /dev/infiniband visible?)",
+                        errno);
+  }
+  std::vector<std::string> dropped;  // why each port was not used
+  std::vector<std::pair<std::string, int>> seen_ports;
+  const GidPolicy policy = gid_policy(cfg_);
+
+  for (int i = 0; i < n; ++i) {
+    std::string dname = ibv_get_device_name(list.get()[i]);
+    auto adapter = std::make_unique<Adapter>();
+    adapter->name = dname;
+    adapter->ctx.reset(ibv_open_device(list.get()[i]));
+    if (!adapter->ctx) {
+      dropped.push_back(dname + ": ibv_open_device failed: " + std::strerror(errno) +
+                        " (check permissions on /dev/infiniband/uverbs*)");
+      continue;
+    }
+    ibv_device_attr da{};
+    if (int rc = ibv_query_device(adapter->ctx.get(), &da); rc != 0) {
+      dropped.push_back(dname + ": ibv_query_device failed: " + std::strerror(rc));
+      continue;
+    }
+    std::vector<std::unique_ptr<Device>> ports;
+    const std::string blocker = unusable_transport_reason(list.get()[i]->transport_type, dname);
+    bool blocker_said = false;
+    for (int p = 1; p <= da.phys_port_cnt; ++p) {
+      seen_ports.emplace_back(dname, p);
+      std::string pname = dname + ":" + std::to_string(p);
+      if (!filter.value().accepts(dname, p)) {
+        dropped.push_back(pname + ": excluded by NCCL_IB_HCA=" + cfg_.ib_hca);
+        continue;
+      }
+      if (!blocker.empty()) {  // said once per device, as a WARN: hardware Sluice leaves unused
+        if (!blocker_said) SLUICE_WARN("%s", blocker.c_str());
+        blocker_said = true;
+        dropped.push_back(pname + ": " + blocker);
+        continue;
+      }
+      auto d = std::make_unique<Device>();
+      if (int rc = ibv_query_port(adapter->ctx.get(), p, &d->attr); rc != 0) {
+        dropped.push_back(pname + ": ibv_query_port failed: " + std::strerror(rc));
+        continue;
+      }
+      if (d->attr.state != IBV_PORT_ACTIVE) {
+        dropped.push_back(pname + ": port state is not ACTIVE (" +
+                          ibv_port_state_str(d->attr.state) + ")");
+        continue;
+      }
+      if (d->attr.link_layer != IBV_LINK_LAYER_INFINIBAND &&
+          d->attr.link_layer != IBV_LINK_LAYER_ETHERNET) {
+        dropped.push_back(pname + ": unsupported link layer");
+        continue;
+      }
+      d->port = static_cast<uint8_t>(p);
+      d->roce = d->attr.link_layer == IBV_LINK_LAYER_ETHERNET;
+      if (d->roce) {
+        auto gids = read_gid_table(adapter->ctx.get(), dname, d->port, d->attr.gid_tbl_len);
+        auto choice = choose_roce_gid(gids, policy);
+        if (!choice.is_ok()) {
+          dropped.push_back(pname + ": " + choice.status().message());
+          continue;
+        }
+        d->gid = choice.value();
+        SLUICE_INFO(kSubInit | kSubNet, "%s GID %s", pname.c_str(), d->gid.reason.c_str());
+      } else {
+        ibv_gid g{};
+        if (ibv_query_gid(adapter->ctx.get(), d->port, 0, &g) == 0)
+          std::copy(std::begin(g.raw), std::end(g.raw), d->gid.gid.begin());
+        d->gid.index = 0;
+        d->gid.reason = "InfiniBand: LID routing, GID index 0";
+      }
+      d->adapter = adapter.get();
+      d->guid = da.sys_image_guid;
+      d->max_qp = da.max_qp;
+      d->speed_mbps = port_speed_mbps(d->attr.active_speed, d->attr.active_width);
+      ports.push_back(std::move(d));
+    }
+    if (ports.empty()) continue;
+    adapter->pd.reset(ibv_alloc_pd(adapter->ctx.get()));
+    if (!adapter->pd) {
+      dropped.push_back(dname + ": ibv_alloc_pd failed: " + std::strerror(errno));
+      continue;
+    }
+    if (locality) adapter->locality = locality(cfg_, dname);
+    bool multi = da.phys_port_cnt > 1;
+    for (auto& d : ports) {
+      d->index = static_cast<int>(devices_.size());
+      d->name = multi ? dname + ":" + std::to_string(d->port) : dname;
+      d->pci_path = adapter->locality.pci_path;
+      DeviceProperties& pr = d->props;
+      pr.name = d->name.c_str();
+      pr.pci_path = d->pci_path.empty() ? nullptr : d->pci_path.c_str();
+      pr.guid = d->guid;
+      pr.ptr_support = kPtrHost;
+      pr.reg_is_global = 1;
+      pr.force_flush = 0;
+      pr.speed_mbps = d->speed_mbps;
+      pr.port = d->port;
+      pr.latency_us = 0;
+      pr.max_comms = d->max_qp;
+      pr.max_recvs = kMaxRecvs;
+      pr.max_p2p_bytes = kMaxTransfer;
+      pr.max_coll_bytes = kMaxTransfer;
+      pr.numa_node = adapter->locality.numa_node;
+      devices_.push_back(std::move(d));
+    }
+    adapters_.push_back(std::move(adapter));
+  }
+
+  for (const auto& name : filter.value().unmatched(seen_ports))
+    SLUICE_WARN("NCCL_IB_HCA=%s names '%s', which matches no RDMA device", cfg_.ib_hca.c_str(),
+                name.c_str());
+  for (const auto& why : dropped) SLUICE_INFO(kSubInit | kSubNet, "not using %s", why.c_str());
+  if (devices_.empty()) {
+    std::string m = n == 0 ? "no RDMA device found (ibv_get_device_list returned none: no NIC, "
+                             "driver not loaded, or /dev/infiniband not visible in this container)"
+                           : "no usable RDMA port among " + std::to_string(n) + " device(s)";
+    for (const auto& why : dropped) m += "; " + why;
+    return Status(Code::kSystemError, m);
+  }
+  return Status::ok();
+}
+
+Status Engine::apply_order(const DeviceOrderProvider& order) {
+  std::vector<std::string> names;
+  for (const auto& a : adapters_) names.push_back(a->name);
+  auto o = order(cfg_, names);
+  if (!o.is_ok()) return o.status();
+  const std::vector<std::string>& want = o.value().names;
+  auto rank = [&want](const Device& d) {
+    auto it = std::find(want.begin(), want.end(), d.adapter->name);
+    return it == want.end() ? want.size() : static_cast<size_t>(it - want.begin());
+  };
+  std::stable_sort(devices_.begin(), devices_.end(),
+                   [&](const auto& x, const auto& y) { return rank(*x) < rank(*y); });
+  std::string list;
+  for (size_t i = 0; i < devices_.size(); ++i) {
+    devices_[i]->index = static_cast<int>(i);
+    list += (i ? " " : "") + devices_[i]->name;
+  }
+  SLUICE_INFO(kSubInit | kSubNet, "device order %s: %s", list.c_str(), o.value().reason.c_str());
+  return Status::ok();
+}
+
+void Engine::async_loop(Adapter* a) {
+  if (!a->locality.cpus.empty()) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    for (int c : a->locality.cpus)
+      if (c >= 0 && c < CPU_SETSIZE) CPU_SET(c, &set);
+    pthread_setaffinity_np(pthread_self(), sizeof set, &set);  // best effort
+  }
+  int fd = a->ctx->async_fd;
+  while (!stop_.load(std::memory_order_acquire)) {
+    pollfd pfd{fd, POLLIN, 0};
+    int rc = poll(&pfd, 1, 100);
+    if (rc <= 0 || !(pfd.revents & POLLIN)) continue;
+    // The fd is blocking; poll said an event is ready.
+    ibv_async_event ev{};
+    if (ibv_get_async_event(a->ctx.get(), &ev) != 0) continue;
+    const char* what = ibv_event_type_str(ev.event_type);
+    switch (ev.event_type) {
+      case IBV_EVENT_DEVICE_FATAL: {
+        std::lock_guard<std::mutex> lk(a->fatal_mu);
+        const AsyncEventInfo info = async_event_info(ev.event_type);
+        a->fatal_reason = a->name + ": async event " + what + ": " + info.meaning +
+                          "; likely cause: " + info.cause + "; every comm on it fails";
+        a->fatal.store(true, std::memory_order_release);
+        SLUICE_WARN("%s", a->fatal_reason.c_str());
+        break;
+      }
+      case IBV_EVENT_COMM_EST:
+      case IBV_EVENT_QP_LAST_WQE_REACHED:
+        break;
+      default:  // QP, CQ and port events fail the comms they concern
+        liveness_async_event(*a, ev);
+        break;
+    }
+    ibv_ack_async_event(&ev);
+  }
+}
+
+void Engine::stop_threads() {
+  stop_.store(true, std::memory_order_release);
+  for (auto& t : threads_)
+    if (t.joinable()) t.join();
+  threads_.clear();
+}
+
+Engine::~Engine() {
+  stop_threads();
+  devices_.clear();
+  adapters_.clear();
+}
+
+Status engine_acquire(LogSink sink, LocalityProvider locality, DeviceOrderProvider order,
+                      GpuProvider gpu) {
+  std::lock_guard<std::mutex> lk(g_engine_mu);
+  if (sink != nullptr) set_log_sink(sink);
+  if (g_refs > 0) {
+    ++g_refs;
+    return Status::ok();
+  }
+  auto e = Engine::create(locality, order, gpu);
+  if (!e.is_ok()) return e.status();
+  g_engine = std::move(e).value().release();
+  g_engine_ptr.store(g_engine, std::memory_order_release);
+  g_refs = 1;
+  return Status::ok();
+}
+
+void engine_release() {
+  std::lock_guard<std::mutex> lk(g_engine_mu);
+  if (g_refs == 0) return;
+  if (--g_refs > 0) return;
+  // What NCCL abandoned goes first, while the devices are alive: connects still in progress, and
+  // listen comms' pending handshakes (comm.h).
+  const size_t connects = reap_abandoned_connects(true);
+  const size_t handshakes = reap_listens(true);
+  if (connects + handshakes > 0) {
+    SLUICE_INFO(kSubInit | kSubNet,
+                "finalize released %zu connect(s) and %zu accepted handshake(s) in progress",
+                connects, handshakes);
+  }
+  // Comms NCCL left open: their verbs objects and sockets go now, while the devices are alive;
+  // each fails every later call with the reason, and close frees what is left of it.
+  std::vector<Conn*> open_comms;
+  for (const auto& a : g_engine->adapters_) {
+    std::lock_guard<std::mutex> lk(a->comms_mu);
+    open_comms.insert(open_comms.end(), a->comms.begin(), a->comms.end());
+  }
+  if (!open_comms.empty()) {
+    SLUICE_WARN(
+        "finalize with %zu send/receive comm(s) still open: releasing their QPs, CQs, MRs and "
+        "sockets now; later calls on them fail, and close frees them",
+        open_comms.size());
+    for (Conn* c : open_comms) {
+      retire_comm(*c, "the plugin was finalized with this comm open; only close is valid now");
+      g_engine->open_comms.fetch_sub(1);
+    }
+  }
+  if (int open = g_engine->open_comms.load(); open > 0) {
+    SLUICE_WARN("last finalize with %d comm(s) still open: keeping devices alive for them", open);
+    // Keep the engine (a leak) rather than free resources still in use; threads are stopped.
+    g_engine->stop_threads();
+    g_engine = nullptr;  // NOLINT: deliberately leaked
+    g_engine_ptr.store(nullptr, std::memory_order_release);
+    return;
+  }
+  g_engine_ptr.store(nullptr, std::memory_order_release);
+  delete g_engine;
+  g_engine = nullptr;
+}
+
+int device_count() {
+  Engine* e = engine();
+  return e ? static_cast<int>(e->devices().size()) : 0;
+}
+
+Status device_properties(int dev, DeviceProperties* out) {
+  Engine* e = engine();
+  if (e == nullptr) return Status(Code::kInvalidUsage, "getProperties called before init");
+  Device* d = e->device(dev);
+  if (d == nullptr) {
+    return Status(Code::kInvalidArgument, "device index " + std::to_string(dev) +
+                                              " out of range (have " +
+                                              std::to_string(e->devices().size()) + ")");
+  }
+  *out = d->props;
+  return Status::ok();
+}
+
+}  // namespace sluice

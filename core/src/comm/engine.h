@@ -1,0 +1,141 @@
+// The process-wide engine: configuration, devices (one per usable port), per-adapter verbs context,
+// protection domain and registration cache, the async-event threads, and the out-of-band interface.
+// Created by the first engine_acquire, destroyed by the last engine_release.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "sluice/core/api.h"
+#include "sluice/core/base/config.h"
+#include "sluice/core/base/fabric.h"
+#include "sluice/core/base/net_addr.h"
+#include "sluice/core/base/verbs.h"
+
+namespace sluice {
+
+struct Adapter;
+struct Conn;
+
+struct MrEntry;
+
+// A registration: what regMr/regMrDmaBuf hand to NCCL, one per call. It names its own range and
+// the MR that serves it; several registrations may share one MR (MrEntry).
+struct MemHandle {
+  static constexpr uint32_t kMagic = 0x534c4d52;  // "SLMR"
+  uint32_t magic = kMagic;
+  uint32_t lkey = 0;
+  uint32_t rkey = 0;
+  uintptr_t base = 0;  // this registration's page-rounded start (dma-buf: the exact start)
+  size_t len = 0;      // and length
+  Adapter* adapter = nullptr;
+  MemType type = MemType::kHost;
+  unsigned access = 0;       // ibv access flags of the MR
+  MrEntry* entry = nullptr;  // the MR that serves it
+  bool contains(const void* p, size_t n) const {
+    auto a = reinterpret_cast<uintptr_t>(p);
+    return a >= base && n <= len && a - base <= len - n;
+  }
+};
+
+// One MR and the live registrations it serves. The MR covers exactly the range of the
+// registration that created it (never a union); it is reused only for a request that lies inside
+// the range of a registration still alive on it, i.e. inside memory a live user still holds, so a
+// reused MR is always pinned to the pages the request names (mr.cc). Guarded by Adapter::mr_mu.
+struct MrEntry {
+  verbs::Mr mr;
+  uintptr_t base = 0;
+  size_t len = 0;
+  MemType type = MemType::kHost;
+  unsigned access = 0;
+  std::vector<std::unique_ptr<MemHandle>> users;  // destroyed with the entry, after nothing uses it
+};
+
+// One verbs device (adapter): context, PD and registration cache shared by all of its ports and
+// comms.
+struct Adapter {
+  std::string name;  // ibv device name
+  verbs::Context ctx;
+  verbs::Pd pd;
+  DeviceLocality locality;
+  std::mutex mr_mu;
+  std::vector<std::unique_ptr<MrEntry>> mrs;  // the registration cache (host and CUDA)
+  DmabufProbe dmabuf;                         // the NIC's answer to ibv_reg_dmabuf_mr(fd -1)
+  RoProbe ro_probe;               // a registration with IBV_ACCESS_RELAXED_ORDERING (fabric.h)
+  bool relaxed_ordering = false;  // NCCL_IB_PCI_RELAXED_ORDERING's decision for this adapter
+  std::atomic<bool> fatal{false};
+  std::mutex fatal_mu;
+  std::string fatal_reason;
+  // Live send/receive comms on this adapter, for mapping async events to them (liveness.cc).
+  std::mutex comms_mu;
+  std::vector<Conn*> comms;
+  ~Adapter();
+};
+
+// One usable port: what NCCL calls a device.
+struct Device {
+  int index = 0;
+  std::string name;  // unique
+  Adapter* adapter = nullptr;
+  uint8_t port = 1;
+  ibv_port_attr attr{};
+  bool roce = false;
+  GidChoice gid;  // RoCE: the chosen GID; IB: index 0
+  uint64_t guid = 0;
+  int max_qp = 0;
+  int speed_mbps = 0;
+  DeviceProperties props;
+  std::string pci_path;
+  GdrDecision gdr;
+  RelaxedOrdering ro;  // registrations on this device ask for relaxed ordering (fabric.h)
+  AdaptiveRouting ar;  // sends above ar.threshold close with a separate WRITE_WITH_IMM
+  std::atomic<bool> ece_said{false};  // the first connection's ECE outcome was logged
+};
+
+class Engine {
+ public:
+  static Result<std::unique_ptr<Engine>> create(const LocalityProvider& locality,
+                                                const DeviceOrderProvider& order,
+                                                const GpuProvider& gpu);
+  ~Engine();
+
+  const Config& config() const { return cfg_; }
+  const std::vector<std::unique_ptr<Device>>& devices() const { return devices_; }
+  const IfAddr& oob_interface() const { return oob_; }
+  const GpuOps& gpu() const { return gpu_; }
+  Device* device(int i) const {
+    return i >= 0 && i < static_cast<int>(devices_.size()) ? devices_[i].get() : nullptr;
+  }
+
+  std::atomic<int> open_comms{0};
+  // Stops and joins the async-event threads (idempotent). NCCL may dlclose us after the last
+  // finalize, so no thread of ours may outlive it.
+  void stop_threads();
+
+ private:
+  Engine() = default;
+  Status discover(const LocalityProvider& locality);
+  Status apply_order(const DeviceOrderProvider& order);
+  void async_loop(Adapter* a);
+  friend void engine_release();
+
+  Config cfg_;
+  GpuOps gpu_;
+  IfAddr oob_;
+  std::vector<std::unique_ptr<Adapter>> adapters_;
+  std::vector<std::unique_ptr<Device>> devices_;
+  std::atomic<bool> stop_{false};
+  std::vector<std::thread> threads_;
+};
+
+// The live engine (valid between acquire and release). Callers hold a comm or are inside an
+// acquire/release pair, so the pointer is stable for them.
+Engine* engine();
+
+}  // namespace sluice

@@ -1,0 +1,162 @@
+// QP and comm-memory setup shared by connect and accept (comm_setup.h).
+#include "connect/comm_setup.h"
+
+#include <infiniband/verbs.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <string>
+
+#include "sluice/core/base/log.h"
+
+namespace sluice {
+
+void fill_local_meta(const Device& d, uint8_t role, uint64_t nonce, wire::Meta* m) {
+  std::memset(m, 0, sizeof *m);
+  m->magic = wire::kMetaMagic;
+  m->version = wire::kVersion;
+  m->role = role;
+  m->link_layer = d.attr.link_layer;
+  m->port = d.port;
+  m->mtu = static_cast<uint8_t>(d.attr.active_mtu);
+  m->gid_index = static_cast<uint8_t>(d.gid.index);
+  m->lid = d.attr.lid;
+  m->fifo_slots = wire::kFifoSlots;
+  m->nonce = nonce;
+  std::memcpy(m->gid, d.gid.gid.data(), 16);
+  std::snprintf(m->dev_name, sizeof m->dev_name, "%s", d.name.c_str());
+}
+
+Status create_qps(Conn& c, int nqps, const QpCaps& caps, int cqe, wire::Meta* m) {
+  Device& d = *c.dev;
+  const Config& cfg = engine()->config();
+  c.cq.reset(ibv_create_cq(d.adapter->ctx.get(), cqe, nullptr, nullptr, 0));
+  if (!c.cq) {
+    return errno_status(Code::kSystemError,
+                        "ibv_create_cq(" + std::to_string(cqe) + " entries) on " + d.name, errno);
+  }
+  c.nqps = nqps;
+  m->nqps = static_cast<uint8_t>(nqps);
+  for (int q = 0; q < nqps; ++q) {
+    QpCaps k = caps;
+    auto qp = create_rc_qp(d.adapter->pd.get(), c.cq.get(), k);
+    if (!qp.is_ok() && k.max_inline_data > 0) {
+      k.max_inline_data = 0;  // the device takes no inline data of that size: post from memory
+      qp = create_rc_qp(d.adapter->pd.get(), c.cq.get(), k);
+    }
+    if (!qp.is_ok()) return qp.status().with_context(d.name);
+    c.qps[q] = std::move(qp).value();
+    c.max_inline = k.max_inline_data;
+    InitParams ip;
+    ip.port = d.port;
+    ip.pkey_index = static_cast<uint16_t>(cfg.pkey_index);
+    ip.access = IBV_ACCESS_REMOTE_WRITE;
+    ip.retry = mqp_retry_from(cfg);
+    SLUICE_RETURN_IF_ERROR(qp_to_init(c.qps[q].get(), ip).with_context(d.name));
+    m->qps[q].qpn = c.qps[q]->qp_num;
+    m->qps[q].psn = random_psn();
+  }
+  // ECE: the QPs of one comm share device and attributes, so QP 0's answer stands for all.
+  const EceQuery eq = query_ece(c.qps[0].get(), cfg.ece_enable);
+  c.ece_local = eq.ece;
+  if (eq.ece.supported &&
+      !wire::put_meta_ece(m, {eq.ece.vendor_id, eq.ece.options, eq.ece.comp_mask})) {
+    c.ece_local = Ece{};  // a comp_mask the metadata cannot carry: connect without ECE
+  }
+  if (!d.ece_said.exchange(true)) {
+    if (c.ece_local.supported) {
+      SLUICE_INFO(kSubInit | kSubNet, "%s: ECE %s offered on every connection", d.name.c_str(),
+                  ece_text(c.ece_local).c_str());
+    } else {
+      SLUICE_INFO(kSubInit | kSubNet, "%s: ECE not used (%s): connections are made without it",
+                  d.name.c_str(), eq.ece.supported ? "comp_mask beyond 24 bits" : eq.text.c_str());
+    }
+  }
+  return Status::ok();
+}
+
+void agree_ece(Conn& c, const wire::Meta& remote) {
+  Ece theirs;
+  wire::MetaEce e;
+  if (wire::meta_ece(remote, &e)) theirs = Ece{true, e.vendor_id, e.options, e.comp_mask};
+  c.ece = ece_intersection(c.ece_local, theirs);
+  SLUICE_TRACE(kSubNet, "%s: ECE local %s, peer %s, set %s", c.describe_qp(0).c_str(),
+               ece_text(c.ece_local).c_str(), ece_text(theirs).c_str(), ece_text(c.ece).c_str());
+}
+
+Status set_agreed_ece(Conn& c, int q) {
+  if (!c.ece.supported) return Status::ok();
+  const int rc = set_ece(c.qps[q].get(), c.ece);
+  if (rc == 0) return Status::ok();
+  if (rc == EOPNOTSUPP) {  // as NCCL: a provider that takes none is not an error
+    c.ece = Ece{};
+    return Status::ok();
+  }
+  return Status(Code::kSystemError, "ibv_set_ece(" + ece_text(c.ece) + ") on " + c.describe_qp(q) +
+                                        " failed: " + std::strerror(rc) + " (errno " +
+                                        std::to_string(rc) +
+                                        "); NCCL_IB_ECE_ENABLE=0 connects without ECE");
+}
+
+Status accept_peer_meta(Conn& c, const wire::Meta& local, const wire::Meta& remote) {
+  SLUICE_RETURN_IF_ERROR(wire::check_peer_meta(local, remote, c.dev->name));
+  GidBytes rg;
+  std::memcpy(rg.data(), remote.gid, 16);
+  c.remote_gid = gid_to_string(rg);
+  c.remote_dev = remote.dev_name;
+  agree_ece(c, remote);
+  return Status::ok();
+}
+
+Status connect_qps(Conn& c, const wire::Meta& local, const wire::Meta& remote, uint8_t tc,
+                   uint8_t sl) {
+  Device& d = *c.dev;
+  const Config& cfg = engine()->config();
+  SLUICE_RETURN_IF_ERROR(accept_peer_meta(c, local, remote));
+  for (int q = 0; q < c.nqps; ++q) {
+    RtrParams r;
+    r.path_mtu = static_cast<ibv_mtu>(std::min(local.mtu, remote.mtu));
+    r.dest_qpn = remote.qps[q].qpn;
+    r.rq_psn = remote.qps[q].psn;
+    r.max_dest_rd_atomic = 1;
+    r.min_rnr_timer = static_cast<uint8_t>(cfg.min_rnr_timer);
+    r.port = d.port;
+    r.is_global = d.roce;
+    std::memcpy(r.dgid.raw, remote.gid, 16);
+    r.sgid_index = local.gid_index;
+    r.hop_limit = 255;
+    r.traffic_class = tc;
+    r.dlid = remote.lid;
+    r.sl = sl;
+    r.retry = mqp_retry_from(cfg);
+    c.remote_qpn[q] = remote.qps[q].qpn;
+    SLUICE_RETURN_IF_ERROR(set_agreed_ece(c, q));
+    Status st = qp_to_rtr(c.qps[q].get(), r);
+    if (!st.is_ok()) return st.with_context(c.describe_qp(q));
+    RtsParams s;
+    s.sq_psn = local.qps[q].psn;
+    s.timeout = static_cast<uint8_t>(cfg.ib_timeout);
+    s.retry_cnt = static_cast<uint8_t>(cfg.retry_cnt);
+    s.rnr_retry = static_cast<uint8_t>(cfg.rnr_retry);
+    s.max_rd_atomic = 1;
+    s.retry = mqp_retry_from(cfg);
+    st = qp_to_rts(c.qps[q].get(), s);
+    if (!st.is_ok()) return st.with_context(c.describe_qp(q));
+  }
+  return Status::ok();
+}
+
+int numa_of(const Device& d) {
+  return d.adapter->locality.numa_node;
+}
+
+Status register_comm_memory(Device& d, NumaBuffer& mem, size_t bytes, verbs::Mr* out) {
+  out->reset(ibv_reg_mr(d.adapter->pd.get(), mem.data(), bytes,
+                        IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE));
+  if (!*out)
+    return errno_status(Code::kSystemError, "ibv_reg_mr of comm memory on " + d.name, errno);
+  return Status::ok();
+}
+
+}  // namespace sluice

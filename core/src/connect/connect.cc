@@ -1,0 +1,424 @@
+// The connect side of connection setup: a non-blocking state machine over an out-of-band TCP socket
+// that exchanges wire::Meta with the listener (listener.cc) and brings the send comm's QPs to RTS.
+// NCCL polls connect until it returns a comm; nothing here blocks, and every phase is bounded by
+// SLUICE_CONNECT_TIMEOUT_MS.
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <mutex>
+#include <type_traits>
+#include <unordered_map>
+#include <vector>
+
+#include "comm/comm.h"
+#include "connect/cm_rdmacm.h"
+#include "connect/comm_setup.h"
+#include "connect/oob_socket.h"
+#include "connect/route_gid.h"
+#include "health/liveness.h"
+#include "sluice/core/base/log.h"
+#include "sluice/core/base/net_addr.h"
+#include "sluice/core/base/qp.h"
+
+namespace sluice {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// ---- connect side -------------------------------------------------------------------------------
+
+struct ConnectState {
+  // rdmacm mode (cm_rdmacm.h) adds kCmResolve before kStart and kCmConnect after kRecvMeta; oob
+  // mode checks its GID against the route to the listener in kGidRoute (route_gid.h).
+  enum Phase {
+    kCmResolve,
+    kGidRoute,
+    kStart,
+    kTcpWait,
+    kSendMeta,
+    kRecvMeta,
+    kCmConnect,
+    kSendReady
+  } phase = kStart;
+  int dev = 0;
+  CommConfig cfg;
+  wire::Handle handle{};
+  sockaddr_storage addr{};
+  socklen_t addr_len = 0;
+  std::string peer;
+  Clock::time_point deadline;
+  Clock::time_point next_retry;
+  std::unique_ptr<SendComm> comm;
+  wire::Meta local{}, remote{};
+  size_t io = 0;
+  int attempts = 0;
+  bool busy = false;  // a connect call is driving it right now (guarded by the registry's mu)
+  Clock::time_point last_poll;  // the last connect call on it (guarded by the registry's mu)
+  uint8_t tc = 0, sl = 0;
+  CmConnector cm;      // SLUICE_CM's choice, and the rdma_cm ids in rdmacm mode (cm_rdmacm.h)
+  RouteGid gid_route;  // oob: our GID as the route to the listener says (route_gid.h)
+};
+
+int remaining_ms(const ConnectState& s) {
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(s.deadline - Clock::now());
+  return static_cast<int>(std::max<long long>(1, left.count()));
+}
+
+// Connections in progress, found again from NCCL's handle. Allocated once and never destroyed: no
+// static destructor may release verbs objects after their context is gone, so every state is
+// released by a plugin call (its own completion, reap_abandoned_connects, or finalize).
+struct ConnectRegistry {
+  std::mutex mu;
+  std::unordered_map<uint64_t, std::unique_ptr<ConnectState>> states;
+  uint64_t next_id = 1;
+};
+ConnectRegistry& connects() {
+  static auto* r = new ConnectRegistry;  // NOLINT: deliberately never destroyed (see above)
+  return *r;
+}
+
+bool retryable(int err) {
+  return err == ECONNREFUSED || err == ETIMEDOUT || err == EHOSTUNREACH || err == ENETUNREACH ||
+         err == ECONNRESET || err == EAGAIN;
+}
+
+// Drops the failed TCP attempt and schedules the next one from kStart, backing off 20 ms per
+// attempt up to 500 ms; connect_step's deadline bounds the whole.
+void schedule_retry(ConnectState& s) {
+  close(s.comm->c.fd);
+  s.comm->c.fd = -1;
+  s.phase = ConnectState::kStart;
+  s.next_retry = Clock::now() + std::chrono::milliseconds(std::min(20 * s.attempts, 500));
+}
+
+Status start_tcp(ConnectState& s) {
+  int fd = socket(s.addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return errno_status(Code::kSystemError, "socket()", errno);
+  s.comm->c.fd = fd;
+  SLUICE_RETURN_IF_ERROR(set_nonblocking(fd));
+  ++s.attempts;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&s.addr), s.addr_len) == 0) return Status::ok();
+  if (errno == EINPROGRESS) return Status::again();
+  int err = errno;
+  if (retryable(err)) {  // try again from kStart after a short back-off, until the deadline
+    schedule_retry(s);
+    return Status(Code::kAgain, "retry");
+  }
+  return errno_status(Code::kRemoteError, "connect to " + s.peer, err);
+}
+
+Status build_send_comm(ConnectState& s) {
+  Engine* e = engine();
+  Device* d = e->device(s.dev);
+  auto comm = std::move(s.comm);
+  comm->c.dev = d;
+  comm->c.peer = s.peer;
+  comm->c.local_desc = d->name + ":" + std::to_string(d->port);
+  const Config& cfg = e->config();
+  // FIFO + local completion records, one registration.
+  size_t fifo_bytes = sizeof(wire::CtsEntry) * wire::kFifoSlots * wire::kEntriesPerSlot;
+  size_t rec_bytes = sizeof(wire::DoneRecord) * wire::kFifoSlots;
+  size_t pool_bytes = sizeof(SendReq) * SendComm::kPool;
+  size_t free_bytes = sizeof(uint16_t) * SendComm::kPool;
+  auto mem = NumaBuffer::allocate(fifo_bytes + rec_bytes + pool_bytes + free_bytes, numa_of(*d));
+  if (!mem.is_ok()) return mem.status();
+  comm->mem = std::move(mem).value();
+  char* base = static_cast<char*>(comm->mem.data());
+  comm->fifo = reinterpret_cast<wire::CtsEntry*>(base);
+  comm->records = reinterpret_cast<wire::DoneRecord*>(base + fifo_bytes);
+  comm->pool = reinterpret_cast<SendReq*>(base + fifo_bytes + rec_bytes);
+  comm->free_list = reinterpret_cast<uint16_t*>(base + fifo_bytes + rec_bytes + pool_bytes);
+  static_assert(std::is_trivially_destructible_v<SendReq>, "lives in raw comm memory");
+  static_assert(sizeof(wire::DoneRecord) % alignof(SendReq) == 0);
+  SLUICE_RETURN_IF_ERROR(
+      register_comm_memory(*d, comm->mem, fifo_bytes + rec_bytes, &comm->mem_mr));
+  // Requests are constructed when first handed out (datapath.cc), so pool pages a connection
+  // never uses are never touched.
+  for (int i = 0; i < SendComm::kPool; ++i)
+    comm->free_list[i] = static_cast<uint16_t>(SendComm::kPool - 1 - i);
+  comm->free_top = SendComm::kPool;
+
+  fill_local_meta(*d, 0, s.handle.nonce, &s.local);
+  int nqps = cfg.qps_per_connection;
+  QpCaps caps{kSendSqDepth, 1, 1, 1, 0};
+  // Every WR can complete into the CQ when a QP is flushed in error.
+  int cqe = nqps * static_cast<int>(kSendSqDepth + 1) - 1;
+  SLUICE_RETURN_IF_ERROR(create_qps(comm->c, nqps, caps, cqe, &s.local));
+  s.tc = static_cast<uint8_t>(cfg.traffic_class >= 0     ? cfg.traffic_class
+                              : s.cfg.traffic_class >= 0 ? s.cfg.traffic_class
+                                                         : 0);
+  // As NCCL's: NCCL_IB_SL, else the communicator's traffic class (when it is a valid SL), else 0.
+  s.sl = static_cast<uint8_t>(cfg.service_level >= 0 ? cfg.service_level
+                              : s.cfg.traffic_class >= 0 && s.cfg.traffic_class <= 15
+                                  ? s.cfg.traffic_class
+                                  : 0);
+  s.local.traffic_class = s.tc;
+  s.local.service_level = s.sl;
+  s.local.buf_addr = reinterpret_cast<uintptr_t>(comm->fifo);
+  s.local.buf_rkey = comm->mem_mr->rkey;
+  s.local.split_data = static_cast<uint8_t>(cfg.split_data_on_qps);
+  comm->c.split = cfg.split_data_on_qps != 0;
+  comm->ar_threshold = d->ar.on ? d->ar.threshold : SIZE_MAX;
+  s.comm = std::move(comm);
+  return Status::ok();
+}
+
+std::string timeout_cause(const ConnectState& s) {
+  if (s.phase == ConnectState::kCmResolve) {
+    return "rdma_cm got no answer for the listener's address (no ARP/neighbour reply: host down "
+           "or not on this subnet); check `ip neigh` and that both sides can `rping` each other, "
+           "or set SLUICE_CM=oob";
+  }
+  if (s.phase == ConnectState::kCmConnect) {
+    return "the listener did not answer the rdma_cm connect requests (its process stalled, or "
+           "rdma_cm traffic is filtered); check that both sides can `rping` each other";
+  }
+  return "the peer is not reachable on that address (host down, its link down, or packets "
+         "filtered) or did not accept; check NCCL_SOCKET_IFNAME and firewalls";
+}
+
+// One step of the connector. ok() with *out set = connected; again = call later.
+Status connect_step(ConnectState& s, SendComm** out) {
+  Engine* e = engine();
+  if (Clock::now() > s.deadline) {
+    return Status(Code::kRemoteError,
+                  "connection to " + s.peer + " not established within SLUICE_CONNECT_TIMEOUT_MS=" +
+                      std::to_string(e->config().connect_timeout_ms) + " ms (" +
+                      std::to_string(s.attempts) + " TCP attempts" +
+                      (s.cm.link ? "; rdma_cm: " + s.cm.link->progress : std::string()) +
+                      "): " + timeout_cause(s));
+  }
+  for (;;) {
+    switch (s.phase) {
+      case ConnectState::kCmResolve: {
+        sockaddr_storage cm_addr{};  // the listener's rdma_cm address (begin: it offers one)
+        wire::handle_cm_address(s.handle, &cm_addr);
+        SLUICE_RETURN_IF_ERROR(s.cm.decide(*e->device(s.dev), cm_addr, remaining_ms(s)));
+        // What rdma_cm found for the out-of-band address serves oob's GID check only when it
+        // resolved that very address; otherwise kGidRoute resolves it.
+        if (same_address(cm_addr, s.addr))
+          s.gid_route.reuse(*e->device(s.dev), s.addr, s.cm.facts, "connect");
+        s.phase = s.cm.rdmacm ? ConnectState::kStart : ConnectState::kGidRoute;
+        continue;
+      }
+      case ConnectState::kGidRoute:
+        SLUICE_RETURN_IF_ERROR(
+            s.gid_route.step(*e->device(s.dev), s.addr, remaining_ms(s), "connect"));
+        s.phase = ConnectState::kStart;
+        continue;
+      case ConnectState::kStart: {
+        if (Clock::now() < s.next_retry) return Status::again();
+        if (!s.comm->c.dev) {
+          SLUICE_RETURN_IF_ERROR(build_send_comm(s));
+          s.gid_route.apply(&s.local);
+          if (s.cm.rdmacm) {
+            s.local.cm = wire::kMetaCmRdmacm;
+            s.cm.link->tc = s.tc;
+            s.cm.link->sl = s.sl;
+          }
+        }
+        Status st = start_tcp(s);
+        if (st.is_ok()) {
+          s.phase = ConnectState::kSendMeta;
+          s.io = 0;
+          continue;
+        }
+        if (st.is_again()) {
+          // message "retry" = refused at once: stay in kStart; otherwise wait for the handshake.
+          if (st.message().empty()) s.phase = ConnectState::kTcpWait;
+          return Status::again();
+        }
+        return st;
+      }
+      case ConnectState::kTcpWait: {
+        pollfd p{s.comm->c.fd, POLLOUT, 0};
+        int r = poll(&p, 1, 0);
+        if (r == 0) return Status::again();
+        int err = 0;
+        socklen_t len = sizeof err;
+        getsockopt(s.comm->c.fd, SOL_SOCKET, SO_ERROR, &err, &len);
+        if (err != 0) {
+          if (retryable(err)) {
+            schedule_retry(s);
+            return Status::again();
+          }
+          return errno_status(Code::kRemoteError, "connect to " + s.peer, err);
+        }
+        s.phase = ConnectState::kSendMeta;
+        s.io = 0;
+        continue;
+      }
+      case ConnectState::kSendMeta: {
+        Status st = send_some(s.comm->c.fd, &s.local, sizeof s.local, &s.io, s.peer);
+        if (!st.is_ok()) return st;
+        s.phase = ConnectState::kRecvMeta;
+        s.io = 0;
+        continue;
+      }
+      case ConnectState::kRecvMeta: {
+        Status st = recv_some(s.comm->c.fd, &s.remote, sizeof s.remote, &s.io, s.peer);
+        if (!st.is_ok()) return st;
+        SLUICE_RETURN_IF_ERROR(wire::validate_meta(s.remote, 1, s.handle.nonce)
+                                   .with_context("accept reply from " + s.peer));
+        SendComm& c = *s.comm;
+        c.remote_records = s.remote.buf_addr;
+        c.remote_records_rkey = s.remote.buf_rkey;
+        s.io = 0;
+        if (s.cm.rdmacm) {
+          if (s.remote.cm != wire::kMetaCmRdmacm)
+            return Status(Code::kRemoteError, "the listener at " + s.peer + " answered for oob");
+          SLUICE_RETURN_IF_ERROR(accept_peer_meta(c.c, s.local, s.remote));
+          SLUICE_RETURN_IF_ERROR(cm_connect_start(*s.cm.link, c.c, s.local, s.handle.nonce));
+          s.phase = ConnectState::kCmConnect;
+          continue;
+        }
+        s.gid_route.check_pair(*c.c.dev, s.local, s.remote, s.peer);
+        SLUICE_RETURN_IF_ERROR(connect_qps(c.c, s.local, s.remote, s.tc, s.sl));
+        s.phase = ConnectState::kSendReady;
+        continue;
+      }
+      case ConnectState::kCmConnect: {
+        Status st = cm_connect_poll(*s.cm.link, s.comm->c);
+        if (!st.is_ok()) return st;
+        s.phase = ConnectState::kSendReady;
+        continue;
+      }
+      case ConnectState::kSendReady: {
+        Status st = send_some(s.comm->c.fd, &kReadyByte, 1, &s.io, s.peer);
+        if (!st.is_ok()) return st;
+        SLUICE_INFO(kSubNet, "connected %s -> %s (%s), %d QP(s), %s", s.comm->c.local_desc.c_str(),
+                    s.comm->c.remote_dev.c_str(), s.peer.c_str(), s.comm->c.nqps,
+                    s.comm->c.describe_qp(0).c_str());
+        s.comm->c.cm.reset(s.cm.link.release());
+        liveness_start(s.comm->c);
+        e->open_comms.fetch_add(1);
+        *out = s.comm.release();
+        return Status::ok();
+      }
+    }
+  }
+}
+
+}  // namespace
+
+Status connect(int dev, void* handle, const CommConfig& cfg, SendComm** out) {
+  *out = nullptr;
+  Engine* e = engine();
+  if (e == nullptr) return Status(Code::kInvalidUsage, "connect called before init");
+  if (e->device(dev) == nullptr)
+    return Status(Code::kInvalidArgument, "connect: no device " + std::to_string(dev));
+  wire::Handle h;
+  std::memcpy(&h, handle, sizeof h);
+  SLUICE_RETURN_IF_ERROR(wire::validate_handle(h));
+
+  reap_abandoned_connects(false);
+  reap_listens(false);
+  ConnectRegistry& g = connects();
+  ConnectState* s = nullptr;
+  std::unique_lock<std::mutex> lk(g.mu);
+  if (h.connect_state != 0) {
+    auto it = g.states.find(h.connect_state);
+    if (it == g.states.end() || it->second->busy ||
+        h.connect_check != (h.connect_state ^ h.nonce ^ wire::kHandleMagic)) {
+      return Status(Code::kInvalidArgument,
+                    "connect: the handle refers to no connection in progress (corrupt handle, a "
+                    "handle reused after its connection completed or failed, or a connection "
+                    "left unpolled past SLUICE_CONNECT_TIMEOUT_MS and released)");
+    }
+    s = it->second.get();
+  } else {
+    auto st = std::make_unique<ConnectState>();
+    st->dev = dev;
+    st->cfg = cfg;
+    st->handle = h;
+    wire::handle_address(h, &st->addr, &st->addr_len);
+    st->peer = sockaddr_text(st->addr);
+    st->deadline = Clock::now() + std::chrono::milliseconds(e->config().connect_timeout_ms);
+    st->comm = std::make_unique<SendComm>();
+    auto resolve = st->cm.begin(*e->device(dev), h.cm_port != 0, st->peer);
+    if (!resolve.is_ok()) return resolve.status().with_context("connect to " + st->peer);
+    st->phase = resolve.value() ? ConnectState::kCmResolve : ConnectState::kGidRoute;
+    uint64_t id = g.next_id++;
+    h.connect_state = id;
+    h.connect_check = id ^ h.nonce ^ wire::kHandleMagic;
+    std::memcpy(handle, &h, sizeof h);
+    s = st.get();
+    g.states.emplace(id, std::move(st));
+  }
+  uint64_t id = h.connect_state;
+  s->busy = true;  // the reaper leaves it alone while this call drives it
+  s->last_poll = Clock::now();
+  lk.unlock();
+
+  Status st = connect_step(*s, out);
+  lk.lock();
+  s->busy = false;
+  s->last_poll = Clock::now();  // polled until now (a QP bring-up may take a while)
+  if (st.is_again()) return Status::ok();
+  // Finished, either way: forget the state (a failed partial comm is released with it).
+  auto node = g.states.extract(id);
+  lk.unlock();
+  h.connect_state = 0;
+  h.connect_check = 0;
+  std::memcpy(handle, &h, sizeof h);
+  if (!st.is_ok()) {
+    *out = nullptr;
+    const Device& d = *e->device(dev);
+    ibv_port_attr pa{};  // a port that went down explains any failure above best
+    std::string down;
+    if (ibv_query_port(d.adapter->ctx.get(), d.port, &pa) == 0) {
+      const bool named_with_port = d.name.find(':') != std::string::npos;  // "dev:port"
+      down = local_port_hint(named_with_port ? d.name : d.name + ":" + std::to_string(d.port),
+                             pa.state);
+    }
+    if (!down.empty())
+      st = Status(Code::kRemoteError, down + " (what failed: " + st.message() + ")");
+    return st.with_context("connect to " + s->peer + " from " + d.name);
+  }
+  return st;
+}
+
+size_t reap_abandoned_connects(bool all) {
+  ConnectRegistry& g = connects();
+  std::vector<std::unique_ptr<ConnectState>> dead;
+  {
+    std::unique_lock<std::mutex> lk(g.mu, std::defer_lock);
+    if (all) {
+      lk.lock();
+    } else if (!lk.try_lock()) {
+      return 0;  // another thread is in connect: it reaps
+    }
+    if (g.states.empty()) return 0;
+    const Clock::time_point now = Clock::now();
+    const Engine* e = engine();
+    const auto bound = std::chrono::milliseconds(e ? e->config().connect_timeout_ms : 0);
+    for (auto it = g.states.begin(); it != g.states.end();) {
+      // Abandoned: past its deadline and not polled for a whole bound (one still polled fails at
+      // its own next call, with the reason).
+      ConnectState& s = *it->second;
+      if (!s.busy && (all || (now > s.deadline && now - s.last_poll > bound))) {
+        dead.push_back(std::move(it->second));
+        it = g.states.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  // Released outside the lock: each comm's teardown drains its QPs (bounded).
+  for (auto& s : dead) {
+    SLUICE_INFO(
+        kSubNet, "releasing a connect to %s that was %s (its QPs, CQ, memory and socket)",
+        s->peer.c_str(),
+        all ? "still in progress at finalize" : "no longer polled past SLUICE_CONNECT_TIMEOUT_MS");
+  }
+  const size_t n = dead.size();
+  dead.clear();
+  return n;
+}
+
+}  // namespace sluice

@@ -1,0 +1,541 @@
+// The accept side of connection setup: listen, and accept as a set of non-blocking state machines,
+// one per accepted out-of-band TCP socket, that receive the connector's wire::Meta, bring the
+// receive comm's QPs to RTS and answer with our own. NCCL polls accept until it returns a comm;
+// nothing here blocks.
+//
+// Up to ListenComm::kMaxPending handshakes are in progress at once, each bounded by its own
+// SLUICE_HANDSHAKE_TIMEOUT_MS, so a stray connection (port scanner, health probe, half-open socket,
+// a peer of another program) never delays a real peer: it is dropped at its deadline or at its
+// first byte that is not Sluice's, with an INFO. A connection that fails after its metadata was
+// accepted is dropped with a WARN and its resources released; only a broken listening socket fails
+// accept.
+#include <arpa/inet.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <mutex>
+#include <random>
+#include <type_traits>
+#include <vector>
+
+#include "comm/comm.h"
+#include "connect/cm_rdmacm.h"
+#include "connect/comm_setup.h"
+#include "connect/oob_socket.h"
+#include "connect/route_gid.h"
+#include "sluice/core/base/log.h"
+#include "sluice/core/base/net_addr.h"
+
+namespace sluice {
+
+class ListenComm : public CommBase {
+ public:
+  ListenComm() : CommBase(CommKind::kListen) {}
+  ~ListenComm();
+  Device* dev = nullptr;
+  int fd = -1;
+  uint64_t nonce = 0;
+  std::string addr_text;
+  std::string cm_text;  // the rdma_cm listener's address and port, when there is one
+  struct Pending;
+  // Handshakes in progress, oldest first. At kMaxPending, a new connection takes the place of the
+  // oldest one that has not yet shown a valid Sluice header; when every one has, new connections
+  // wait in the kernel's backlog.
+  static constexpr size_t kMaxPending = 64;
+  std::vector<std::unique_ptr<Pending>> pending;
+  bool resource_warned =
+      false;       // accept4 ran out of descriptors/memory; WARNed once until it works
+  Status failure;  // sticky: the listening socket itself failed, or finalize retired the comm
+  // Held by accept (its one driver) and by the reaper (reap_listens), which only try_locks it
+  // except at finalize.
+  std::mutex mu;
+  std::chrono::steady_clock::time_point last_accept;  // the last accept call (guarded by mu)
+  std::unique_ptr<CmListener> cm;  // rdma_cm listener (SLUICE_CM != oob and it could bind)
+};
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Live listen comms, for the reaper. Allocated once and never destroyed (no static destructor).
+struct ListenRegistry {
+  std::mutex mu;
+  std::vector<ListenComm*> comms;
+};
+ListenRegistry& listens() {
+  static auto* r = new ListenRegistry;  // NOLINT: deliberately never destroyed
+  return *r;
+}
+
+uint64_t random_u64() {
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  return rng();
+}
+
+}  // namespace
+
+struct ListenComm::Pending {
+  enum Phase { kRecvMeta, kGidRoute, kSendMeta, kRecvReady } phase = kRecvMeta;
+  bool identified =
+      false;  // its metadata passed wire::validate_meta: a Sluice peer of this listener
+  int fd = -1;
+  std::string peer;
+  sockaddr_storage peer_addr{};
+  Clock::time_point deadline;
+  std::unique_ptr<RecvComm> comm;
+  wire::Meta local{}, remote{};
+  size_t io = 0;
+  uint8_t ready = 0;
+  std::unique_ptr<CmLink> cm;  // the connector chose rdmacm: its QPs' ids (cm_rdmacm.h)
+  RouteGid gid_route;          // oob: our GID as the route to the connector says (route_gid.h)
+  ~Pending() {
+    if (fd >= 0) close(fd);
+  }
+};
+
+ListenComm::~ListenComm() {
+  pending.clear();
+  if (fd >= 0) close(fd);
+}
+
+namespace {
+
+Status build_recv_comm(ListenComm& l, ListenComm::Pending& p) {
+  Engine* e = engine();
+  Device* d = l.dev;
+  const Config& cfg = e->config();
+  auto comm = std::make_unique<RecvComm>();
+  comm->c.dev = d;
+  comm->c.peer = p.peer;
+  comm->c.local_desc = d->name + ":" + std::to_string(d->port);
+  size_t stage_bytes = sizeof(wire::CtsEntry) * wire::kFifoSlots * wire::kEntriesPerSlot;
+  size_t rec_bytes = sizeof(wire::DoneRecord) * wire::kFifoSlots;
+  size_t pool_bytes = sizeof(RecvReq) * wire::kFifoSlots;
+  auto mem = NumaBuffer::allocate(stage_bytes + rec_bytes + pool_bytes, numa_of(*d));
+  if (!mem.is_ok()) return mem.status();
+  comm->mem = std::move(mem).value();
+  char* base = static_cast<char*>(comm->mem.data());
+  comm->stage = reinterpret_cast<wire::CtsEntry*>(base);
+  comm->records = reinterpret_cast<wire::DoneRecord*>(base + stage_bytes);
+  comm->pool = reinterpret_cast<RecvReq*>(base + stage_bytes + rec_bytes);
+  static_assert(std::is_trivially_destructible_v<RecvReq>, "lives in raw comm memory");
+  SLUICE_RETURN_IF_ERROR(
+      register_comm_memory(*d, comm->mem, stage_bytes + rec_bytes, &comm->mem_mr));
+  // Requests are constructed on first use (datapath.cc).
+  fill_local_meta(*d, 1, l.nonce, &p.local);
+  p.gid_route.apply(&p.local);
+  int nqps = p.remote.nqps;  // the connector decides; both sides must agree
+  uint32_t inline_bytes = cfg.cts_inline ? kCtsInlineBytes : 0;
+  QpCaps caps{kRecvSqDepth, kRecvRqDepth, 1, 1, inline_bytes};
+  // Receive completions, signaled CTS writes, and every WR when flushed in error.
+  int cqe = nqps * static_cast<int>(kRecvSqDepth + kRecvRqDepth + 1) - 1;
+  SLUICE_RETURN_IF_ERROR(create_qps(comm->c, nqps, caps, cqe, &p.local));
+  uint8_t tc = cfg.fifo_traffic_class >= 0 ? static_cast<uint8_t>(cfg.fifo_traffic_class)
+                                           : p.remote.traffic_class;
+  p.local.traffic_class = p.remote.traffic_class;
+  p.local.service_level = p.remote.service_level;
+  p.local.buf_addr = reinterpret_cast<uintptr_t>(comm->records);
+  p.local.buf_rkey = comm->mem_mr->rkey;
+  p.local.split_data = p.remote.split_data;  // the connector decides, as for nqps
+  comm->c.split = p.remote.split_data != 0;
+  if (p.remote.cm == wire::kMetaCmRdmacm) {  // QPs to RTR/RTS as the CM requests arrive
+    if (!l.cm) return Status(Code::kRemoteError, "the connector chose rdmacm; no rdma_cm here");
+    SLUICE_RETURN_IF_ERROR(accept_peer_meta(comm->c, p.local, p.remote));
+    SLUICE_RETURN_IF_ERROR(cm_accept_prepare(&p.cm, nqps, tc, p.remote.service_level));
+    p.local.cm = wire::kMetaCmRdmacm;
+  } else {
+    p.gid_route.check_pair(*d, p.local, p.remote, p.peer);
+    SLUICE_RETURN_IF_ERROR(connect_qps(comm->c, p.local, p.remote, tc, p.remote.service_level));
+  }
+  comm->remote_fifo = p.remote.buf_addr;
+  comm->remote_fifo_rkey = p.remote.buf_rkey;
+  p.comm = std::move(comm);
+  return Status::ok();
+}
+
+}  // namespace
+
+Status listen(int dev, void* handle, ListenComm** out) {
+  Engine* e = engine();
+  if (e == nullptr) return Status(Code::kInvalidUsage, "listen called before init");
+  Device* d = e->device(dev);
+  if (d == nullptr)
+    return Status(Code::kInvalidArgument, "listen: no device " + std::to_string(dev));
+  reap_abandoned_connects(false);
+  reap_listens(false);
+  auto l = std::make_unique<ListenComm>();
+  l->dev = d;
+  l->nonce = random_u64() | 1;
+  sockaddr_storage sa = e->oob_interface().addr;
+  l->fd = socket(sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (l->fd < 0) return errno_status(Code::kSystemError, "listen: socket()", errno);
+  int one = 1;
+  setsockopt(l->fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  socklen_t len = sa.ss_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+  if (sa.ss_family == AF_INET)
+    reinterpret_cast<sockaddr_in*>(&sa)->sin_port = 0;
+  else
+    reinterpret_cast<sockaddr_in6*>(&sa)->sin6_port = 0;
+  if (bind(l->fd, reinterpret_cast<sockaddr*>(&sa), len) != 0)
+    return errno_status(Code::kSystemError, "listen: bind to " + sockaddr_text(sa), errno);
+  if (::listen(l->fd, 128) != 0) return errno_status(Code::kSystemError, "listen()", errno);
+  SLUICE_RETURN_IF_ERROR(set_nonblocking(l->fd));
+  len = sizeof sa;
+  getsockname(l->fd, reinterpret_cast<sockaddr*>(&sa), &len);
+  l->addr_text = sockaddr_text(sa);
+
+  const auto knob = static_cast<CmMode>(e->config().cm_mode);
+  sockaddr_storage cm_sa{};
+  if (knob != CmMode::kOob) {
+    // The rdma_cm listener binds an IP address of the device's own interface: the out-of-band
+    // address where that is on the device, else one of its family (choose_cm_address).
+    std::string why;
+    const std::vector<PortAddr> addrs = device_addresses(*d);
+    const CmAddrChoice pick = choose_cm_address(addrs, sa, sa.ss_family, false, d->gid.index);
+    if (pick.index < 0) {
+      why = pick.reason;
+    } else {
+      cm_sa = pick.addr;
+      l->cm = CmListener::create(*d, cm_sa, &why);
+    }
+    if (!l->cm && knob == CmMode::kRdmacm)
+      return Status(Code::kSystemError, "listen on " + d->name + ": SLUICE_CM=rdmacm: " + why);
+    if (!l->cm) {
+      SLUICE_INFO(kSubNet, "%s: no rdma_cm listener (%s): connectors use oob", d->name.c_str(),
+                  why.c_str());
+      cm_sa = sockaddr_storage{};
+    } else {
+      reinterpret_cast<sockaddr_in*>(&cm_sa)->sin_port = l->cm->port;  // same offset in v4/v6
+      l->cm_text = sockaddr_text(cm_sa);
+      SLUICE_INFO(kSubNet, "%s: rdma_cm listener on %s: %s", d->name.c_str(), l->cm_text.c_str(),
+                  pick.reason.c_str());
+    }
+  }
+  const wire::Handle h = wire::encode_handle(sa, static_cast<uint32_t>(dev), l->nonce,
+                                             l->cm ? l->cm->port : uint16_t{0}, &cm_sa);
+  std::memset(handle, 0, kHandleSize);
+  std::memcpy(handle, &h, sizeof h);
+  SLUICE_INFO(kSubNet, "listening on %s for %s", l->addr_text.c_str(), d->name.c_str());
+  {
+    std::lock_guard<std::mutex> lk(listens().mu);
+    listens().comms.push_back(l.get());
+  }
+  *out = l.release();
+  return Status::ok();
+}
+
+namespace {
+
+// Drops a handshake: INFO while the connection has not shown itself a Sluice peer of this listener
+// (a stray is not an error), WARN once it has (a real peer's connection failed).
+void drop(const ListenComm& l, const ListenComm::Pending& p, const Status& why) {
+  if (!p.identified) {
+    SLUICE_INFO(kSubNet, "%s: dropping connection from %s (no Sluice handshake): %s",
+                l.addr_text.c_str(), p.peer.c_str(), why.message().c_str());
+    return;
+  }
+  const std::string qp = p.comm ? p.comm->c.describe_qp(0) : std::string("comm not built");
+  SLUICE_WARN(
+      "accept on %s (%s): dropping the connection from %s (peer device %s, %s) after the "
+      "metadata exchange: %s; the listener keeps serving other peers",
+      l.dev->name.c_str(), l.addr_text.c_str(), p.peer.c_str(), p.remote.dev_name, qp.c_str(),
+      why.message().c_str());
+}
+
+enum class Step { kWait, kDone, kDrop };
+
+// Advances one handshake as far as its socket allows. kDone: *out is the new comm. kDrop: *why says
+// why the connection must go.
+Step step(ListenComm& l, ListenComm::Pending& p, Clock::time_point now, RecvComm** out,
+          Status* why) {
+  const Config& cfg = engine()->config();
+  for (;;) {
+    switch (p.phase) {
+      case ListenComm::Pending::kRecvMeta: {
+        Status st = recv_some(p.fd, &p.remote, sizeof p.remote, &p.io, p.peer);
+        // Magic and version are checked on every byte that arrived, before anything else.
+        Status header = wire::check_meta_prefix(&p.remote, p.io);
+        if (!header.is_ok()) {
+          *why = header;
+          return Step::kDrop;
+        }
+        if (st.is_again()) break;
+        if (!st.is_ok()) {
+          *why = st;
+          return Step::kDrop;
+        }
+        Status valid = wire::validate_meta(p.remote, 0, l.nonce);
+        if (!valid.is_ok()) {
+          *why = valid;
+          return Step::kDrop;
+        }
+        p.identified = true;
+        p.phase = ListenComm::Pending::kGidRoute;
+        continue;
+      }
+      case ListenComm::Pending::kGidRoute: {
+        if (p.remote.cm != wire::kMetaCmRdmacm) {
+          const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(p.deadline - now);
+          Status r =
+              p.gid_route.step(*l.dev, route_target_of(p.remote, p.peer_addr),
+                               static_cast<int>(std::max<long long>(1, left.count())), "accept");
+          if (r.is_again()) break;
+        }
+        Status b = build_recv_comm(l, p);
+        if (!b.is_ok()) {
+          *why = b;
+          return Step::kDrop;
+        }
+        p.phase = ListenComm::Pending::kSendMeta;
+        p.io = 0;
+        continue;
+      }
+      case ListenComm::Pending::kSendMeta: {
+        Status st = send_some(p.fd, &p.local, sizeof p.local, &p.io, p.peer);
+        if (st.is_again()) break;
+        if (!st.is_ok()) {
+          *why = st;
+          return Step::kDrop;
+        }
+        p.phase = ListenComm::Pending::kRecvReady;
+        p.io = 0;
+        continue;
+      }
+      case ListenComm::Pending::kRecvReady: {
+        Status st = recv_some(p.fd, &p.ready, 1, &p.io, p.peer);
+        if (st.is_again()) break;
+        if (st.is_ok() && p.ready != kReadyByte)
+          st = Status(Code::kRemoteError, "peer " + p.peer + " sent a bad ready byte");
+        if (st.is_ok() && p.cm) st = cm_accept_poll(*p.cm, p.comm->c);  // every QP at RTS
+        if (st.is_again()) break;
+        if (!st.is_ok()) {
+          *why = st;
+          return Step::kDrop;
+        }
+        RecvComm* c = p.comm.release();
+        c->c.cm.reset(p.cm.release());
+        c->c.fd = p.fd;
+        p.fd = -1;
+        liveness_start(c->c);
+        *out = c;
+        return Step::kDone;
+      }
+    }
+    break;  // the socket has nothing more now
+  }
+  if (now > p.deadline) {
+    std::string got = p.phase == ListenComm::Pending::kRecvMeta
+                          ? "received " + std::to_string(p.io) + " of " +
+                                std::to_string(sizeof p.remote) + " metadata bytes"
+                      : p.phase == ListenComm::Pending::kGidRoute
+                          ? "checking the route to the peer for our GID"
+                      : p.phase == ListenComm::Pending::kSendMeta
+                          ? "our metadata is not sent yet (peer not reading)"
+                      : p.cm && p.io == 1 ? "rdma_cm: " + p.cm->progress
+                                          : "the peer's ready byte did not arrive";
+    *why = Status(Code::kRemoteError, "no complete handshake within SLUICE_HANDSHAKE_TIMEOUT_MS=" +
+                                          std::to_string(cfg.handshake_timeout_ms) + " ms (" + got +
+                                          ")");
+    return Step::kDrop;
+  }
+  return Step::kWait;
+}
+
+// Frees a place for a new connection when kMaxPending handshakes are in progress: the oldest one
+// not yet identified as a Sluice peer goes. False when every one is identified.
+bool make_room(ListenComm& l) {
+  for (auto it = l.pending.begin(); it != l.pending.end(); ++it) {
+    if ((*it)->identified) continue;
+    drop(l, **it,
+         Status(Code::kRemoteError, std::to_string(ListenComm::kMaxPending) +
+                                        " handshakes in progress at once: the oldest connection "
+                                        "without a Sluice header makes room for a new one"));
+    l.pending.erase(it);
+    return true;
+  }
+  return false;
+}
+
+bool connection_level_error(int err) {
+  // accept(2): Linux passes errors of the new connection to accept; the listener is fine.
+  return err == ECONNABORTED || err == EPROTO || err == EPERM || err == ENETDOWN ||
+         err == ENOPROTOOPT || err == EHOSTDOWN || err == ENONET || err == EHOSTUNREACH ||
+         err == EOPNOTSUPP || err == ENETUNREACH || err == ETIMEDOUT || err == ECONNRESET;
+}
+
+// Takes the connections waiting in the kernel's backlog into the pending set. Fails only when the
+// listening socket itself is broken.
+Status accept_new(ListenComm& l, Clock::time_point now) {
+  const Config& cfg = engine()->config();
+  for (size_t taken = 0; taken < ListenComm::kMaxPending; ++taken) {
+    if (l.pending.size() >= ListenComm::kMaxPending && !make_room(l)) return Status::ok();
+    sockaddr_storage sa{};
+    socklen_t len = sizeof sa;
+    int fd = accept4(l.fd, reinterpret_cast<sockaddr*>(&sa), &len, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) {
+      const int err = errno;
+      if (err == EAGAIN || err == EWOULDBLOCK || err == EINTR) return Status::ok();
+      if (connection_level_error(err)) {
+        SLUICE_INFO(kSubNet, "%s: a connection failed before it was accepted: %s",
+                    l.addr_text.c_str(), std::strerror(err));
+        continue;
+      }
+      if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) {
+        // The connection stays in the backlog; later calls take it once resources are back.
+        if (!l.resource_warned) {
+          SLUICE_WARN(
+              "accept on %s (%s): cannot take a new connection now: %s (the process is "
+              "out of file descriptors or memory; raise `ulimit -n`?); retrying",
+              l.dev->name.c_str(), l.addr_text.c_str(), std::strerror(err));
+          l.resource_warned = true;
+        }
+        return Status::ok();
+      }
+      return errno_status(
+          Code::kSystemError,
+          "accept on " + l.addr_text + " for " + l.dev->name + " (the listening socket is broken)",
+          err);
+    }
+    l.resource_warned = false;
+    auto p = std::make_unique<ListenComm::Pending>();
+    p->fd = fd;
+    p->peer = sockaddr_text(sa);
+    p->peer_addr = sa;
+    p->deadline = now + std::chrono::milliseconds(cfg.handshake_timeout_ms);
+    Status st = set_nonblocking(fd);
+    if (!st.is_ok()) {
+      drop(l, *p, st);
+      continue;
+    }
+    l.pending.push_back(std::move(p));
+  }
+  return Status::ok();
+}
+
+// The handshake an rdma_cm connect request belongs to: its metadata named the same FIFO and rkey,
+// and the request names the QP number the metadata gave for that QP index.
+CmFind cm_finder(ListenComm& l) {
+  return [&l](const wire::CmToken& t, uint32_t qp_num, std::string* why) -> CmAcceptTarget {
+    for (auto& p : l.pending) {
+      if (p->cm && p->comm && p->remote.buf_addr == t.fifo_addr &&
+          p->remote.buf_rkey == t.fifo_rkey && p->remote.nqps == t.nqps &&
+          p->remote.qps[t.qp_index].qpn == qp_num)
+        return {&p->comm->c, p->cm.get()};
+    }
+    *why = "no handshake in progress matches it (QP " + std::to_string(t.qp_index) + " number " +
+           std::to_string(qp_num) + "; dropped or timed out?)";
+    return {};
+  };
+}
+
+}  // namespace
+
+Status accept(ListenComm* l, RecvComm** out) {
+  *out = nullptr;
+  Engine* e = engine();
+  if (e == nullptr) return Status(Code::kInvalidUsage, "accept called before init");
+  if (l == nullptr || l->kind != CommKind::kListen)
+    return Status(Code::kInvalidArgument, "accept: not a listen comm");
+  reap_abandoned_connects(false);
+  reap_listens(false);
+  std::lock_guard<std::mutex> lk(l->mu);
+  if (!l->failure.is_ok()) return l->failure;
+  const Clock::time_point now = Clock::now();
+  struct Touch {  // accept was called until it returned (a QP bring-up may take a while)
+    ListenComm* l;
+    ~Touch() { l->last_accept = Clock::now(); }
+  } touch{l};
+  Status st = accept_new(*l, now);
+  if (st.is_ok() && l->cm) st = cm_listener_poll(*l->cm, l->nonce, l->cm_text, cm_finder(*l));
+  if (!st.is_ok()) {
+    l->failure = st;
+    return st;
+  }
+  for (size_t i = 0; i < l->pending.size();) {
+    ListenComm::Pending& p = *l->pending[i];
+    RecvComm* c = nullptr;
+    Status why;
+    switch (step(*l, p, now, &c, &why)) {
+      case Step::kWait:
+        ++i;
+        continue;
+      case Step::kDrop:
+        drop(*l, p, why);
+        l->pending.erase(l->pending.begin() + static_cast<std::ptrdiff_t>(i));
+        continue;
+      case Step::kDone:
+        l->pending.erase(l->pending.begin() + static_cast<std::ptrdiff_t>(i));
+        SLUICE_INFO(kSubNet, "accepted %s <- %s (%s), %d QP(s)", c->c.local_desc.c_str(),
+                    c->c.remote_dev.c_str(), c->c.peer.c_str(), c->c.nqps);
+        e->open_comms.fetch_add(1);
+        *out = c;
+        return Status::ok();
+    }
+  }
+  return Status::ok();
+}
+
+Status close_listen(ListenComm* l) {
+  if (l == nullptr || l->kind != CommKind::kListen)
+    return Status(Code::kInvalidArgument, "closeListen: not a listen comm");
+  {
+    std::lock_guard<std::mutex> lk(listens().mu);
+    std::erase(listens().comms, l);
+  }
+  l->kind = CommKind::kDead;
+  if (!l->pending.empty()) {
+    SLUICE_INFO(kSubNet, "%s: closing with %zu handshake(s) in progress; releasing them",
+                l->addr_text.c_str(), l->pending.size());
+  }
+  delete l;  // pending handshakes' comms (QPs, CQ, memory) and sockets, then the listening socket
+  return Status::ok();
+}
+
+size_t reap_listens(bool all) {
+  ListenRegistry& g = listens();
+  std::unique_lock<std::mutex> lk(g.mu, std::defer_lock);
+  if (all) {
+    lk.lock();
+  } else if (!lk.try_lock()) {
+    return 0;
+  }
+  size_t n = 0;
+  const Clock::time_point now = Clock::now();
+  const Engine* e = engine();
+  const auto bound = std::chrono::milliseconds(e ? e->config().handshake_timeout_ms : 0);
+  for (ListenComm* l : g.comms) {
+    std::unique_lock<std::mutex> ll(l->mu, std::defer_lock);
+    if (all) {
+      ll.lock();
+    } else if (!ll.try_lock()) {
+      continue;  // its accept is running and reaps its own
+    }
+    if (!all && now - l->last_accept <= bound) continue;  // accept is still polled: it decides
+    for (size_t i = 0; i < l->pending.size();) {
+      ListenComm::Pending& p = *l->pending[i];
+      if (!all && now <= p.deadline) {
+        ++i;
+        continue;
+      }
+      drop(*l, p,
+           Status(Code::kRemoteError,
+                  all ? "finalize with the handshake in progress"
+                      : "no complete handshake within SLUICE_HANDSHAKE_TIMEOUT_MS (accept no "
+                        "longer called)"));
+      l->pending.erase(l->pending.begin() + static_cast<std::ptrdiff_t>(i));
+      ++n;
+    }
+    if (all) l->cm.reset();  // its rdma_cm id and event channel go with the devices
+    if (all && l->failure.is_ok()) {
+      l->failure = Status(Code::kInvalidUsage, "accept on " + l->addr_text +
+                                                   ": the listen comm outlived the plugin's "
+                                                   "finalize; only closeListen is valid now");
+    }
+  }
+  return n;
+}
+
+}  // namespace sluice

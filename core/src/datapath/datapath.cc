@@ -1,0 +1,318 @@
+// The data path's common part: helpers shared by send.cc and recv.cc, test, iflush, close and the
+// per-comm statistics. isend lives in send.cc, irecv and clear-to-send publication in recv.cc. No
+// allocation, lock or log on the path of a message (errors build a message once, when the comm
+// fails).
+#include <arpa/inet.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <climits>
+#include <cstdint>
+#include <cstring>
+#include <mutex>
+#include <new>
+
+#include "datapath/datapath_internal.h"
+#include "datapath/flush.h"
+#include "sluice/core/base/log.h"
+#include "sluice/core/base/qp.h"
+
+namespace sluice {
+namespace dp {
+
+Status fail(Conn& c, Status st) {
+  if (!c.failed()) c.failure = std::move(st);
+  return c.failure;
+}
+
+Status check_device(Conn& c, bool new_work) {
+  if (c.failed()) return c.failure;  // a retired comm has no device any more
+  Adapter* a = c.dev->adapter;
+  if (!a->fatal.load(std::memory_order_relaxed)) {
+    SLUICE_RETURN_IF_ERROR(liveness_check(c, new_work));
+    return c.progress.due ? check_progress(c) : Status::ok();
+  }
+  std::lock_guard<std::mutex> lk(a->fatal_mu);
+  return fail(c, Status(Code::kSystemError, a->fatal_reason + "; comm " + c.describe_qp(0)));
+}
+
+Status check_progress(Conn& c) {
+  c.progress.due = false;
+  const Engine* e = engine();
+  if (e == nullptr || c.owner == nullptr) return Status::ok();
+  const Config& cfg = e->config();
+  const long long bound = cfg.progress_timeout_ms > 0
+                              ? cfg.progress_timeout_ms
+                              : progress_bound_ms(cfg.ib_timeout, cfg.retry_cnt);
+  bool outstanding[wire::kMaxQps] = {};
+  const char* what = nullptr;
+  if (c.owner->kind == CommKind::kSend) {
+    auto& s = *static_cast<SendComm*>(c.owner);
+    SLUICE_RETURN_IF_ERROR(poll_send(s));
+    for (int q = 0; q < c.nqps; ++q) outstanding[q] = s.sq_used[q] > 0;
+    what = "isend RDMA WRITE / WRITE_WITH_IMM";
+  } else if (c.owner->kind == CommKind::kRecv) {
+    auto& r = *static_cast<RecvComm*>(c.owner);
+    SLUICE_RETURN_IF_ERROR(poll_recv(r));
+    // Signaled CTS writes report their completion; an unsignaled tail is watched while unproven,
+    // and probed once its clock ran half the bound (progress.h).
+    const bool received = r.completed != r.completed_seen;
+    r.completed_seen = r.completed;
+    for (int q = 0; q < c.nqps; ++q) {
+      const CtsTail t{r.cts_outstanding[q], r.cts_unsignaled[q], r.cts_tail_from[q]};
+      if (cts_tail_check(t, r.completed_hi, received, c.progress.now_ns, bound,
+                         &c.progress.since_ns[q], &outstanding[q])) {
+        SLUICE_RETURN_IF_ERROR(post_cts_probe(r, q));
+        c.progress.since_ns[q] = cts_probe_posted(c.progress.since_ns[q], c.progress.now_ns, bound);
+      }
+    }
+    what = "clear-to-send RDMA WRITE";
+  } else {
+    return Status::ok();
+  }
+  long long waited = 0;
+  const int q =
+      progress_check(c.progress.since_ns, outstanding, c.nqps, c.progress.now_ns, bound, &waited);
+  if (q < 0) return Status::ok();
+  if (c.owner->kind == CommKind::kRecv && static_cast<RecvComm*>(c.owner)->cts_probing[q]) {
+    what =
+        "clear-to-send RDMA WRITE (the clear-to-send never completed: the signaled zero-length "
+        "probe WRITE posted behind it did not complete either, so the sender never got it)";
+  }
+  return fail(c, Status(Code::kRemoteError,
+                        progress_reason(c.describe_qp(q), what, waited, bound, cfg.ib_timeout,
+                                        cfg.retry_cnt, cfg.progress_timeout_ms > 0)));
+}
+
+int qp_index(const Conn& c, uint32_t qpn) {
+  for (int q = 0; q < c.nqps; ++q)
+    if (c.qps[q]->qp_num == qpn) return q;
+  return -1;
+}
+
+Status on_qp(const Conn& c, int q, const Status& st) {
+  return Status(st.code(), st.message() + " on " + c.describe_qp(q < 0 ? 0 : q));
+}
+
+Status completion_error(Conn& c, const ibv_wc& wc, const char* side) {
+  char vendor[16];
+  std::snprintf(vendor, sizeof vendor, "0x%x", wc.vendor_err);
+  std::string m = std::string(side) + " completion error on " +
+                  c.describe_qp(qp_index(c, wc.qp_num)) + ": status " +
+                  ibv_wc_status_str(wc.status) + " (" + std::to_string(wc.status) +
+                  "), vendor_err " + vendor + "; likely cause: " + verbs::wc_status_hint(wc.status);
+  return Status(Code::kRemoteError, std::move(m));
+}
+
+bool valid_mh(const Conn& c, const MemHandle* mh) {
+  return mh != nullptr && mh->magic == MemHandle::kMagic && mh->adapter == c.dev->adapter;
+}
+
+Status bad_buffer(const Conn& c, const char* call, const void* data, size_t size,
+                  const MemHandle* mh) {
+  char buf[256];
+  if (!valid_mh(c, mh)) {
+    std::snprintf(buf, sizeof buf,
+                  "%s: memory handle %p is not a registration of %s (unregistered buffer, a "
+                  "handle from another device, or one already deregistered)",
+                  call, static_cast<const void*>(mh), c.dev->name.c_str());
+  } else {
+    std::snprintf(buf, sizeof buf,
+                  "%s: buffer [%p, +%zu) is outside its registration [0x%lx, +%zu) (unregistered "
+                  "buffer)",
+                  call, data, size, static_cast<unsigned long>(mh->base), mh->len);
+  }
+  return Status(Code::kInvalidArgument, buf);
+}
+
+namespace {
+
+void log_stats(const char* side, const Conn& c) {
+  SLUICE_TRACE(kSubNet,
+               "closing %s comm %s: %llu messages, %llu WRs, %llu doorbells, %llu CTS writes "
+               "publishing %llu receives",
+               side, c.describe_qp(0).c_str(),
+               static_cast<unsigned long long>(c.stats.messages.get()),
+               static_cast<unsigned long long>(c.stats.wrs.get()),
+               static_cast<unsigned long long>(c.stats.doorbells.get()),
+               static_cast<unsigned long long>(c.stats.cts_writes.get()),
+               static_cast<unsigned long long>(c.stats.cts_entries.get()));
+}
+
+}  // namespace
+}  // namespace dp
+
+using dp::check_device;
+using dp::poll_recv;
+using dp::poll_send;
+
+Status iflush(RecvComm* r, int n, void* const* data, const int* sizes, MemHandle* const* mhs,
+              Request** out) {
+  *out = nullptr;
+  if (r == nullptr || r->kind != CommKind::kRecv)
+    return Status(Code::kInvalidArgument, "iflush: not a receive comm");
+  if (n < 1 || n > wire::kEntriesPerSlot)
+    return Status(Code::kInvalidArgument, "iflush: n = " + std::to_string(n));
+  // Host memory needs no flush (the CPU sees the NIC's writes once the completion arrived) unless
+  // NCCL_NET_FORCE_FLUSH; GPU memory gets a loopback READ (flush.cc). Under the comm's mutex, like
+  // irecv and test: publish_all on another thread may record the comm's failure meanwhile.
+  std::lock_guard<std::mutex> lk(r->mu);
+  return flush_post(*r, n, data, sizes, mhs, out);
+}
+
+Status test(Request* req, int* done, size_t* sizes) {
+  *done = 0;
+  if (req == nullptr || req->magic != Request::kMagic || !req->in_use)
+    return Status(Code::kInvalidArgument, "test: not a live Sluice request");
+  dp::publish_all();  // a receive staged anywhere in the process may be what this test waits for
+  if (req->is_flush) return flush_test(req, done);
+  if (req->is_send) {
+    auto* r = static_cast<SendReq*>(req);
+    auto& s = *static_cast<SendComm*>(r->comm);
+    if (!r->done) {
+      SLUICE_RETURN_IF_ERROR(check_device(s.c, false));
+      if (r->posted) SLUICE_RETURN_IF_ERROR(poll_send(s));
+      if (!r->done) return liveness_verdict(s.c);  // fails once the peer is gone
+    }
+    if (sizes != nullptr) sizes[0] = r->size;
+    r->in_use = false;
+    s.free_list[s.free_top++] = r->index;
+    *done = 1;
+    return Status::ok();
+  }
+  auto* r = static_cast<RecvReq*>(req);
+  auto& rc = *static_cast<RecvComm*>(r->comm);
+  std::lock_guard<std::mutex> lk(rc.mu);
+  if (!r->done) {
+    SLUICE_RETURN_IF_ERROR(check_device(rc.c, false));
+    SLUICE_RETURN_IF_ERROR(dp::publish(rc));  // staged but skipped above (registry busy)
+    SLUICE_RETURN_IF_ERROR(poll_recv(rc));
+    if (!r->done) return liveness_verdict(rc.c);  // fails once the peer is gone
+  }
+  if (sizes != nullptr)
+    for (int i = 0; i < r->n; ++i) sizes[i] = r->received[i];
+  r->in_use = false;
+  *done = 1;
+  return Status::ok();
+}
+
+Status comm_stats(void* comm, CommStats* out) {
+  auto* b = static_cast<CommBase*>(comm);
+  if (b == nullptr || out == nullptr)
+    return Status(Code::kInvalidArgument, "commStats: comm or output is NULL");
+  const Conn* c = nullptr;
+  if (b->kind == CommKind::kSend) c = &static_cast<SendComm*>(b)->c;
+  if (b->kind == CommKind::kRecv) c = &static_cast<RecvComm*>(b)->c;
+  if (c == nullptr)
+    return Status(Code::kInvalidArgument, "commStats: not a live send/receive comm");
+  out->messages = c->stats.messages.get();
+  out->wrs = c->stats.wrs.get();
+  out->doorbells = c->stats.doorbells.get();
+  out->cts_writes = c->stats.cts_writes.get();
+  out->cts_entries = c->stats.cts_entries.get();
+  out->cts_probes = c->stats.cts_probes.get();
+  out->ar_imm_writes = c->stats.ar_imm_writes.get();
+  return Status::ok();
+}
+
+void retire_comm(Conn& c, const std::string& why) {
+  if (c.retired) return;
+  if (c.owner->kind == CommKind::kRecv) dp::unregister_recv(*static_cast<RecvComm*>(c.owner));
+  c.failure = Status(Code::kInvalidUsage, why + " (comm " + c.describe_qp(0) + ")");
+  liveness_stop(c);
+  c.drain_at_close();
+  for (int q = 0; q < c.nqps; ++q) c.qps[q].reset();
+  c.cq.reset();
+  c.cm.reset();  // rdmacm mode: the QPs' rdma_cm ids and event channel
+  if (c.fd >= 0) close(c.fd);
+  c.fd = -1;
+  if (c.owner->kind == CommKind::kSend) {
+    static_cast<SendComm*>(c.owner)->mem_mr.reset();
+  } else {
+    auto* r = static_cast<RecvComm*>(c.owner);
+    r->flush.reset();
+    r->mem_mr.reset();
+  }
+  c.dev = nullptr;
+  c.retired = true;
+}
+
+int requests_using(void* comm, const MemHandle* mh, std::string* what) {
+  auto* b = static_cast<CommBase*>(comm);
+  const auto in = [mh](uintptr_t addr, size_t n) {
+    return n > 0 && addr >= mh->base && addr - mh->base < mh->len;
+  };
+  // A failed comm is never used again: its QPs go to ERROR (the NIC stops touching its buffers),
+  // so teardown after a failure can always deregister.
+  const auto stopped = [](Conn& c) {
+    if (!c.failed()) return false;
+    for (int q = 0; q < c.nqps; ++q)
+      if (c.qps[q]) (void)qp_to_error(c.qps[q].get());
+    return true;
+  };
+  int n = 0;
+  if (b->kind == CommKind::kSend) {
+    auto* s = static_cast<SendComm*>(b);
+    if (stopped(s->c)) return 0;
+    for (int i = 0; i < SendComm::kPool; ++i) {
+      const SendReq& r = s->pool[i];
+      n += r.magic == Request::kMagic && r.in_use && !r.done && r.lkey == mh->lkey &&
+           in(reinterpret_cast<uintptr_t>(r.data), r.size);
+    }
+    if (n > 0) *what = std::to_string(n) + " isend(s) on " + s->c.describe_qp(0);
+  } else if (b->kind == CommKind::kRecv) {
+    auto* r = static_cast<RecvComm*>(b);
+    std::lock_guard<std::mutex> lk(r->mu);
+    if (stopped(r->c)) return 0;
+    for (int k = 0; k < wire::kFifoSlots; ++k) {
+      const RecvReq& q = r->pool[k];
+      if (q.magic != Request::kMagic || !q.in_use || q.done) continue;
+      bool uses = false;
+      for (int i = 0; i < q.n; ++i) {
+        const wire::CtsEntry& e = r->stage[k * wire::kEntriesPerSlot + i];
+        uses = uses || (e.rkey == mh->rkey && in(e.addr, q.posted[i]));
+      }
+      n += uses;
+    }
+    if (n > 0) *what = std::to_string(n) + " irecv(s) on " + r->c.describe_qp(0);
+  }
+  return n;
+}
+
+Status close_send(SendComm* s) {
+  if (s == nullptr || s->kind != CommKind::kSend)
+    return Status(Code::kInvalidArgument, "closeSend: not a send comm");
+  s->kind = CommKind::kDead;
+  dp::log_stats("send", s->c);
+  uint32_t wrs = 0;
+  for (int q = 0; q < s->c.nqps; ++q) wrs += s->sq_used[q];
+  if (wrs > 0 || s->free_top < SendComm::kPool) {
+    s->c.pending_work = std::to_string(SendComm::kPool - s->free_top) +
+                        " isend(s) not tested done, " + std::to_string(wrs) +
+                        " WR(s) on the send queues";
+  }
+  const bool counted = !s->c.retired;  // finalize took a retired comm off the count
+  delete s;  // QPs to ERROR, CQ drained, QPs/CQ/MR/memory released (member order)
+  if (Engine* e = engine(); e != nullptr && counted) e->open_comms.fetch_sub(1);
+  return Status::ok();
+}
+
+Status close_recv(RecvComm* r) {
+  if (r == nullptr || r->kind != CommKind::kRecv)
+    return Status(Code::kInvalidArgument, "closeRecv: not a receive comm");
+  r->kind = CommKind::kDead;
+  dp::unregister_recv(*r);  // no other thread's publisher reaches it from here on
+  dp::log_stats("receive", r->c);
+  int live = 0;
+  for (int i = 0; i < wire::kFifoSlots; ++i)
+    live += r->pool[i].magic == Request::kMagic && r->pool[i].in_use;
+  if (live > 0) r->c.pending_work = std::to_string(live) + " irecv(s) not tested done";
+  const bool counted = !r->c.retired;
+  delete r;
+  if (Engine* e = engine(); e != nullptr && counted) e->open_comms.fetch_sub(1);
+  return Status::ok();
+}
+
+}  // namespace sluice

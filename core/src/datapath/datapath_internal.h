@@ -1,0 +1,52 @@
+// Shared by the data path's files: datapath.cc (test, iflush, close, statistics), send.cc (isend
+// and the send completions) and recv.cc (irecv, clear-to-send publication, receive completions).
+#pragma once
+
+#include <cstdint>
+
+#include "comm/comm.h"
+
+namespace sluice::dp {
+
+// wr_id encodings. A send's closing WR carries its group leader's pool index (< 256).
+inline constexpr uint64_t kWrUnsignaled = 1ull
+                                          << 63;  // data WRITE: only seen when flushed in error
+inline constexpr uint64_t kWrCts = 1ull << 62;    // signaled CTS write: | qp << 32 | writes covered
+inline constexpr uint64_t kWrReject = 1ull << 61;  // oversize notice: one WR on its QP
+static_assert((kWrDrainMarker & (kWrUnsignaled | kWrCts | kWrReject)) == 0 &&
+                  kWrDrainMarker > SendComm::kPool,
+              "close's drain marker (comm.h) is told apart from every data-path wr_id");
+inline constexpr size_t kMaxMessage = wire::kMaxMessageBytes;
+static_assert(kMaxMessage < wire::kImmRecord, "a single-receive size must fit the immediate");
+inline constexpr int kPollBatch = 16;
+
+Status fail(Conn& c, Status st);
+// A fatal device, an async-event failure, or (rate limited, liveness.h) a peer that is gone.
+// new_work: isend/irecv (fail once the peer is gone); false: test of a pending request.
+Status check_device(Conn& c, bool new_work = true);
+// The progress watchdog (progress.h), when a liveness poll made it due: polls the comm's CQ, then
+// fails the comm when a QP's watched work has had no completion for longer than the bound. For a
+// receive comm the caller holds its mu.
+Status check_progress(Conn& c);
+int qp_index(const Conn& c, uint32_t qpn);
+Status completion_error(Conn& c, const ibv_wc& wc, const char* side);
+bool valid_mh(const Conn& c, const MemHandle* mh);
+Status bad_buffer(const Conn& c, const char* call, const void* data, size_t size,
+                  const MemHandle* mh);
+// A pure check's error, placed: "<message> on <qp description>".
+Status on_qp(const Conn& c, int q, const Status& st);
+
+Status poll_send(SendComm& s);
+Status poll_recv(RecvComm& r);  // caller holds r.mu
+// The watchdog's probe behind QP q's unsignaled CTS writes (progress.h); caller holds r.mu.
+Status post_cts_probe(RecvComm& r, int q);
+
+// Clear-to-send publication (recv.cc). publish(): posts r's staged receives (receive WRs, then the
+// CTS WRITEs); caller holds r.mu. publish_all(): publishes every comm's staged receives that
+// another thread is not driving right now; costs one atomic load when nothing is staged anywhere.
+// The caller must not hold any RecvComm::mu.
+Status publish(RecvComm& r);
+void publish_all(const RecvComm* skip = nullptr);
+void unregister_recv(RecvComm& r);  // at close, before the comm is freed
+
+}  // namespace sluice::dp

@@ -1,0 +1,317 @@
+// The receive side: irecv stages a receive's clear-to-send (CTS) entries; receives posted back to
+// back are published together, with one chained ibv_post_recv per QP and one RDMA WRITE covering
+// their contiguous FIFO slots (two at the FIFO's wrap). poll_recv harvests the immediates and
+// checks completion records (cts_match.cc).
+//
+// When staged entries are published (no entry may wait across a call that could wait for it):
+//  * at kCtsCoalesceSlots staged receives;
+//  * at the next test of any request, isend of any comm (after that send's own data), or irecv of
+//    any other comm, in any thread of the process (publish_all).
+// publish_all finds staged comms through a registry: one mutex, a vector of the receive comms that
+// ever posted, and an atomic count of comms with staged entries, so the common path (nothing
+// staged) costs one atomic load. It only try_locks (the registry, then each comm's mu): a comm
+// whose driver is inside a call right now, or a registry another thread is walking, is left to
+// that thread, and the caller's next call tries again. Nothing ever blocks on a comm's mu except
+// its own driver against a publisher that holds it for a few posts.
+#include <arpa/inet.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+#include <mutex>
+#include <new>
+#include <vector>
+
+#include "datapath/datapath_internal.h"
+
+namespace sluice {
+namespace dp {
+namespace {
+
+struct Registry {
+  std::mutex mu;
+  std::vector<RecvComm*> comms;  // guarded by mu
+  std::atomic<int> staged{0};    // comms with has_pending set
+};
+
+Registry& registry() {
+  static Registry r;
+  return r;
+}
+
+void set_pending(RecvComm& r, bool pending) {
+  if (r.has_pending.load(std::memory_order_relaxed) == pending) return;
+  r.has_pending.store(pending, std::memory_order_relaxed);
+  registry().staged.fetch_add(pending ? 1 : -1, std::memory_order_release);
+}
+
+// Receive WRs for receives [rq_posted, seq): one chained ibv_post_recv per QP that gets any.
+Status post_receive_wrs(RecvComm& r) {
+  const uint64_t from = r.rq_posted, to = r.seq;
+  if (from == to) return Status::ok();
+  const int nlanes = cts::lanes(r.c.split, r.c.nqps);
+  for (int q = 0; q < r.c.nqps; ++q) {
+    ibv_recv_wr wrs[wire::kFifoSlots];
+    int nw = 0;
+    for (uint64_t k = from; k < to; ++k) {
+      bool on_q = false;
+      for (int lane = 0; lane < nlanes && !on_q; ++lane)
+        on_q = cts::qp_of_lane(r.c.split, r.c.nqps, k, lane) == q;
+      if (!on_q) continue;
+      wrs[nw] = ibv_recv_wr{};
+      wrs[nw].wr_id = k % wire::kFifoSlots;
+      if (nw > 0) wrs[nw - 1].next = &wrs[nw];
+      ++nw;
+    }
+    if (nw == 0) continue;
+    ibv_recv_wr* bad = nullptr;
+    if (int rc = ibv_post_recv(r.c.qps[q].get(), wrs, &bad); rc != 0) {
+      // Nothing of this publication is on the wire yet, but the receive WRs before `bad` are:
+      // the comm cannot recover its accounting, so it fails.
+      return fail(r.c, Status(Code::kSystemError, "ibv_post_recv on " + r.c.describe_qp(q) +
+                                                      " failed: " + std::strerror(rc)));
+    }
+    r.c.rq_outstanding[q] += static_cast<uint32_t>(nw);
+    r.c.stats.wrs.add(static_cast<uint64_t>(nw));
+    r.c.stats.doorbells.add(1);
+  }
+  r.rq_posted = to;
+  return Status::ok();
+}
+
+// One RDMA WRITE of the CTS entries of receives [from, to), whose FIFO slots are contiguous (no
+// wrap): from slot from % kFifoSlots up to the last entry of the last receive.
+Status write_cts(RecvComm& r, uint64_t from, uint64_t to) {
+  const uint32_t first = static_cast<uint32_t>(from % wire::kFifoSlots);
+  const uint32_t last = static_cast<uint32_t>((to - 1) % wire::kFifoSlots);
+  const uint32_t last_n = r.pool[last].n;
+  const uint32_t bytes = static_cast<uint32_t>(((last - first) * wire::kEntriesPerSlot + last_n) *
+                                               sizeof(wire::CtsEntry));
+  wire::CtsEntry* e = &r.stage[first * wire::kEntriesPerSlot];
+  const int q = static_cast<int>(from % static_cast<uint64_t>(r.c.nqps));  // spreads CTS traffic
+  ibv_sge sge{reinterpret_cast<uintptr_t>(e), bytes, r.mem_mr->lkey};
+  ibv_send_wr w{};
+  w.wr_id = kWrUnsignaled;
+  w.sg_list = &sge;
+  w.num_sge = 1;
+  w.opcode = IBV_WR_RDMA_WRITE;
+  w.wr.rdma.remote_addr =
+      r.remote_fifo + static_cast<uint64_t>(first) * wire::kEntriesPerSlot * sizeof(wire::CtsEntry);
+  w.wr.rdma.rkey = r.remote_fifo_rkey;
+  if (bytes <= r.c.max_inline) w.send_flags |= IBV_SEND_INLINE;
+  const bool signal = r.cts_unsignaled[q] + 1 >= kCtsSignalEvery;
+  if (signal) {
+    w.send_flags |= IBV_SEND_SIGNALED;
+    w.wr_id = kWrCts | (static_cast<uint64_t>(q) << 32) | (r.cts_unsignaled[q] + 1);
+  }
+  ibv_send_wr* bad = nullptr;
+  if (int rc = ibv_post_send(r.c.qps[q].get(), &w, &bad); rc != 0) {
+    return fail(
+        r.c, Status(Code::kSystemError, "ibv_post_send (clear-to-send) on " + r.c.describe_qp(q) +
+                                            " failed: " + std::strerror(rc)));
+  }
+  r.cts_unsignaled[q] = signal ? 0 : r.cts_unsignaled[q] + 1;
+  r.cts_tail_from[q] = from;
+  ++r.cts_outstanding[q];
+  r.c.stats.wrs.add(1);
+  r.c.stats.doorbells.add(1);
+  r.c.stats.cts_writes.add(1);
+  r.c.stats.cts_entries.add(to - from);
+  r.published = to;
+  return Status::ok();
+}
+
+// Room for one more CTS write on the QP that would carry receive `from`'s publication.
+Status cts_room(RecvComm& r, uint64_t from, bool* fits) {
+  const int q = static_cast<int>(from % static_cast<uint64_t>(r.c.nqps));
+  *fits = r.cts_outstanding[q] < kCtsBudget;
+  if (*fits) return Status::ok();
+  SLUICE_RETURN_IF_ERROR(poll_recv(r));
+  *fits = r.cts_outstanding[q] < kCtsBudget;
+  return Status::ok();
+}
+
+}  // namespace
+
+Status post_cts_probe(RecvComm& r, int q) {
+  // Zero bytes at the peer's FIFO (its address and rkey, valid whatever the provider checks):
+  // nothing is written, but the WR completes only after every earlier WR of the QP did.
+  ibv_send_wr w{};
+  w.wr_id = kWrCts | (static_cast<uint64_t>(q) << 32) | (r.cts_unsignaled[q] + 1);
+  w.opcode = IBV_WR_RDMA_WRITE;
+  w.send_flags = IBV_SEND_SIGNALED;
+  w.wr.rdma.remote_addr = r.remote_fifo;
+  w.wr.rdma.rkey = r.remote_fifo_rkey;
+  ibv_send_wr* bad = nullptr;
+  if (int rc = ibv_post_send(r.c.qps[q].get(), &w, &bad); rc != 0) {
+    return fail(
+        r.c, Status(Code::kSystemError, "ibv_post_send (clear-to-send probe) on " +
+                                            r.c.describe_qp(q) + " failed: " + std::strerror(rc)));
+  }
+  r.cts_unsignaled[q] = 0;
+  ++r.cts_outstanding[q];
+  r.cts_probing[q] = true;
+  r.c.stats.wrs.add(1);
+  r.c.stats.doorbells.add(1);
+  r.c.stats.cts_probes.add(1);
+  return Status::ok();
+}
+
+namespace {
+
+Status publish_staged(RecvComm& r) {
+  SLUICE_RETURN_IF_ERROR(r.c.failure);
+  SLUICE_RETURN_IF_ERROR(post_receive_wrs(r));
+  while (r.published < r.seq) {
+    const uint64_t from = r.published;
+    // Up to the FIFO's wrap: slots must be contiguous in the peer's FIFO.
+    const uint64_t wrap = (from / wire::kFifoSlots + 1) * wire::kFifoSlots;
+    const uint64_t to = std::min<uint64_t>(r.seq, wrap);
+    bool fits = false;
+    SLUICE_RETURN_IF_ERROR(cts_room(r, from, &fits));
+    if (!fits) break;  // stays staged: the next call of any comm tries again
+    SLUICE_RETURN_IF_ERROR(write_cts(r, from, to));
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Status publish(RecvComm& r) {
+  if (r.published == r.seq) return r.c.failure;
+  Status st = publish_staged(r);
+  // A failed comm has nothing left to publish: every later call reports its failure.
+  set_pending(r, st.is_ok() && r.published < r.seq);
+  return st;
+}
+
+void publish_all(const RecvComm* skip) {
+  Registry& g = registry();
+  if (g.staged.load(std::memory_order_acquire) == 0) return;
+  std::unique_lock<std::mutex> lk(g.mu, std::try_to_lock);
+  if (!lk.owns_lock()) return;  // another thread is publishing
+  for (RecvComm* r : g.comms) {
+    if (r == skip || !r->has_pending.load(std::memory_order_relaxed)) continue;
+    std::unique_lock<std::mutex> cl(r->mu, std::try_to_lock);
+    if (!cl.owns_lock()) continue;  // its driver is inside a call on it and publishes itself
+    (void)publish(*r);              // a failure stays in r's Conn: its own next call reports it
+  }
+}
+
+void unregister_recv(RecvComm& r) {
+  Registry& g = registry();
+  std::lock_guard<std::mutex> lk(g.mu);
+  std::lock_guard<std::mutex> cl(r.mu);
+  set_pending(r, false);
+  if (r.registered) std::erase(g.comms, &r);
+  r.registered = false;
+}
+
+Status poll_recv(RecvComm& r) {
+  ibv_wc wc[kPollBatch];
+  int n = ibv_poll_cq(r.c.cq.get(), kPollBatch, wc);
+  if (n < 0)
+    return fail(r.c, Status(Code::kSystemError, "ibv_poll_cq failed on " + r.c.describe_qp(0)));
+  for (int k = 0; k < n; ++k) {  // every receive WR polled, whatever its status (close's drain)
+    const int q = wc[k].wr_id < wire::kFifoSlots ? qp_index(r.c, wc[k].qp_num) : -1;
+    if (q >= 0 && r.c.rq_outstanding[q] > 0) --r.c.rq_outstanding[q];
+  }
+  for (int k = 0; k < n; ++k) {
+    const ibv_wc& w = wc[k];
+    if (w.status != IBV_WC_SUCCESS) return fail(r.c, completion_error(r.c, w, "receive"));
+    // A wr_id none of ours could carry is never used as an index (a Sluice bug, or a WR someone
+    // else posted on our QP): the comm fails naming it.
+    const uint32_t cts_q = static_cast<uint32_t>(w.wr_id >> 32) & 0xffu;
+    if ((w.wr_id & kWrCts) ? cts_q >= static_cast<uint32_t>(r.c.nqps)
+                           : w.wr_id >= static_cast<uint64_t>(wire::kFifoSlots))
+      return fail(r.c, Status(Code::kInternalError, "completion with unknown wr_id " +
+                                                        std::to_string(w.wr_id) + " on " +
+                                                        r.c.describe_qp(0)));
+    if (w.wr_id & kWrCts) {
+      r.cts_outstanding[cts_q] -= static_cast<uint32_t>(w.wr_id & 0xffffffffu);
+      r.c.progress.since_ns[cts_q] = 0;  // progress on that QP (progress.h)
+      r.cts_probing[cts_q] = false;      // the first signaled completion after a probe is its own
+      continue;
+    }
+    RecvReq& req = r.pool[w.wr_id];
+    const int q = qp_index(r.c, w.qp_num);
+    if (Status st =
+            cts::check_imm(ntohl(w.imm_data), req.posted[0], &req.has_record, &req.received[0]);
+        !st.is_ok()) {
+      return fail(r.c, on_qp(r.c, q, st));
+    }
+    if (--req.pending > 0) continue;
+    if (req.has_record) {
+      Status st = cts::check_record(r.records[req.seq % wire::kFifoSlots], req.seq, req.n,
+                                    req.posted, req.tags, req.received);
+      if (!st.is_ok()) return fail(r.c, on_qp(r.c, q, st));
+    }
+    req.done = true;
+    ++r.completed;
+    r.completed_hi = std::max(r.completed_hi, req.seq + 1);
+    r.c.stats.messages.add(1);
+  }
+  return Status::ok();
+}
+
+}  // namespace dp
+
+Status irecv(RecvComm* r, int n, void* const* data, const size_t* sizes, const int* tags,
+             MemHandle* const* mhs, Request** out) {
+  *out = nullptr;
+  if (r == nullptr || r->kind != CommKind::kRecv)
+    return Status(Code::kInvalidArgument, "irecv: not a receive comm");
+  if (n < 1 || n > wire::kEntriesPerSlot) {
+    return Status(Code::kInvalidArgument, "irecv: n = " + std::to_string(n) + " outside 1.." +
+                                              std::to_string(wire::kEntriesPerSlot));
+  }
+  dp::publish_all(r);  // other comms' staged receives (r's own stay staged: they coalesce)
+  if (!r->registered) {
+    std::lock_guard<std::mutex> lk(dp::registry().mu);
+    dp::registry().comms.push_back(r);
+    r->registered = true;
+  }
+  std::lock_guard<std::mutex> lk(r->mu);
+  SLUICE_RETURN_IF_ERROR(dp::check_device(r->c));
+  for (int i = 0; i < n; ++i) {
+    if (sizes[i] > 0 && (!dp::valid_mh(r->c, mhs[i]) || !mhs[i]->contains(data[i], sizes[i])))
+      return dp::bad_buffer(r->c, "irecv", data[i], sizes[i], mhs[i]);
+  }
+  const uint64_t seq = r->seq;
+  const uint32_t slot = static_cast<uint32_t>(seq % wire::kFifoSlots);
+  RecvReq& req = r->pool[slot];
+  if (req.magic != Request::kMagic) {  // first use of this pool entry
+    new (&req) RecvReq();
+    req.comm = r;
+  }
+  if (req.in_use) {  // 32 receives in flight; make sure the peer can complete them
+    SLUICE_RETURN_IF_ERROR(dp::publish(*r));
+    return Status::again();
+  }
+  req.in_use = true;
+  req.done = false;
+  req.has_record = false;
+  req.n = static_cast<uint8_t>(n);
+  req.pending = static_cast<uint8_t>(cts::lanes(r->c.split, r->c.nqps));
+  req.seq = seq;
+  wire::CtsEntry* e = &r->stage[slot * wire::kEntriesPerSlot];
+  for (int i = 0; i < n; ++i) {
+    req.posted[i] = sizes[i];
+    req.received[i] = 0;
+    req.tags[i] = tags[i];
+    e[i].addr = reinterpret_cast<uintptr_t>(data[i]);
+    e[i].size = static_cast<uint32_t>(std::min<size_t>(sizes[i], UINT32_MAX));
+    e[i].rkey = sizes[i] > 0 ? mhs[i]->rkey : 0;
+    e[i].tag = tags[i];
+    e[i].nreqs = static_cast<uint8_t>(n);
+    e[i].index = static_cast<uint8_t>(i);
+    e[i].seq = seq + 1;
+  }
+  ++r->seq;
+  *out = &req;
+  if (r->seq - r->published >= kCtsCoalesceSlots) return dp::publish(*r);
+  dp::set_pending(*r, true);
+  return Status::ok();
+}
+
+}  // namespace sluice

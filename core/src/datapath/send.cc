@@ -1,0 +1,283 @@
+// The send side: isend snapshots the clear-to-send slot at the FIFO's head once, matches sends
+// against that copy (cts_match.cc), and posts a whole group at once: per lane one linked list of
+// RDMA WRITEs closed by a signaled WRITE_WITH_IMM whose immediate completes the receive. With
+// NCCL_IB_SPLIT_DATA_ON_QPS=0 (default) a group travels whole on QP seq % nqps; with 1 every
+// message is cut over all QPs. No allocation, lock or log here (errors build a message once, when
+// the comm fails).
+#include <arpa/inet.h>
+
+#include <algorithm>
+#include <bit>
+#include <climits>
+#include <cstring>
+#include <new>
+
+#include "datapath/datapath_internal.h"
+
+namespace sluice {
+namespace dp {
+namespace {
+
+Status post_chain(SendComm& s, int q, ibv_send_wr* wrs, int nw) {
+  for (int k = 0; k < nw; ++k) wrs[k].next = k + 1 < nw ? &wrs[k + 1] : nullptr;
+  ibv_send_wr* bad = nullptr;
+  int rc = ibv_post_send(s.c.qps[q].get(), wrs, &bad);
+  if (rc != 0) {
+    return Status(Code::kSystemError,
+                  "ibv_post_send on " + s.c.describe_qp(q) + " failed: " + std::strerror(rc) +
+                      " (errno " + std::to_string(rc) + ") at WR " +
+                      std::to_string(bad ? bad - wrs : -1) + " of " + std::to_string(nw) +
+                      "; likely: send queue full or QP in error");
+  }
+  s.sq_used[q] += static_cast<uint32_t>(nw);
+  s.c.stats.wrs.add(static_cast<uint64_t>(nw));
+  s.c.stats.doorbells.add(1);
+  return Status::ok();
+}
+
+// Posts the whole group of the slot at s.head: every lane gets its chunk of every message, then
+// the closing WRITE_WITH_IMM (carrying the completion record on lane 0 for grouped receives).
+Status post_group(SendComm& s) {
+  const wire::CtsEntry* e = s.snap.e;
+  const int nreqs = s.snap.nreqs;
+  const uint32_t slot = static_cast<uint32_t>(s.head % wire::kFifoSlots);
+  const int nlanes = cts::lanes(s.c.split, s.c.nqps);
+  SendReq* leader = s.slot_reqs[0];
+  leader->pending = static_cast<uint8_t>(nlanes);
+  leader->group_n = static_cast<uint8_t>(nreqs);
+  for (int i = 0; i < nreqs; ++i) leader->group[i] = s.slot_reqs[i]->index;
+  if (nreqs > 1) {
+    wire::DoneRecord& r = s.records[slot];
+    for (int i = 0; i < wire::kEntriesPerSlot; ++i)
+      r.sizes[i] = i < nreqs ? static_cast<uint32_t>(s.slot_reqs[i]->size) : 0;
+    r.status = wire::kRecordOk;
+    r.bad_index = 0;
+    r.seq = s.head + 1;
+  }
+  for (int lane = 0; lane < nlanes; ++lane) {
+    const int q = cts::qp_of_lane(s.c.split, s.c.nqps, s.head, lane);
+    ibv_send_wr wrs[wire::kEntriesPerSlot + 1];
+    ibv_sge sges[wire::kEntriesPerSlot + 1];
+    std::memset(wrs, 0, sizeof wrs);
+    int nw = 0;
+    for (int i = 0; i < nreqs; ++i) {
+      const SendReq* r = s.slot_reqs[i];
+      const size_t chunk = cts::chunk_of(r->size, nlanes);
+      size_t off = static_cast<size_t>(lane) * chunk;
+      if (off >= r->size) continue;
+      size_t len = std::min(chunk, r->size - off);
+      sges[nw] = {reinterpret_cast<uintptr_t>(r->data + off), static_cast<uint32_t>(len), r->lkey};
+      ibv_send_wr& w = wrs[nw];
+      w.wr_id = kWrUnsignaled;
+      w.sg_list = &sges[nw];
+      w.num_sge = 1;
+      w.opcode = IBV_WR_RDMA_WRITE;
+      w.wr.rdma.remote_addr = e[i].addr + off;
+      w.wr.rdma.rkey = e[i].rkey;
+      ++nw;
+    }
+    ibv_send_wr* close;
+    bool ar_imm = false;  // adaptive routing: this lane's data WRITE is closed by its own WR
+    if (nreqs == 1) {
+      const uint32_t imm = static_cast<uint32_t>(s.slot_reqs[0]->size);
+      ar_imm = nw > 0 && s.slot_reqs[0]->size > s.ar_threshold;
+      if (nw > 0 && !ar_imm) {
+        close = &wrs[nw - 1];  // the last data WRITE itself carries the immediate
+      } else {  // no data on this lane, or above NCCL_IB_AR_THRESHOLD: a zero-length one
+        close = &wrs[nw++];
+        close->wr.rdma.remote_addr = e[0].addr;
+        close->wr.rdma.rkey = e[0].rkey;
+      }
+      close->imm_data = htonl(imm);
+    } else {
+      close = &wrs[nw];
+      sges[nw] = {reinterpret_cast<uintptr_t>(&s.records[slot]), sizeof(wire::DoneRecord),
+                  s.mem_mr->lkey};
+      close->sg_list = &sges[nw];
+      close->num_sge = lane == 0 ? 1 : 0;  // the record travels once; other lanes only signal
+      close->wr.rdma.remote_addr = s.remote_records + slot * sizeof(wire::DoneRecord);
+      close->wr.rdma.rkey = s.remote_records_rkey;
+      close->imm_data = htonl(wire::kImmRecord | slot);
+      ++nw;
+    }
+    close->opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+    close->send_flags = IBV_SEND_SIGNALED;
+    close->wr_id = leader->index;
+    if (Status st = post_chain(s, q, wrs, nw); !st.is_ok()) return fail(s.c, st);
+    if (ar_imm) s.c.stats.ar_imm_writes.add(1);
+  }
+  for (int i = 0; i < nreqs; ++i) s.slot_reqs[i]->posted = true;
+  ++s.head;
+  s.matched = 0;
+  s.snap.seq = 0;
+  std::memset(s.slot_reqs, 0, sizeof s.slot_reqs);
+  return Status::ok();
+}
+
+// Room for `need[lane]` more WRs on every lane's QP, polling completions once if needed.
+Status room_for(SendComm& s, const uint32_t* need, bool* fits) {
+  const int nlanes = cts::lanes(s.c.split, s.c.nqps);
+  for (int pass = 0; pass < 2; ++pass) {
+    *fits = true;
+    for (int lane = 0; lane < nlanes && *fits; ++lane) {
+      const int q = cts::qp_of_lane(s.c.split, s.c.nqps, s.head, lane);
+      *fits = s.sq_used[q] + need[lane] <= kSendSqDepth;
+    }
+    if (*fits || pass == 1) return Status::ok();
+    SLUICE_RETURN_IF_ERROR(poll_send(s));
+  }
+  return Status::ok();
+}
+
+// A send the receiver cannot take: larger than the posted receive buffer (kRecordTooLarge) or than
+// maxP2pBytes (kRecordOverLimit). Write nothing into the receiver's buffers, tell the receiver
+// through the completion record with one WRITE_WITH_IMM per lane (inside the send-queue
+// accounting), and fail this comm with the same facts. again = no room yet to tell it.
+Status reject_send(SendComm& s, int index, size_t size, int tag, uint32_t why) {
+  const int nlanes = cts::lanes(s.c.split, s.c.nqps);
+  uint32_t need[wire::kMaxQps];
+  for (int lane = 0; lane < nlanes; ++lane) need[lane] = 1;
+  bool fits = false;
+  SLUICE_RETURN_IF_ERROR(room_for(s, need, &fits));
+  if (!fits) return Status::again();
+  const uint32_t slot = static_cast<uint32_t>(s.head % wire::kFifoSlots);
+  wire::DoneRecord& r = s.records[slot];
+  std::memset(&r, 0, sizeof r);
+  r.sizes[index] = static_cast<uint32_t>(std::min<size_t>(size, UINT32_MAX));
+  r.status = why;
+  r.bad_index = static_cast<uint32_t>(index);
+  r.seq = s.head + 1;
+  Status told = Status::ok();
+  for (int lane = 0; lane < nlanes && told.is_ok(); ++lane) {
+    const int q = cts::qp_of_lane(s.c.split, s.c.nqps, s.head, lane);
+    ibv_sge sge{reinterpret_cast<uintptr_t>(&r), sizeof r, s.mem_mr->lkey};
+    ibv_send_wr w{};
+    w.wr_id = kWrReject;
+    w.sg_list = &sge;
+    w.num_sge = lane == 0 ? 1 : 0;
+    w.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+    w.send_flags = IBV_SEND_SIGNALED;
+    w.imm_data = htonl(wire::kImmRecord | slot);
+    w.wr.rdma.remote_addr = s.remote_records + slot * sizeof(wire::DoneRecord);
+    w.wr.rdma.rkey = s.remote_records_rkey;
+    told = post_chain(s, q, &w, 1);
+  }
+  std::string m = "isend of " + std::to_string(size) + " bytes (tag " + std::to_string(tag) + ")";
+  m += why == wire::kRecordOverLimit
+           ? " exceeds maxP2pBytes = " + std::to_string(kMaxMessage) + " bytes"
+           : " is larger than the receive buffer of " + std::to_string(s.snap.e[index].size) +
+                 " bytes posted by the peer";
+  m += " on " + s.c.describe_qp(0) + "; nothing was written";
+  m += told.is_ok() ? " and the receiver is told"
+                    : "; telling the receiver failed: " + told.message();
+  return fail(s.c, Status(Code::kInvalidUsage, std::move(m)));
+}
+
+Status isend_impl(SendComm* s, void* data, size_t size, int tag, MemHandle* mh, Request** out) {
+  SLUICE_RETURN_IF_ERROR(check_device(s->c));
+  // Over maxP2pBytes: refused whole (nothing is read), so the buffer is not looked at; the receive
+  // it matches is told once its clear-to-send arrived.
+  const bool over_limit = size > kMaxMessage;
+  if (!over_limit && size > 0 && (!valid_mh(s->c, mh) || !mh->contains(data, size)))
+    return bad_buffer(s->c, "isend", data, size, mh);
+  if (s->snap.seq == 0) {  // first use of the slot at head: validate it once
+    const wire::CtsEntry* e = &s->fifo[(s->head % wire::kFifoSlots) * wire::kEntriesPerSlot];
+    Status st = cts::take_snapshot(e, s->head + 1, &s->snap);
+    if (st.is_again()) return st;
+    if (!st.is_ok()) return fail(s->c, on_qp(s->c, 0, st));
+  }
+  const int nreqs = s->snap.nreqs;
+  const cts::Match m = cts::match(s->snap, s->matched, tag, over_limit ? 0 : size);
+  if (m.kind == cts::Match::kLater) return Status::again();  // tag of a later receive
+  if (over_limit) return reject_send(*s, m.index, size, tag, wire::kRecordOverLimit);
+  if (m.kind == cts::Match::kTooLarge)
+    return reject_send(*s, m.index, size, tag, wire::kRecordTooLarge);
+  const int idx = m.index;
+  if (s->free_top == 0) return Status::again();
+  const bool completes_group = std::popcount(static_cast<unsigned>(s->matched)) + 1 == nreqs;
+  if (completes_group) {
+    // Room on every lane's send queue for the whole group, or try again after completions.
+    size_t sizes[wire::kEntriesPerSlot];
+    for (int i = 0; i < nreqs; ++i) sizes[i] = i == idx ? size : s->slot_reqs[i]->size;
+    const int nlanes = cts::lanes(s->c.split, s->c.nqps);
+    uint32_t need[wire::kMaxQps];
+    for (int lane = 0; lane < nlanes; ++lane)
+      need[lane] = cts::group_wrs(sizes, nreqs, lane, nlanes, s->ar_threshold);
+    bool fits = false;
+    SLUICE_RETURN_IF_ERROR(room_for(*s, need, &fits));
+    if (!fits) return Status::again();
+  }
+  const uint16_t slot_index = s->free_list[--s->free_top];
+  SendReq* r = &s->pool[slot_index];
+  if (r->magic != Request::kMagic) {  // first use of this pool entry
+    new (r) SendReq();
+    r->index = slot_index;
+    r->comm = s;
+    r->is_send = true;
+  }
+  r->in_use = true;
+  r->done = false;
+  r->posted = false;
+  r->pending = 0;
+  r->group_n = 0;
+  r->data = static_cast<const char*>(data);
+  r->size = size;
+  r->lkey = size > 0 ? mh->lkey : 0;
+  s->slot_reqs[idx] = r;
+  s->matched |= static_cast<uint8_t>(1u << idx);
+  s->c.stats.messages.add(1);
+  if (completes_group) SLUICE_RETURN_IF_ERROR(post_group(*s));
+  *out = r;
+  return Status::ok();
+}
+
+}  // namespace
+
+Status poll_send(SendComm& s) {
+  ibv_wc wc[kPollBatch];
+  int n = ibv_poll_cq(s.c.cq.get(), kPollBatch, wc);
+  if (n < 0)
+    return fail(s.c, Status(Code::kSystemError, "ibv_poll_cq failed on " + s.c.describe_qp(0)));
+  const int nlanes = cts::lanes(s.c.split, s.c.nqps);
+  for (int k = 0; k < n; ++k) {
+    if (wc[k].status != IBV_WC_SUCCESS) return fail(s.c, completion_error(s.c, wc[k], "send"));
+    if (wc[k].wr_id & kWrUnsignaled) continue;
+    const int q = qp_index(s.c, wc[k].qp_num);
+    if (q >= 0) s.c.progress.since_ns[q] = 0;  // progress on that QP (progress.h)
+    if (wc[k].wr_id & kWrReject) {
+      if (q >= 0) s.sq_used[q] -= 1;
+      continue;
+    }
+    if (wc[k].wr_id >= static_cast<uint64_t>(SendComm::kPool))  // none of ours: never index by it
+      return fail(s.c, Status(Code::kInternalError, "completion with unknown wr_id " +
+                                                        std::to_string(wc[k].wr_id) + " on " +
+                                                        s.c.describe_qp(q < 0 ? 0 : q)));
+    SendReq* leader = &s.pool[wc[k].wr_id];
+    // This closing WR completed, so every WR of the group before it on that QP did too. In split
+    // mode the lane is the QP; otherwise the group had one lane.
+    if (q >= 0) {
+      size_t sizes[wire::kEntriesPerSlot];
+      for (int i = 0; i < leader->group_n; ++i) sizes[i] = s.pool[leader->group[i]].size;
+      s.sq_used[q] -=
+          cts::group_wrs(sizes, leader->group_n, s.c.split ? q : 0, nlanes, s.ar_threshold);
+    }
+    if (--leader->pending == 0) {
+      for (int i = 0; i < leader->group_n; ++i) s.pool[leader->group[i]].done = true;
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace dp
+
+Status isend(SendComm* s, void* data, size_t size, int tag, MemHandle* mh, Request** out) {
+  *out = nullptr;
+  if (s == nullptr || s->kind != CommKind::kSend)
+    return Status(Code::kInvalidArgument, "isend: not a send comm");
+  Status st = dp::isend_impl(s, data, size, tag, mh, out);
+  // A receive posted before this send is published after the send's data went out.
+  dp::publish_all();
+  return st;
+}
+
+}  // namespace sluice

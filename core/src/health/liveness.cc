@@ -1,0 +1,331 @@
+// Peer liveness on the kept out-of-band socket, TCP keepalive, and asynchronous events mapped to
+// the comms they concern. See liveness.h for the rules.
+#include "health/liveness.h"
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+#include "comm/comm.h"
+#include "comm/engine.h"
+#include "sluice/core/base/log.h"
+
+namespace sluice {
+
+// ---- Pure logic ---------------------------------------------------------------------------------
+
+KeepaliveParams keepalive_params(int heartbeat_ms) {
+  KeepaliveParams k;
+  if (heartbeat_ms <= 0) return k;
+  k.enabled = true;
+  k.idle_s = std::max(1, (heartbeat_ms + 999) / 1000);
+  k.intvl_s = k.idle_s;
+  k.count = kKeepaliveProbes;
+  k.user_timeout_ms = static_cast<unsigned>(k.idle_s) * 1000u * (kKeepaliveProbes + 1);
+  // The kernel gives up at the first probe tick at least user_timeout after the last answer, and
+  // the last answer may be up to one interval before the peer went silent.
+  k.bound_ms = static_cast<long long>(k.user_timeout_ms) + k.intvl_s * 1000ll;
+  return k;
+}
+
+bool poll_due(int64_t now_ns, int64_t* next_poll_ns, int period_ms) {
+  if (now_ns < *next_poll_ns) return false;
+  *next_poll_ns = now_ns + static_cast<int64_t>(period_ms) * 1000000;
+  return true;
+}
+
+SocketSeen classify_read(long r, int err, const uint8_t* buf) {
+  if (r == 0) return SocketSeen::kEof;
+  if (r < 0) {
+    if (err == EAGAIN || err == EWOULDBLOCK || err == EINTR) return SocketSeen::kNothing;
+    return SocketSeen::kError;
+  }
+  for (long i = 0; i < r; ++i)
+    if (buf[i] != kGoodbyeByte) return SocketSeen::kGarbage;
+  return SocketSeen::kGoodbye;
+}
+
+AsyncEventInfo async_event_info(ibv_event_type t) {
+  using S = AsyncEventInfo::Scope;
+  switch (t) {
+    case IBV_EVENT_QP_FATAL:
+      return {S::kQp, "the QP entered the error state (local work queue catastrophic error)",
+              "a NIC or driver fault, or a work request the NIC could not execute"};
+    case IBV_EVENT_QP_REQ_ERR:
+      return {S::kQp, "the peer's NIC reported an invalid request on this QP",
+              "mismatched QP setup between the two sides or a remote protocol violation"};
+    case IBV_EVENT_QP_ACCESS_ERR:
+      return {S::kQp, "remote access error on this QP (bad rkey, address or permissions)",
+              "the peer deregistered or never registered the buffer it published"};
+    case IBV_EVENT_CQ_ERR:
+      return {S::kCq, "the completion queue overran or failed",
+              "more completions than the CQ holds (a Sluice bug) or a NIC fault"};
+    case IBV_EVENT_PORT_ERR:
+      return {S::kPort, "the port went down",
+              "link lost: cable pulled, switch port down, or the netdev set down (ip link)"};
+    case IBV_EVENT_DEVICE_FATAL:
+      return {S::kDevice, "the device hit a fatal error",
+              "device reset, firmware fault or removal"};
+    default:
+      return {};
+  }
+}
+
+std::string local_port_hint(const std::string& port, ibv_port_state state) {
+  if (state == IBV_PORT_ACTIVE) return {};
+  const std::string what = state == IBV_PORT_DOWN
+                               ? "is DOWN"
+                               : "is not ACTIVE (" + std::string(ibv_port_state_str(state)) + ")";
+  return "the local port " + port + " " + what +
+         ": likely cause: its link is down (cable pulled, switch port down, or its netdev set down "
+         "with `ip link`); connections over it fail until the port is ACTIVE again";
+}
+
+std::string peer_gone_reason(SocketSeen seen, int err, bool said_goodbye, const std::string& peer,
+                             int heartbeat_ms) {
+  if (said_goodbye) {
+    return "peer " + peer +
+           " closed its comm normally (goodbye on the connection socket) while this comm still "
+           "had work: its side finished or was torn down first";
+  }
+  switch (seen) {
+    case SocketSeen::kEof:
+      return "peer " + peer +
+             " closed the connection (EOF on the connection socket, no goodbye): process exited "
+             "or was killed?";
+    case SocketSeen::kGarbage:
+      return "unexpected bytes from peer " + peer +
+             " on the connection socket (not a Sluice peer, or a protocol mismatch)";
+    case SocketSeen::kError:
+      if (err == ECONNRESET || err == EPIPE) {
+        return "peer " + peer + " reset the connection (" + std::strerror(err) +
+               "): process exited or was killed?";
+      }
+      if (err == ETIMEDOUT) {
+        return "peer " + peer + " stopped answering on the connection socket (" +
+               std::strerror(err) + " after SLUICE_HEARTBEAT_MS=" + std::to_string(heartbeat_ms) +
+               " keepalive): host down, powered off, or the network between us cut?";
+      }
+      return "connection socket to peer " + peer + " failed (" + std::strerror(err) +
+             "): network or host problem?";
+    case SocketSeen::kNothing:
+    case SocketSeen::kGoodbye:
+      break;
+  }
+  return "peer " + peer + " is gone";
+}
+
+// ---- On a comm ----------------------------------------------------------------------------------
+
+namespace {
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+int heartbeat_ms() {
+  const Engine* e = engine();
+  return e ? e->config().heartbeat_ms : 0;
+}
+
+void set_keepalive(const Conn& c) {
+  const KeepaliveParams k = keepalive_params(heartbeat_ms());
+  if (!k.enabled || c.fd < 0) return;
+  const int on = 1;
+  const int opts[][3] = {{SOL_SOCKET, SO_KEEPALIVE, on},
+                         {IPPROTO_TCP, TCP_KEEPIDLE, k.idle_s},
+                         {IPPROTO_TCP, TCP_KEEPINTVL, k.intvl_s},
+                         {IPPROTO_TCP, TCP_KEEPCNT, k.count},
+                         {IPPROTO_TCP, TCP_USER_TIMEOUT, static_cast<int>(k.user_timeout_ms)}};
+  for (const auto& o : opts) {
+    if (setsockopt(c.fd, o[0], o[1], &o[2], sizeof o[2]) != 0) {
+      SLUICE_INFO(kSubNet, "%s: socket option %d/%d refused (%s): a silent peer may go unnoticed",
+                  c.describe_qp(0).c_str(), o[0], o[1], std::strerror(errno));
+    }
+  }
+}
+
+// Reads what the socket has (non-blocking) and updates c.watch. Never blocks.
+void poll_socket(Conn& c) {
+  PeerWatch& w = c.watch;
+  if (w.state == PeerWatch::kGone || c.fd < 0) return;
+  for (;;) {
+    uint8_t buf[16];
+    ssize_t r = ::recv(c.fd, buf, sizeof buf, MSG_DONTWAIT);
+    int err = r < 0 ? errno : 0;
+    SocketSeen seen = classify_read(r, err, buf);
+    if (seen == SocketSeen::kNothing) {
+      if (err == EINTR) continue;
+      return;
+    }
+    if (seen == SocketSeen::kGoodbye) {
+      w.state = PeerWatch::kGoodbye;
+      w.gone = peer_gone_reason(seen, 0, true, c.peer, heartbeat_ms());
+      continue;  // EOF follows
+    }
+    const bool goodbye = w.state == PeerWatch::kGoodbye && seen == SocketSeen::kEof;
+    w.state = PeerWatch::kGone;
+    w.gone = peer_gone_reason(seen, err, goodbye, c.peer, heartbeat_ms());
+    return;
+  }
+}
+
+Status gone_status(Conn& c) {
+  return Status(
+      Code::kRemoteError,
+      c.watch.gone + "; comm " + c.describe_qp(0) +
+          (c.nqps > 1 ? " (+" + std::to_string(c.nqps - 1) + " more QPs)" : std::string()));
+}
+
+Status fail_with(Conn& c, Status st) {
+  if (!c.failed()) c.failure = std::move(st);
+  return c.failure;
+}
+
+}  // namespace
+
+void liveness_start(Conn& c) {
+  set_keepalive(c);
+  Adapter* a = c.dev ? c.dev->adapter : nullptr;
+  if (a != nullptr) {
+    std::lock_guard<std::mutex> lk(a->comms_mu);
+    a->comms.push_back(&c);
+    c.watch.registered = true;
+  }
+  const Engine* e = engine();
+  if (e != nullptr) c.watch.next_poll_ns = now_ns() + e->config().liveness_poll_ms * 1000000ll;
+  c.watch.started = true;
+}
+
+void liveness_stop(Conn& c) {
+  if (c.watch.registered) {
+    Adapter* a = c.dev->adapter;
+    std::lock_guard<std::mutex> lk(a->comms_mu);
+    a->comms.erase(std::remove(a->comms.begin(), a->comms.end(), &c), a->comms.end());
+    c.watch.registered = false;
+  }
+  if (c.watch.started && c.fd >= 0 && c.watch.state == PeerWatch::kAlive) {
+    // Best effort, never blocks: a full socket buffer or a dead peer just loses the goodbye.
+    (void)::send(c.fd, &kGoodbyeByte, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+  }
+  if (c.watch.started && c.fd >= 0) {
+    // Read what the peer sent (its goodbye, when both close at once): closing a socket with unread
+    // bytes resets the connection, which the peer would read as a crash.
+    uint8_t buf[16];
+    while (::recv(c.fd, buf, sizeof buf, MSG_DONTWAIT) > 0) {
+    }
+  }
+}
+
+Status liveness_check(Conn& c, bool new_work) {
+  if (c.failed()) return c.failure;
+  if (c.watch.async_failed.load(std::memory_order_acquire))
+    return fail_with(c, Status(Code::kRemoteError, c.watch.async_reason));
+  if (!c.watch.started) return Status::ok();
+  const Engine* e = engine();
+  const int period = e ? e->config().liveness_poll_ms : 1000;
+  const int64_t now = now_ns();
+  if (poll_due(now, &c.watch.next_poll_ns, period)) {
+    poll_socket(c);
+    c.progress.due = true;  // the data path's progress watchdog (progress.h) runs at this cadence
+    c.progress.now_ns = now;
+  }
+  if (new_work && c.watch.state != PeerWatch::kAlive) return fail_with(c, gone_status(c));
+  return Status::ok();
+}
+
+Status liveness_verdict(Conn& c) {
+  if (c.watch.state == PeerWatch::kAlive) return Status::ok();
+  return fail_with(c, gone_status(c));
+}
+
+// ---- Asynchronous events ------------------------------------------------------------------------
+
+void liveness_async_event(Adapter& a, const ibv_async_event& ev) {
+  const AsyncEventInfo info = async_event_info(ev.event_type);
+  const char* what = ibv_event_type_str(ev.event_type);
+  std::string subject;
+  switch (info.scope) {
+    case AsyncEventInfo::kQp:
+      subject = "qpn " + std::to_string(ev.element.qp ? ev.element.qp->qp_num : 0);
+      break;
+    case AsyncEventInfo::kCq:
+      subject = "a completion queue";
+      break;
+    case AsyncEventInfo::kPort:
+      subject = "port " + std::to_string(ev.element.port_num);
+      break;
+    case AsyncEventInfo::kDevice:
+      subject = "the device";
+      break;
+    case AsyncEventInfo::kNone:
+      if (ev.event_type == IBV_EVENT_PORT_ACTIVE) {
+        SLUICE_INFO(kSubNet, "%s: port %d is up (%s); new comms can be opened on it",
+                    a.name.c_str(), ev.element.port_num, what);
+      } else {
+        SLUICE_INFO(kSubNet, "%s: async event %s", a.name.c_str(), what);
+      }
+      return;
+  }
+  const std::string reason = a.name + ": async event " + what + " on " + subject + ": " +
+                             info.meaning + "; likely cause: " + info.cause;
+  std::vector<std::string> hit;
+  size_t total = 0;
+  size_t already = 0;  // comms this event matches that an earlier event already failed
+  {
+    std::lock_guard<std::mutex> lk(a.comms_mu);
+    for (Conn* c : a.comms) {
+      bool match = false;
+      switch (info.scope) {
+        case AsyncEventInfo::kQp:
+          for (int q = 0; q < c->nqps; ++q) match = match || c->qps[q].get() == ev.element.qp;
+          break;
+        case AsyncEventInfo::kCq:
+          match = c->cq.get() == ev.element.cq;
+          break;
+        case AsyncEventInfo::kPort:
+          match = c->dev->port == ev.element.port_num;
+          break;
+        case AsyncEventInfo::kDevice:
+          match = true;
+          break;
+        case AsyncEventInfo::kNone:
+          break;
+      }
+      if (!match) continue;
+      if (c->watch.async_failed.load(std::memory_order_relaxed)) {
+        ++already;
+        continue;
+      }
+      c->watch.async_reason = reason + "; comm " + c->describe_qp(0);
+      c->watch.async_failed.store(true, std::memory_order_release);
+      if (hit.size() < 4) hit.push_back(c->describe_qp(0));
+      ++total;
+    }
+  }
+  if (total == 0 && already > 0) {  // logged once: the comms it hits already failed (and WARNed)
+    SLUICE_INFO(kSubNet, "%s; the %zu comm(s) it affects already failed", reason.c_str(), already);
+    return;
+  }
+  if (total == 0 &&
+      (info.scope == AsyncEventInfo::kQp || info.scope == AsyncEventInfo::kCq)) {  // a comm closing
+    SLUICE_INFO(kSubNet, "%s; no open comm uses it (its comm is being closed)", reason.c_str());
+    return;
+  }
+  std::string list;
+  for (const auto& h : hit) list += (list.empty() ? "" : "; ") + h;
+  if (total > hit.size()) list += "; and " + std::to_string(total - hit.size()) + " more";
+  SLUICE_WARN("%s; failing %zu comm(s)%s%s", reason.c_str(), total, total ? ": " : "",
+              list.c_str());
+}
+
+}  // namespace sluice

@@ -1,0 +1,107 @@
+// Liveness of a comm's peer and the device's asynchronous events (liveness.cc).
+//
+// Every send/receive comm keeps the out-of-band TCP socket of its handshake (Conn::fd). Nothing is
+// sent on it after the handshake except one goodbye byte when a comm is closed normally, so what
+// the socket shows tells how the peer went:
+//  * goodbye byte, then EOF: the peer closed its comm (normal close);
+//  * EOF without goodbye, or ECONNRESET: the peer's process exited or was killed;
+//  * ETIMEDOUT: TCP keepalive (SLUICE_HEARTBEAT_MS) or TCP_USER_TIMEOUT gave up: host down, power
+//    off or network cut.
+// The data path looks at the socket at most every SLUICE_LIVENESS_POLL_MS (one non-blocking recv;
+// a steady_clock read per call otherwise). A peer that is gone fails new work (isend/irecv) at once
+// and an outstanding request once a poll of the CQ did not complete it, so a normal close of both
+// sides after all work completed raises no error anywhere.
+//
+// Asynchronous events (QP fatal/access/request errors, CQ errors, port errors) fail the comms they
+// concern: each adapter keeps a registry of its comms (Adapter::comms, guarded by comms_mu).
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "sluice/core/base/status.h"
+
+namespace sluice {
+
+struct Adapter;
+struct Conn;
+
+// Per-comm liveness state (a member of Conn). Driven by the comm's one driving thread (for a
+// receive comm, under RecvComm::mu), except `async_*`, which the async-event thread sets.
+struct PeerWatch {
+  enum State : uint8_t { kAlive = 0, kGoodbye = 1, kGone = 2 };
+  int64_t next_poll_ns = 0;  // steady_clock time of the next socket poll
+  State state = kAlive;
+  bool started = false;     // liveness_start ran: in the adapter's registry, keepalive set
+  bool registered = false;  // in Adapter::comms
+  std::string gone;         // what was seen, once state != kAlive
+  // Set once by the async-event thread (reason first, then the flag with release order).
+  std::atomic<bool> async_failed{false};
+  std::string async_reason;
+};
+
+// ---- Pure logic (unit-tested without verbs) ----------------------------------------------------
+
+inline constexpr uint8_t kGoodbyeByte = 0xb7;  // differs from connect.cc's ready byte (0x5a)
+inline constexpr int kKeepaliveProbes = 3;
+
+// TCP keepalive settings for SLUICE_HEARTBEAT_MS (0 = off). Keepalive counts whole seconds, so the
+// heartbeat rounds up to seconds; TCP_USER_TIMEOUT (which also decides when keepalive gives up)
+// is (probes + 1) heartbeats. A silent peer is noticed within bound_ms = (probes + 2) heartbeats
+// (plus one liveness poll).
+struct KeepaliveParams {
+  bool enabled = false;
+  int idle_s = 0;                // TCP_KEEPIDLE
+  int intvl_s = 0;               // TCP_KEEPINTVL
+  int count = 0;                 // TCP_KEEPCNT
+  unsigned user_timeout_ms = 0;  // TCP_USER_TIMEOUT
+  long long bound_ms = 0;
+};
+KeepaliveParams keepalive_params(int heartbeat_ms);
+
+// True when a poll is due at now_ns; then schedules the next one period_ms later.
+bool poll_due(int64_t now_ns, int64_t* next_poll_ns, int period_ms);
+
+// What one non-blocking read of the socket saw: r = recv's return, err = errno when r < 0.
+enum class SocketSeen { kNothing, kGoodbye, kEof, kError, kGarbage };
+SocketSeen classify_read(long r, int err, const uint8_t* buf);
+
+// The meaning of an asynchronous event, what it concerns and its likely cause. Unknown or benign
+// events have scope kNone and are only logged at INFO.
+struct AsyncEventInfo {
+  enum Scope { kNone, kQp, kCq, kPort, kDevice } scope = kNone;
+  const char* meaning = "";
+  const char* cause = "";
+};
+AsyncEventInfo async_event_info(ibv_event_type t);
+
+// The reason of a connection setup failure while the local port `port` (e.g. "rxe0:1") is in
+// `state`: empty when ACTIVE (the failure has another cause), else what a port that is not ACTIVE
+// means (link down) and that connections over it fail until it is up again. It explains whatever
+// failed (a route that no longer exists, a TCP connect that timed out) better than that failure.
+std::string local_port_hint(const std::string& port, ibv_port_state state);
+
+// The reason text for a peer that is gone; `seen` and `err` as from classify_read.
+std::string peer_gone_reason(SocketSeen seen, int err, bool said_goodbye, const std::string& peer,
+                             int heartbeat_ms);
+
+// ---- On a comm ---------------------------------------------------------------------------------
+
+// Once the handshake is complete (connect.cc): keepalive options on c.fd, registration for async
+// events. Best effort: a refused socket option is logged at INFO.
+void liveness_start(Conn& c);
+// At close (Conn::~Conn), before the QPs go: unregisters and, for a started comm, says goodbye.
+void liveness_stop(Conn& c);
+// At the start of isend/irecv (new_work) and of test on a pending request: an async failure fails
+// the comm; a due socket poll updates the peer's state; new work fails when the peer is gone.
+Status liveness_check(Conn& c, bool new_work);
+// In test, after polling the CQ left the request pending: fails the comm when the peer is gone.
+Status liveness_verdict(Conn& c);
+
+// The async-event thread's handler for QP, CQ and port events (engine.cc).
+void liveness_async_event(Adapter& a, const ibv_async_event& ev);
+
+}  // namespace sluice

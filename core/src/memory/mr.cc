@@ -1,0 +1,270 @@
+// regMr / deregMr over a per-adapter registration cache. Ranges are rounded out to pages. Every
+// call gets its own MemHandle; an MR (MrEntry) is shared only when the new range lies inside the
+// range of a registration that is still alive on it, and it never covers more than the request
+// that created it (no union). So a reused MR is always pinned to pages a live user still holds:
+// once the last registration over some pages is gone, new memory mapped there gets a new MR,
+// never an old one pinned to the freed pages (issue 9's stale-registration corruption).
+// The PD is per adapter, so registrations are shared by every comm of the adapter (regIsGlobal).
+// An MR only ever serves registrations of its own memory type.
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+
+#include "comm/comm.h"
+#include "sluice/core/base/log.h"
+#include "sluice/core/base/verbs_ext.h"
+
+namespace sluice {
+namespace {
+
+// A comm that finalize retired (retire_comm): every call on it fails with its reason.
+const Conn* retired_conn(void* comm) {
+  auto* b = static_cast<CommBase*>(comm);
+  const Conn* c = b == nullptr                 ? nullptr
+                  : b->kind == CommKind::kSend ? &static_cast<SendComm*>(b)->c
+                  : b->kind == CommKind::kRecv ? &static_cast<RecvComm*>(b)->c
+                                               : nullptr;
+  return c != nullptr && c->retired ? c : nullptr;
+}
+
+Device* comm_device(void* comm) {
+  auto* b = static_cast<CommBase*>(comm);
+  if (b->kind == CommKind::kSend) return static_cast<SendComm*>(b)->c.dev;
+  if (b->kind == CommKind::kRecv) return static_cast<RecvComm*>(b)->c.dev;
+  return nullptr;
+}
+
+// Least access: receive buffers are written remotely; remote read only where the loopback flush
+// READs them (GPU memory unless NCCL_GDR_FLUSH_DISABLE; host memory only with
+// NCCL_NET_FORCE_FLUSH). Relaxed ordering where NCCL_IB_PCI_RELAXED_ORDERING decided so for the
+// adapter (an optional flag: ignored where unusable).
+unsigned data_access(const Config& cfg, MemType type, bool relaxed_ordering) {
+  unsigned a = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+  const bool flushed = !cfg.gdr_flush_disable && (type == MemType::kCuda || cfg.force_flush);
+  if (flushed) a |= IBV_ACCESS_REMOTE_READ;
+  return with_relaxed_ordering(a, relaxed_ordering);
+}
+
+std::string hex(uintptr_t v) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+// ibv_reg_mr failure text; host memory gets the locked-memory hint.
+std::string reg_error(int err, bool host) {
+  std::string m = std::string(std::strerror(err)) + " (errno " + std::to_string(err) + ")";
+  if (host && (err == ENOMEM || err == EAGAIN)) {
+    m += ": cannot pin memory: the locked-memory limit is too low; run with `ulimit -l "
+         "unlimited` or, in a container, --ulimit memlock=-1";
+  } else if (!host && err == EFAULT) {
+    m += ": the kernel could not resolve the device pointer (nvidia_peermem not loaded?)";
+  }
+  return m;
+}
+
+// Registers [lo, hi) of CUDA memory: dma-buf export first where the decision allows it, then
+// peermem (ibv_reg_mr of the device pointer). The error names each path tried and why it failed.
+ibv_mr* reg_cuda(Device* d, uintptr_t lo, uintptr_t hi, unsigned access, std::string* why) {
+  const Engine* e = engine();
+  Adapter* a = d->adapter;
+  const size_t len = hi - lo;
+  std::string tried;
+  const auto reg_dmabuf = verbs::ext().reg_dmabuf_mr;  // null before rdma-core 34
+  if (d->gdr.dmabuf && e->gpu().export_dmabuf != nullptr && reg_dmabuf != nullptr) {
+    int fd = -1;
+    Status st = e->gpu().export_dmabuf(lo, len, &fd);
+    if (st.is_ok()) {
+      ibv_mr* mr = reg_dmabuf(a->pd.get(), 0, len, lo, fd, static_cast<int>(access));
+      const int err = errno;
+      close(fd);  // the MR keeps its own reference to the dma-buf
+      if (mr != nullptr) return mr;
+      tried = "dma-buf: ibv_reg_dmabuf_mr on " + a->name + " failed: " + reg_error(err, false);
+    } else {
+      tried = "dma-buf: " + st.message();
+    }
+  } else {
+    tried = "dma-buf: not used (" +
+            std::string(!d->gdr.dmabuf          ? "the GPUDirect decision says no"
+                        : reg_dmabuf == nullptr ? "no dma-buf (rdma-core too old)"
+                                                : "no export entry point") +
+            ")";
+  }
+  if (d->gdr.peermem) {
+    ibv_mr* mr = ibv_reg_mr_iova2(a->pd.get(), reinterpret_cast<void*>(lo), len, lo, access);
+    if (mr != nullptr) return mr;
+    tried += "; peermem: ibv_reg_mr on " + a->name + " failed: " + reg_error(errno, false);
+  } else {
+    tried += "; peermem: not used (nvidia_peermem not loaded)";
+  }
+  *why = tried;
+  return nullptr;
+}
+
+// A live registration of `type` whose range contains [lo, hi), or null. Caller holds mr_mu.
+MrEntry* find_live(Adapter* a, MemType type, uintptr_t lo, uintptr_t hi) {
+  for (auto& e : a->mrs) {
+    if (e->type != type || e->base > lo || e->base + e->len < hi) continue;
+    for (const auto& u : e->users)
+      if (u->base <= lo && u->base + u->len >= hi) return e.get();
+  }
+  return nullptr;
+}
+
+// A new registration of [lo, hi) on entry `e`. Caller holds mr_mu.
+MemHandle* add_user(Adapter* a, MrEntry* e, uintptr_t lo, size_t len) {
+  auto mh = std::make_unique<MemHandle>();
+  mh->lkey = e->mr->lkey;
+  mh->rkey = e->mr->rkey;
+  mh->base = lo;
+  mh->len = len;
+  mh->adapter = a;
+  mh->type = e->type;
+  mh->access = e->access;
+  mh->entry = e;
+  e->users.push_back(std::move(mh));
+  return e->users.back().get();
+}
+
+// Takes ownership of a new MR over [lo, lo + len) and registers its first user. Caller holds
+// mr_mu.
+MemHandle* add_entry(Adapter* a, ibv_mr* mr, MemType type, unsigned access, uintptr_t lo,
+                     size_t len) {
+  auto e = std::make_unique<MrEntry>();
+  e->mr.reset(mr);
+  e->base = lo;
+  e->len = len;
+  e->type = type;
+  e->access = access;
+  a->mrs.push_back(std::move(e));
+  return add_user(a, a->mrs.back().get(), lo, len);
+}
+
+}  // namespace
+
+Status reg_mr(void* comm, void* data, size_t size, MemType type, MemHandle** out) {
+  *out = nullptr;
+  if (comm == nullptr) return Status(Code::kInvalidArgument, "regMr: NULL comm");
+  if (const Conn* c = retired_conn(comm)) return c->failure;
+  Device* d = comm_device(comm);
+  if (d == nullptr) return Status(Code::kInvalidArgument, "regMr: not a send or receive comm");
+  if (data == nullptr || size == 0)
+    return Status(Code::kInvalidArgument, "regMr: NULL or empty buffer");
+  if (type == MemType::kCuda && !d->gdr.cuda) {
+    return Status(Code::kInvalidUsage, "regMr of CUDA pointer " +
+                                           hex(reinterpret_cast<uintptr_t>(data)) + " on " +
+                                           d->name + " refused: " + d->gdr.summary);
+  }
+  static const long page = sysconf(_SC_PAGESIZE);
+  uintptr_t lo = reinterpret_cast<uintptr_t>(data) & ~(static_cast<uintptr_t>(page) - 1);
+  uintptr_t hi =
+      (reinterpret_cast<uintptr_t>(data) + size + page - 1) & ~(static_cast<uintptr_t>(page) - 1);
+  Adapter* a = d->adapter;
+  std::lock_guard<std::mutex> lk(a->mr_mu);
+  // Reuse an MR only inside the range of a live registration on it (see the top of the file).
+  if (MrEntry* e = find_live(a, type, lo, hi)) {
+    *out = add_user(a, e, lo, hi - lo);
+    return Status::ok();
+  }
+  const unsigned access = data_access(engine()->config(), type, a->relaxed_ordering);
+  verbs::Mr mr;
+  if (type == MemType::kCuda) {
+    std::string why;
+    mr.reset(reg_cuda(d, lo, hi, access, &why));
+    if (!mr) {
+      return Status(Code::kSystemError,
+                    "regMr of CUDA pointer " + hex(reinterpret_cast<uintptr_t>(data)) + " (" +
+                        std::to_string(size) + " bytes) on " + a->name + ": " + why +
+                        "; likely fix: load nvidia_peermem, or use a kernel (5.12+) and NIC "
+                        "driver with dma-buf support; SLUICE_GDR=off stages through host memory");
+    }
+  } else {
+    mr.reset(ibv_reg_mr_iova2(a->pd.get(), reinterpret_cast<void*>(lo), hi - lo, lo, access));
+    if (!mr) {
+      return Status(Code::kSystemError, "regMr: ibv_reg_mr(" + std::to_string(hi - lo) +
+                                            " bytes) on " + a->name +
+                                            " failed: " + reg_error(errno, true));
+    }
+  }
+  *out = add_entry(a, mr.release(), type, access, lo, hi - lo);
+  return Status::ok();
+}
+
+Status reg_mr_dmabuf(void* comm, void* data, size_t size, MemType type, uint64_t offset, int fd,
+                     MemHandle** out) {
+  *out = nullptr;
+  Device* d = comm != nullptr ? comm_device(comm) : nullptr;
+  if (d == nullptr)
+    return Status(Code::kInvalidArgument, "regMrDmaBuf: not a send or receive comm");
+  if (data == nullptr || size == 0)
+    return Status(Code::kInvalidArgument, "regMrDmaBuf: NULL or empty buffer");
+  const auto addr = reinterpret_cast<uintptr_t>(data);
+  Adapter* a = d->adapter;
+  std::lock_guard<std::mutex> lk(a->mr_mu);
+  // A live registration of the same type that covers the range serves it (NCCL may close the fd
+  // right after this call: nothing here keeps it).
+  if (MrEntry* e = find_live(a, type, addr, addr + size)) {
+    *out = add_user(a, e, addr, size);
+    return Status::ok();
+  }
+  const unsigned access = data_access(engine()->config(), type, a->relaxed_ordering);
+  const auto reg_dmabuf = verbs::ext().reg_dmabuf_mr;
+  if (reg_dmabuf == nullptr) {
+    return Status(Code::kInvalidUsage, "regMrDmaBuf on " + a->name +
+                                           ": no dma-buf (rdma-core too old): libibverbs has " +
+                                           "no " + verbs::ext_origin("ibv_reg_dmabuf_mr") +
+                                           "; this device does not offer NCCL_PTR_DMABUF");
+  }
+  // The fd's offset is relative to the allocation NCCL exported; iova = the data pointer, so the
+  // keys address the buffer by its virtual address like every other MR.
+  ibv_mr* mr = reg_dmabuf(a->pd.get(), offset, size, addr, fd, static_cast<int>(access));
+  if (mr == nullptr) {
+    const int err = errno;
+    std::string m = "regMrDmaBuf of " + hex(addr) + " (" + std::to_string(size) + " bytes, fd " +
+                    std::to_string(fd) + ", offset " + std::to_string(offset) + ") on " + a->name +
+                    ": ibv_reg_dmabuf_mr failed: " + reg_error(err, false);
+    if (!d->gdr.dmabuf) m += "; this NIC was not offered for dma-buf: " + a->dmabuf.text;
+    return Status(Code::kSystemError, m);
+  }
+  *out = add_entry(a, mr, type, access, addr, size);
+  return Status::ok();
+}
+
+Status dereg_mr(void* comm, MemHandle* mh) {
+  if (const Conn* c = retired_conn(comm)) return c->failure;  // finalize released its MRs
+  if (comm == nullptr || comm_device(comm) == nullptr)
+    return Status(Code::kInvalidArgument, "deregMr: not a send or receive comm");
+  if (mh == nullptr || mh->magic != MemHandle::kMagic)
+    return Status(Code::kInvalidArgument, "deregMr: not a Sluice memory handle");
+  // A registration that a request of this comm still uses stays: the NIC may still read or write
+  // it. The caller gets an error naming it and may deregister again once the request is done.
+  std::string users;
+  if (const int n = requests_using(comm, mh, &users); n > 0) {
+    char range[96];
+    std::snprintf(range, sizeof range, "[0x%lx, +%zu)", static_cast<unsigned long>(mh->base),
+                  mh->len);
+    return Status(Code::kInvalidUsage,
+                  "deregMr of the registration " + std::string(range) + " on " +
+                      comm_device(comm)->name + ": still in use by " + users +
+                      "; the registration is kept (test the requests to completion or close the "
+                      "comm, then deregister it)");
+  }
+  Adapter* a = mh->adapter;
+  std::lock_guard<std::mutex> lk(a->mr_mu);
+  for (auto e = a->mrs.begin(); e != a->mrs.end(); ++e) {
+    auto& users = (*e)->users;
+    for (auto u = users.begin(); u != users.end(); ++u) {
+      if (u->get() != mh) continue;
+      mh->magic = 0;
+      users.erase(u);                      // frees the handle
+      if (users.empty()) a->mrs.erase(e);  // the last registration on the MR: deregister it
+      return Status::ok();
+    }
+  }
+  return Status(Code::kInternalError, "deregMr: handle not found in the registration cache");
+}
+
+}  // namespace sluice
