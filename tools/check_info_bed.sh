@@ -56,7 +56,7 @@ printf '%s\n' "$text" | grep -q "^Fabric features: rdma-core entry points beyond
   { echo "FAIL: no rdma-core entry-point line"; exit 1; }
 printf '%s\n' "$json" | grep -q '"fabric": {"rdma_core": ' ||
   { echo "FAIL: sluice-info --json lacks fabric"; exit 1; }
-# On an rdma-core without ibv_reg_dmabuf_mr (before 34; simulated by hiding the entry point) the
+# On an rdma-core without ibv_reg_dmabuf_mr (before 34; simulated: SLUICE_TEST_HIDE_VERBS) the
 # GPUDirect decision says so for every device.
 old_text=$(SLUICE_TEST_HIDE_VERBS=ibv_reg_dmabuf_mr "$info") || { echo "sluice-info failed"; exit 1; }
 n_old=$(printf '%s\n' "$old_text" | grep -c "dma-buf probe: no dma-buf (rdma-core too old)")

@@ -352,6 +352,7 @@ int main(int argc, char** argv) {
   Config cfg;
   if (cfg_r.is_ok()) {
     cfg = cfg_r.value();
+    verbs::hide_for_test(cfg.test_hide_verbs);  // before the devices are probed
   } else {
     warnings.push_back(
         {"configuration: " + cfg_r.status().message(), "fix or unset the variable named above"});

@@ -112,6 +112,7 @@ TEST(Config, EveryParameterReachesItsField) {
       {"NCCL_DMABUF_ENABLE", "0"},
       {"SLUICE_GDR", "force"},
       {"NCCL_NET_FORCE_FLUSH", "1"},
+      {"SLUICE_TEST_HIDE_VERBS", "ibv_query_ece"},
       {"SLUICE_CUDA_LIBRARY", "/opt/nvidia/libcuda.so.1"},
       {"SLUICE_NIC_AFFINITY", "auto"},
       {"SLUICE_GPU_NIC_MAP", "0:mlx5_0,1:mlx5_1"},
@@ -156,6 +157,7 @@ TEST(Config, EveryParameterReachesItsField) {
   EXPECT_FALSE(c.dmabuf_enable);
   EXPECT_EQ(c.gdr_mode, 2);
   EXPECT_TRUE(c.force_flush);
+  EXPECT_EQ(c.test_hide_verbs, "ibv_query_ece");
   EXPECT_EQ(c.cuda_library, "/opt/nvidia/libcuda.so.1");
   EXPECT_EQ(c.nic_affinity, "auto");
   EXPECT_EQ(c.gpu_nic_map, "0:mlx5_0,1:mlx5_1");
@@ -439,7 +441,7 @@ TEST(Config, LogLevelForTheLoggerUsesTheTableRow) {
 
 TEST(ParamDocs, OneRowPerParameterWithEverythingFilledIn) {
   const auto& docs = param_docs();
-  EXPECT_EQ(docs.size(), 41u);
+  EXPECT_EQ(docs.size(), 42u);
   std::set<std::string> names;
   for (const ParamDoc& d : docs) {
     SCOPED_TRACE(d.name);
@@ -515,7 +517,8 @@ TEST(ParamDocs, ConfigurationMarkdownIsInSync) {
 TEST(ParamDocs, ReadmeHasNoCopyOfTheTable) {
   const std::string md = read_source_file("README.md");
   ASSERT_FALSE(md.empty());
-  EXPECT_NE(md.find("docs/configuration.md"), std::string::npos) << "README does not link the table";
+  EXPECT_NE(md.find("docs/configuration.md"), std::string::npos)
+      << "README does not link the table";
   for (const ParamDoc& d : param_docs()) {
     EXPECT_EQ(md.find("| `" + d.name + "` |"), std::string::npos)
         << d.name << " has a row in README.md: the table belongs in docs/configuration.md only";

@@ -15,10 +15,10 @@
 
 #include "../../core/src/base/cts_match.h"
 #include "sluice/core/base/config.h"
-#include "sluice/core/memory/gdr.h"
 #include "sluice/core/base/qp.h"
 #include "sluice/core/base/verbs_ext.h"
 #include "sluice/core/base/wire.h"
+#include "sluice/core/memory/gdr.h"
 
 namespace sluice {
 namespace {
@@ -235,6 +235,20 @@ TEST(VerbsExt, ResolvesEveryEntryPointOnThisRdmaCore) {
   EXPECT_NE(x.query_gid_table, nullptr);
   EXPECT_TRUE(has(verbs::ext_summary(), "ibv_reg_dmabuf_mr yes")) << verbs::ext_summary();
   EXPECT_EQ(verbs::ext_origin("ibv_query_ece"), "ibv_query_ece (IBVERBS_1.10, rdma-core 31)");
+}
+
+// SLUICE_TEST_HIDE_VERBS: the named entry points are then missing as on an older rdma-core, and
+// what needs them says so. Last in this file: it changes the process's entry points for good.
+TEST(VerbsExt, HiddenEntryPointsAreMissingAsOnAnOlderRdmaCore) {
+  verbs::hide_for_test("ibv_query_ece,ibv_reg_dmabuf_mr");
+  EXPECT_EQ(verbs::ext().query_ece, nullptr);
+  EXPECT_EQ(verbs::ext().reg_dmabuf_mr, nullptr);
+  EXPECT_NE(verbs::ext().set_ece, nullptr) << "only the named ones";
+  const EceQuery q = query_ece(nullptr, true);
+  EXPECT_EQ(q.err, ENOSYS);
+  EXPECT_TRUE(has(q.text, "rdma-core too old")) << q.text;
+  EXPECT_TRUE(has(probe_dmabuf(nullptr, "mlx5_0").text, "no dma-buf (rdma-core too old)"));
+  EXPECT_TRUE(has(verbs::ext_summary(), "ibv_reg_dmabuf_mr no")) << verbs::ext_summary();
 }
 
 }  // namespace

@@ -2,7 +2,6 @@
 
 #include <dlfcn.h>
 
-#include <cstdlib>
 #include <cstring>
 #include <string_view>
 
@@ -21,10 +20,12 @@ constexpr Entry kEntries[] = {
     {"_ibv_query_gid_table", "IBVERBS_1.11", 32},
 };
 
-bool hidden(const char* name) {
-  const char* h = std::getenv("SLUICE_TEST_HIDE_VERBS");  // NOLINT(concurrency-mt-unsafe)
-  if (h == nullptr) return false;
-  std::string_view list(h), want(name);
+void* resolve(void* lib, const Entry& e) {
+  if (lib == nullptr) return nullptr;
+  return dlvsym(lib, e.name, e.version);
+}
+
+bool listed(std::string_view list, std::string_view want) {
   while (!list.empty()) {
     const size_t comma = list.find(',');
     if (list.substr(0, comma) == want) return true;
@@ -32,11 +33,6 @@ bool hidden(const char* name) {
     list.remove_prefix(comma + 1);
   }
   return false;
-}
-
-void* resolve(void* lib, const Entry& e) {
-  if (lib == nullptr || hidden(e.name)) return nullptr;
-  return dlvsym(lib, e.name, e.version);
 }
 
 Ext load() {
@@ -52,11 +48,25 @@ Ext load() {
   return x;
 }
 
+// Written only by hide_for_test, before any use (engine start, sluice-info start).
+Ext& mutable_ext() {
+  static Ext x = load();
+  return x;
+}
+
 }  // namespace
 
 const Ext& ext() {
-  static const Ext x = load();
-  return x;
+  return mutable_ext();
+}
+
+void hide_for_test(const std::string& names) {
+  if (names.empty()) return;
+  Ext& x = mutable_ext();
+  if (listed(names, kEntries[0].name)) x.reg_dmabuf_mr = nullptr;
+  if (listed(names, kEntries[1].name)) x.query_ece = nullptr;
+  if (listed(names, kEntries[2].name)) x.set_ece = nullptr;
+  if (listed(names, kEntries[3].name)) x.query_gid_table = nullptr;
 }
 
 std::string ext_origin(const char* name) {

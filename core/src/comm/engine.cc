@@ -60,6 +60,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const LocalityProvider& locality,
   auto cfg = load_config_from_environment(&sources);
   if (!cfg.is_ok()) return cfg.status();
   e->cfg_ = cfg.value();
+  verbs::hide_for_test(e->cfg_.test_hide_verbs);  // tests: as on an older rdma-core
   for (const auto& s : sources)
     SLUICE_INFO(kSubInit | kSubEnv, "%s set by %s to %s", s.name.c_str(), s.set_by.c_str(),
                 s.value.c_str());

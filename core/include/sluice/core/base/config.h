@@ -53,6 +53,7 @@ struct Config {
   bool dmabuf_enable = true;                  // NCCL_DMABUF_ENABLE
   int gdr_mode = 1;                           // SLUICE_GDR: 0 off, 1 auto, 2 force
   bool force_flush = false;                   // NCCL_NET_FORCE_FLUSH
+  std::string test_hide_verbs;                // SLUICE_TEST_HIDE_VERBS (tests only)
   std::string cuda_library = "libcuda.so.1";  // SLUICE_CUDA_LIBRARY
   // Topology
   std::string nic_affinity;  // SLUICE_NIC_AFFINITY: "" / "off" / "auto"

@@ -31,9 +31,12 @@ struct Ext {
                              uint32_t flags, size_t entry_size) = nullptr;
 };
 
-// Resolved once (thread-safe); SLUICE_TEST_HIDE_VERBS="name,..." (tests only) leaves the named
-// entry points null as on an older rdma-core.
+// Resolved once (thread-safe).
 const Ext& ext();
+// SLUICE_TEST_HIDE_VERBS (tests only): "name,..." entry points treated as missing from now on, as
+// on an older rdma-core. Called at engine start and by sluice-info, before the entry points are
+// used.
+void hide_for_test(const std::string& names);
 
 // "ibv_reg_dmabuf_mr (IBVERBS_1.12, rdma-core 34)": which rdma-core first has `name`.
 std::string ext_origin(const char* name);
