@@ -580,7 +580,8 @@ int main(int argc, char** argv) {
       o << (i ? ", " : "") << "{\"index\": " << i << ", \"name\": " << json_str(g.name)
         << ", \"pci_bus_id\": " << json_str(g.bus_id)
         << ", \"gpu_direct_rdma_supported\": " << (g.rdma ? "true" : "false")
-        << ", \"dma_buf_supported\": " << (g.dmabuf ? "true" : "false") << "}";
+        << ", \"dma_buf_supported\": " << (g.dmabuf ? "true" : "false")
+        << ", \"c2c\": " << (g.c2c ? "true" : "false") << "}";
     }
     o << "], \"devices\": [";
     for (size_t i = 0; i < gdr_rows.size(); ++i) {

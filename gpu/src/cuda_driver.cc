@@ -2,7 +2,10 @@
 
 #include <dlfcn.h>
 
+#include <cctype>
+#include <climits>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "sluice/core/base/log.h"
@@ -21,14 +24,16 @@ using CuDeviceGetFn = CuResult (*)(int* dev, int ordinal);
 using CuDeviceGetAttributeFn = CuResult (*)(int* value, int attrib, int dev);
 using CuDeviceGetNameFn = CuResult (*)(char* name, int len, int dev);
 using CuDeviceGetBusIdFn = CuResult (*)(char* bus_id, int len, int dev);
-using CuMemGetAddressRangeFn = CuResult (*)(uintptr_t* base, size_t* size, uintptr_t ptr);
 using CuMemGetHandleForAddressRangeFn = CuResult (*)(void* handle, uintptr_t ptr, size_t size,
                                                      int handle_type, unsigned long long flags);
 
 // Values from cuda.h (stable ABI constants).
 constexpr int kAttrGpuDirectRdmaSupported = 116;  // CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED
 constexpr int kAttrDmaBufSupported = 124;         // CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED
-constexpr int kHandleTypeDmaBufFd = 1;            // CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD
+constexpr int kAttrHostNativeAtomic = 86;  // CU_DEVICE_ATTRIBUTE_HOST_NATIVE_ATOMIC_SUPPORTED
+constexpr int kErrorInvalidValue = 1;      // CUDA_ERROR_INVALID_VALUE
+constexpr int kErrorNotSupported = 801;    // CUDA_ERROR_NOT_SUPPORTED
+constexpr int kHandleTypeDmaBufFd = 1;     // CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD
 
 constexpr const char* kLibName = "libcuda.so.1";  // the default; SLUICE_CUDA_LIBRARY overrides
 
@@ -98,7 +103,6 @@ CudaDriver::CudaDriver(const char* library) {
     device_get_bus_id_ = sym("cuDeviceGetPCIBusId");
     get_error_string_ = reinterpret_cast<void*>(cu_error_string);
     get_handle_ = sym("cuMemGetHandleForAddressRange");
-    get_address_range_ = sym("cuMemGetAddressRange_v2");
     if (device_count_ <= 0) {
       reason_ = "cuDeviceGetCount found no GPU";
       SLUICE_INFO(kSubInit, "CUDA driver unavailable: %s", reason_.c_str());
@@ -135,6 +139,8 @@ CudaDriver::CudaDriver(const char* library) {
         } else {
           g.attr_error = "DMA_BUF_SUPPORTED: " + cu_error(cu_error_string, r);
         }
+        v = 0;
+        if (dev_attr(&v, kAttrHostNativeAtomic, dev) == 0) g.c2c = v != 0;
       }
       gpus_.push_back(std::move(g));
     }
@@ -152,33 +158,80 @@ std::string CudaDriver::error_text(int result) const {
   return cu_error(reinterpret_cast<CuGetErrorStringFn>(get_error_string_), result);
 }
 
-std::string CudaDriver::export_dmabuf(uintptr_t addr, size_t len, int* fd) const {
+std::string CudaDriver::export_dmabuf(uintptr_t addr, size_t len, const std::string& nic_pci_path,
+                                      int* fd, unsigned long long* flags_used) const {
   *fd = -1;
+  if (flags_used != nullptr) *flags_used = 0;
   if (!available_) return "no CUDA driver: " + reason_;
   if (get_handle_ == nullptr) {
     return library_ + " has no cuMemGetHandleForAddressRange (driver older than 11.7)";
   }
-  if (get_address_range_ != nullptr) {
-    uintptr_t base = 0;
-    size_t size = 0;
-    auto range = reinterpret_cast<CuMemGetAddressRangeFn>(get_address_range_);
-    if (CuResult r = range(&base, &size, addr); r != 0) {
-      return "cuMemGetAddressRange(" + hex(addr) + ") failed: " + error_text(r) +
-             " (not device memory of this process?)";
-    }
-    if (addr < base || addr + len > base + size) {
-      return "the page-aligned range " + hex(addr) + "+" + std::to_string(len) +
-             " leaves its allocation " + hex(base) + "+" + std::to_string(size);
-    }
+  // The GPU that owns the range is the caller's current device (NCCL makes it current).
+  unsigned long long flags = 0;
+  const std::string bus = current_device_bus_id();
+  for (const auto& g : gpus_) {
+    if (g.bus_id.empty() || g.bus_id != bus) continue;
+    std::string lower = bus;
+    for (auto& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    char real[PATH_MAX];
+    const std::string link = "/sys/bus/pci/devices/" + lower;
+    const std::string gpu_path = realpath(link.c_str(), real) != nullptr ? real : "";
+    flags = dmabuf_export_flags(g.c2c, driver_version_, gpu_path, nic_pci_path);
   }
-  int out = -1;
   auto get = reinterpret_cast<CuMemGetHandleForAddressRangeFn>(get_handle_);
-  if (CuResult r = get(&out, addr, len, kHandleTypeDmaBufFd, 0); r != 0) {
+  int out = -1;
+  CuResult r = get(&out, addr, len, kHandleTypeDmaBufFd, flags);
+  std::string first;
+  if (r != 0 && flags != 0 && (r == kErrorInvalidValue || r == kErrorNotSupported)) {
+    // A driver or platform without the PCIe mapping: the default mapping still works.
+    first = " (with MAPPING_TYPE_PCIE: " + error_text(r) + ")";
+    flags = 0;
+    r = get(&out, addr, len, kHandleTypeDmaBufFd, flags);
+  }
+  if (r != 0) {
     return "cuMemGetHandleForAddressRange(" + hex(addr) + ", " + std::to_string(len) +
-           ", DMA_BUF_FD) failed: " + error_text(r);
+           ", DMA_BUF_FD, flags " + std::to_string(flags) + ") failed: " + error_text(r) + first;
   }
   *fd = out;
+  if (flags_used != nullptr) *flags_used = flags;
   return "";
+}
+
+namespace {
+std::vector<std::string> path_parts(const std::string& p) {
+  std::vector<std::string> out;
+  size_t i = 0;
+  while (i < p.size()) {
+    size_t j = p.find('/', i);
+    if (j == std::string::npos) j = p.size();
+    if (j > i) out.push_back(p.substr(i, j - i));
+    i = j + 1;
+  }
+  return out;
+}
+}  // namespace
+
+bool share_pcie_root_port(const std::string& a, const std::string& b) {
+  const auto pa = path_parts(a), pb = path_parts(b);
+  // /sys/devices/pciDDDD:BB/<root port>/...: find the host bridge component, then compare the one
+  // after it (the root port); both devices must lie below it.
+  auto root = [](const std::vector<std::string>& v) -> int {
+    for (size_t i = 0; i < v.size(); ++i)
+      if (v[i].rfind("pci", 0) == 0 && v[i].find(':') != std::string::npos) return int(i);
+    return -1;
+  };
+  const int ra = root(pa), rb = root(pb);
+  if (ra < 0 || rb < 0) return false;
+  if (pa.size() < size_t(ra) + 3 || pb.size() < size_t(rb) + 3) return false;
+  return pa[ra] == pb[rb] && pa[ra + 1] == pb[rb + 1];
+}
+
+unsigned long long dmabuf_export_flags(bool gpu_c2c, int driver_version,
+                                       const std::string& gpu_pci_path,
+                                       const std::string& nic_pci_path) {
+  if (!gpu_c2c || driver_version < 12080) return 0;
+  if (gpu_pci_path.empty() || nic_pci_path.empty()) return 0;
+  return share_pcie_root_port(gpu_pci_path, nic_pci_path) ? kDmabufMappingPcie : 0;
 }
 
 std::string CudaDriver::current_device_bus_id() const {

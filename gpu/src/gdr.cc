@@ -8,8 +8,8 @@
 namespace sluice::gpu {
 namespace {
 
-Status export_dmabuf(uintptr_t addr, size_t len, int* fd) {
-  std::string why = CudaDriver::instance().export_dmabuf(addr, len, fd);
+Status export_dmabuf(uintptr_t addr, size_t len, const std::string& nic_pci_path, int* fd) {
+  std::string why = CudaDriver::instance().export_dmabuf(addr, len, nic_pci_path, fd);
   if (why.empty()) return Status::ok();
   return Status(Code::kSystemError, "dma-buf export failed: " + why);
 }

@@ -1,18 +1,30 @@
 // gpu-check: the CUDA-side checks of tests/gpu/run.sh, on a machine with a real GPU.
 //
-//   gpu-check cuda                 cuInit, cuMemAlloc, H->D->H bytes, dma-buf export of the buffer
-//   gpu-check plugin PLUGIN.so     the above, then through the plugin's v12 table: register GPU
-//                                  buffers (regMrDmaBuf with an exported fd, and regMr CUDA), send
-//                                  GPU -> GPU, flush, and verify every byte on the GPU
+//   gpu-check cuda                 cuInit; cuMemAlloc and NCCL's allocator (cuMemCreate/cuMemMap,
+//   two
+//                                  chunks of one reservation): H->D->H bytes, dma-buf export of
+//                                  each, the cuMem* one over the chunk boundary
+//   gpu-check plugin PLUGIN.so     the above, then through the plugin's v12 table on ONE device,
+//   the
+//                                  plugin device nearest the GPU (loopback), with that device's
+//                                  ptrSupport: GPU -> GPU transfers with every byte verified and a
+//                                  forced flush (NCCL_NET_FORCE_FLUSH=1) through a regMrDmaBuf
+//                                  handle over both cuMem* chunks (NCCL's call) and through regMr
+//                                  of cuMemAlloc memory (peermem); staged through host memory, as
+//                                  NCCL would, where ptrSupport has no CUDA
 //
 // Built with cuda.h for types and constants only; libcuda.so.1 is dlopened at run time
 // (SLUICE_CUDA_LIBRARY overrides the name, as for the plugin). Prints one "CHECK <name>: PASS|FAIL|
-// SKIP <detail>" line per check. Exit: 0 all passed (skips allowed), 1 a check failed, 77 no GPU.
+// SKIP <detail>" line per check. Exit: 0 every check passed and GPU memory moved zero-copy; 1 a
+// check failed; 77 no GPU, or the plugin's GPU steps were skipped (no RDMA device, or ptrSupport
+// without CUDA): the SKIP lines say why.
 #include <cuda.h>
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <chrono>
+#include <climits>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
@@ -20,11 +32,13 @@
 #include <string>
 #include <vector>
 
+#include "nearest_nic.h"
 #include "sluice/nccl_net_abi.h"
 
 namespace {
 
 int g_failed = 0;
+int g_skipped = 0;  // a plugin GPU step that could not run
 
 void check(const char* name, const char* verdict, const std::string& detail) {
   std::printf("CHECK %s: %s %s\n", name, verdict, detail.c_str());
@@ -47,6 +61,15 @@ struct Cuda {
   decltype(&cuMemcpyDtoH) dtoh = nullptr;
   decltype(&cuMemGetHandleForAddressRange) get_handle = nullptr;
   decltype(&cuGetErrorString) error_string = nullptr;
+  decltype(&cuDeviceGetPCIBusId) bus_id = nullptr;
+  decltype(&cuMemAddressReserve) reserve = nullptr;
+  decltype(&cuMemAddressFree) addr_free = nullptr;
+  decltype(&cuMemCreate) create = nullptr;
+  decltype(&cuMemRelease) release = nullptr;
+  decltype(&cuMemMap) map = nullptr;
+  decltype(&cuMemUnmap) unmap = nullptr;
+  decltype(&cuMemSetAccess) set_access = nullptr;
+  decltype(&cuMemGetAllocationGranularity) granularity = nullptr;
 
   std::string err(CUresult r) const {
     const char* s = nullptr;
@@ -78,6 +101,15 @@ struct Cuda {
     SYM(dtoh, "cuMemcpyDtoH_v2");
     SYM(get_handle, "cuMemGetHandleForAddressRange");
     SYM(error_string, "cuGetErrorString");
+    SYM(bus_id, "cuDeviceGetPCIBusId");
+    SYM(reserve, "cuMemAddressReserve");
+    SYM(addr_free, "cuMemAddressFree");
+    SYM(create, "cuMemCreate");
+    SYM(release, "cuMemRelease");
+    SYM(map, "cuMemMap");
+    SYM(unmap, "cuMemUnmap");
+    SYM(set_access, "cuMemSetAccess");
+    SYM(granularity, "cuMemGetAllocationGranularity");
 #undef SYM
     if (CUresult r = init(0); r != CUDA_SUCCESS) return "cuInit failed: " + err(r);
     int n = 0;
@@ -119,14 +151,80 @@ struct Gpu {
   CUdevice dev = 0;
   bool dmabuf_attr = false;
   bool rdma_attr = false;
+  std::string pci_path;  // sysfs path of the GPU's PCI function, "" when unknown
 };
 
-// cuda: allocation, copies, dma-buf export. Returns false when the GPU is unusable.
+// NCCL's allocator: one reservation, two physical chunks mapped back to back (cuMemCreate +
+// cuMemMap + cuMemSetAccess), so a range over the middle spans two mappings.
+struct VmmBuf {
+  const Cuda* cu = nullptr;
+  CUdeviceptr base = 0;
+  size_t chunk = 0;
+  CUmemGenericAllocationHandle h[2] = {0, 0};
+  bool mapped[2] = {false, false};
+  ~VmmBuf() {
+    if (cu == nullptr) return;
+    for (int i = 0; i < 2; ++i) {
+      if (mapped[i]) cu->unmap(base + i * chunk, chunk);
+      if (h[i] != 0) cu->release(h[i]);
+    }
+    if (base != 0) cu->addr_free(base, 2 * chunk);
+  }
+  // "" on success, else the failing call.
+  std::string allocate(const Cuda& c, CUdevice dev, size_t min_chunk) {
+    cu = &c;
+    CUmemAllocationProp prop{};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = dev;
+    prop.allocFlags.gpuDirectRDMACapable = 1;  // as NCCL asks when the GPU supports it
+    size_t g = 0;
+    if (CUresult r = c.granularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM); r != CUDA_SUCCESS)
+      return "cuMemGetAllocationGranularity: " + c.err(r);
+    chunk = (min_chunk + g - 1) / g * g;
+    if (CUresult r = c.reserve(&base, 2 * chunk, g, 0, 0); r != CUDA_SUCCESS) {
+      base = 0;
+      return "cuMemAddressReserve: " + c.err(r);
+    }
+    for (int i = 0; i < 2; ++i) {
+      if (CUresult r = c.create(&h[i], chunk, &prop, 0); r != CUDA_SUCCESS) {
+        h[i] = 0;
+        return "cuMemCreate(" + std::to_string(chunk) + "): " + c.err(r);
+      }
+      if (CUresult r = c.map(base + i * chunk, chunk, 0, h[i], 0); r != CUDA_SUCCESS)
+        return "cuMemMap: " + c.err(r);
+      mapped[i] = true;
+    }
+    CUmemAccessDesc acc{};
+    acc.location = prop.location;
+    acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    if (CUresult r = c.set_access(base, 2 * chunk, &acc, 1); r != CUDA_SUCCESS)
+      return "cuMemSetAccess: " + c.err(r);
+    return "";
+  }
+  // The range NCCL-like users register: the second half of chunk 0 and the first of chunk 1.
+  CUdeviceptr span() const { return base + chunk / 2; }
+  size_t span_len() const { return chunk; }
+};
+
+std::string gpu_pci_path(const Gpu& g) {
+  char bus[32] = {};
+  if (g.cu.bus_id(bus, sizeof bus, g.dev) != CUDA_SUCCESS) return "";
+  std::string b = bus;
+  for (auto& c : b) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  char real[PATH_MAX];
+  const std::string link = "/sys/bus/pci/devices/" + b;
+  return realpath(link.c_str(), real) != nullptr ? real : "";
+}
+
+// cuda: allocations (cuMemAlloc and cuMem*), copies, dma-buf export. False when the GPU is
+// unusable.
 bool cuda_checks(Gpu& g) {
   char name[256] = {};
   g.cu.get(&g.dev, 0);
   g.cu.name(name, sizeof name, g.dev);
   g.name = name;
+  g.pci_path = gpu_pci_path(g);
   int v = 0;
   if (g.cu.attr(&v, CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED, g.dev) == CUDA_SUCCESS)
     g.dmabuf_attr = v != 0;
@@ -135,7 +233,8 @@ bool cuda_checks(Gpu& g) {
     g.rdma_attr = v != 0;
   check("cuda_device", "PASS",
         std::string(name) + ", DMA_BUF_SUPPORTED=" + std::to_string(g.dmabuf_attr) +
-            ", GPU_DIRECT_RDMA_SUPPORTED=" + std::to_string(g.rdma_attr));
+            ", GPU_DIRECT_RDMA_SUPPORTED=" + std::to_string(g.rdma_attr) + ", PCI " +
+            (g.pci_path.empty() ? "unknown" : g.pci_path));
   CUcontext ctx = nullptr;
   if (CUresult r = g.cu.retain(&ctx, g.dev); r != CUDA_SUCCESS) {
     check("cuda_context", "FAIL", "cuDevicePrimaryCtxRetain: " + g.cu.err(r));
@@ -156,24 +255,48 @@ bool cuda_checks(Gpu& g) {
     check("cuda_copy", "FAIL", "cuMemcpyHtoD: " + g.cu.err(r1) + ", cuMemcpyDtoH: " + g.cu.err(r2));
     return false;
   }
-  const size_t bad = count_diff(in, out);
+  size_t bad = count_diff(in, out);
   check("cuda_copy", bad == 0 ? "PASS" : "FAIL",
-        std::to_string(n) + " bytes host -> GPU -> host, " + std::to_string(bad) + " differ");
+        std::to_string(n) + " bytes host -> GPU -> host (cuMemAlloc), " + std::to_string(bad) +
+            " differ");
+  VmmBuf vm;
+  if (std::string why = vm.allocate(g.cu, g.dev, size_t{2} << 20); !why.empty()) {
+    check("cuda_vmm", "FAIL", "NCCL's allocator: " + why);
+    return false;
+  }
+  std::vector<uint8_t> vin(vm.span_len()), vout(vm.span_len(), 0);
+  fill(vin, 0x3c);
+  r1 = g.cu.htod(vm.span(), vin.data(), vin.size());
+  r2 = g.cu.dtoh(vout.data(), vm.span(), vout.size());
+  bad = count_diff(vin, vout);
+  check("cuda_vmm", r1 == CUDA_SUCCESS && r2 == CUDA_SUCCESS && bad == 0 ? "PASS" : "FAIL",
+        "cuMemCreate/cuMemMap, 2 chunks of " + std::to_string(vm.chunk) + " bytes; " +
+            std::to_string(vin.size()) + " bytes over the chunk boundary host -> GPU -> host, " +
+            std::to_string(bad) + " differ (" + g.cu.err(r1) + ", " + g.cu.err(r2) + ")");
   if (g.cu.get_handle == nullptr) {
     check("dmabuf_export", "SKIP", "driver has no cuMemGetHandleForAddressRange (older than 11.7)");
     return true;
   }
-  int fd = -1;
-  CUresult r = g.cu.get_handle(&fd, b.p, b.alloc, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
-  if (r == CUDA_SUCCESS && fd >= 0) {
-    check("dmabuf_export", "PASS",
-          "fd " + std::to_string(fd) + " for " + std::to_string(b.alloc) + " bytes of GPU memory");
-    close(fd);
-  } else {
-    // A GPU that says it supports dma-buf must export; one that says not may refuse.
-    check("dmabuf_export", g.dmabuf_attr ? "FAIL" : "SKIP",
-          "cuMemGetHandleForAddressRange: " + g.cu.err(r) +
-              (g.dmabuf_attr ? " although DMA_BUF_SUPPORTED=1" : " (DMA_BUF_SUPPORTED=0)"));
+  struct Range {
+    const char* what;
+    CUdeviceptr p;
+    size_t len;
+  } ranges[] = {{"cuMemAlloc buffer", b.p, b.alloc},
+                {"cuMem* range over two chunks", vm.span(), vm.span_len()}};
+  for (const Range& rg : ranges) {
+    int fd = -1;
+    CUresult r = g.cu.get_handle(&fd, rg.p, rg.len, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
+    if (r == CUDA_SUCCESS && fd >= 0) {
+      check("dmabuf_export", "PASS",
+            std::string(rg.what) + ": fd " + std::to_string(fd) + " for " + std::to_string(rg.len) +
+                " bytes of GPU memory");
+      close(fd);
+    } else {
+      // A GPU that says it supports dma-buf must export; one that says not may refuse.
+      check("dmabuf_export", g.dmabuf_attr ? "FAIL" : "SKIP",
+            std::string(rg.what) + ": cuMemGetHandleForAddressRange: " + g.cu.err(r) +
+                (g.dmabuf_attr ? " although DMA_BUF_SUPPORTED=1" : " (DMA_BUF_SUPPORTED=0)"));
+    }
   }
   return true;
 }
@@ -198,98 +321,191 @@ bool poll_until(F f, double seconds = 60) {
   return false;
 }
 
-// plugin: GPU -> GPU through the plugin's v12 table.
+std::string ptr_text(int ptr) {
+  return std::string("HOST") + (ptr & NCCL_PTR_CUDA ? "|CUDA" : "") +
+         (ptr & NCCL_PTR_DMABUF ? "|DMABUF" : "");
+}
+
+struct Loop {
+  ncclNet_v12_t* net = nullptr;
+  void* sc = nullptr;
+  void* rc = nullptr;
+};
+
+// One transfer of `n` bytes from `sdata` to `rdata` (registered as smh/rmh), then a flush when
+// `flush`. "" on success, else what failed.
+std::string transfer(Loop& l, void* sdata, void* rdata, size_t n, void* smh, void* rmh, bool flush,
+                     bool* flushed) {
+  ncclNet_v12_t* net = l.net;
+  void *rreq = nullptr, *sreq = nullptr;
+  size_t cap = n;
+  int tag = 1;
+  bool ok = poll_until([&] {
+    if (rreq == nullptr &&
+        net->irecv(l.rc, 1, &rdata, &cap, &tag, &rmh, nullptr, &rreq) != ncclSuccess)
+      return true;
+    if (rreq != nullptr && sreq == nullptr &&
+        net->isend(l.sc, sdata, n, tag, smh, nullptr, &sreq) != ncclSuccess)
+      return true;
+    return rreq != nullptr && sreq != nullptr;
+  });
+  if (!ok || rreq == nullptr || sreq == nullptr) return "isend/irecv were not accepted";
+  int sdone = 0, rdone = 0, sizes[NCCL_NET_MAX_REQUESTS] = {};
+  int ssize = 0;
+  ok = poll_until([&] {
+    if (!sdone && net->test(sreq, &sdone, &ssize) != ncclSuccess) return true;
+    if (!rdone && net->test(rreq, &rdone, sizes) != ncclSuccess) return true;
+    return sdone && rdone;
+  });
+  if (!ok || !sdone || !rdone || sizes[0] != static_cast<int>(n))
+    return "send/receive did not complete with " + std::to_string(n) + " bytes (got " +
+           std::to_string(sizes[0]) + ")";
+  *flushed = false;
+  if (!flush) return "";
+  void* freq = nullptr;
+  int fsize = static_cast<int>(n);
+  if (net->iflush(l.rc, 1, &rdata, &fsize, &rmh, &freq) != ncclSuccess) return "iflush failed";
+  if (freq == nullptr)
+    return "iflush returned no request for a GPU receive with NCCL_NET_FORCE_FLUSH=1";
+  int fdone = 0;
+  poll_until([&] { return net->test(freq, &fdone, nullptr) != ncclSuccess || fdone; });
+  if (!fdone) return "the flush did not complete";
+  *flushed = true;
+  return "";
+}
+
+// plugin: GPU -> GPU through the plugin's v12 table, loopback on the device nearest the GPU.
 void plugin_checks(Gpu& g, const char* plugin_path) {
+  // NCCL sets this on Hopper and later when it wants the flush; force it so the flush runs.
+  setenv("NCCL_NET_FORCE_FLUSH", "1", 0);
   void* lib = dlopen(plugin_path, RTLD_NOW | RTLD_LOCAL);
   if (lib == nullptr) {
     check("plugin_load", "FAIL", std::string("dlopen: ") + dlerror());
     return;
   }
-  auto* net = static_cast<ncclNet_v12_t*>(dlsym(lib, "ncclNetPlugin_v12"));
-  if (net == nullptr) {
+  Loop l;
+  l.net = static_cast<ncclNet_v12_t*>(dlsym(lib, "ncclNetPlugin_v12"));
+  if (l.net == nullptr) {
     check("plugin_load", "FAIL", "no ncclNetPlugin_v12");
     return;
   }
+  ncclNet_v12_t* net = l.net;
   void* ctx = nullptr;
   ncclNetCommConfig_v12_t cfg{};
   cfg.trafficClass = NCCL_NET_TRAFFIC_CLASS_UNDEF;
-  if (net->init(&ctx, 0x67, &cfg, logger, nullptr) != ncclSuccess) {
-    check("plugin_init", "FAIL", "init failed (see the WARN above)");
+  int ndev = 0;
+  if (net->init(&ctx, 0x67, &cfg, logger, nullptr) != ncclSuccess ||
+      net->devices(&ndev) != ncclSuccess || ndev < 1) {
+    check("plugin_init", "SKIP",
+          "no RDMA device: the plugin's init failed or found no device (its WARN above says "
+          "why), so no GPU memory can cross a NIC here");
+    g_skipped = 1;
     return;
   }
-  int ndev = 0;
-  net->devices(&ndev);
-  ncclNetProperties_v12_t props{};
-  net->getProperties(0, &props);
-  const int ptr = props.ptrSupport;
-  std::string ptr_text = std::string("HOST") + (ptr & NCCL_PTR_CUDA ? "|CUDA" : "") +
-                         (ptr & NCCL_PTR_DMABUF ? "|DMABUF" : "");
+  std::vector<std::string> paths;
+  std::vector<ncclNetProperties_v12_t> props(ndev);
+  for (int i = 0; i < ndev; ++i) {
+    net->getProperties(i, &props[i]);
+    paths.push_back(props[i].pciPath != nullptr ? props[i].pciPath : "");
+  }
+  const int dev = gpucheck::nearest_nic(g.pci_path, paths);
+  const ncclNetProperties_v12_t& p = props[dev];
+  const int ptr = p.ptrSupport;
   check("plugin_init", "PASS",
-        std::to_string(ndev) + " device(s); " + props.name + " ptrSupport " + ptr_text +
+        std::to_string(ndev) + " device(s); loopback on device " + std::to_string(dev) + " " +
+            p.name + " (nearest the GPU; PCI " + (paths[dev].empty() ? "unknown" : paths[dev]) +
+            "), its ptrSupport " + ptr_text(ptr) +
             " (the decision and its reasons are in the INFO lines above)");
-  const int peer = ndev > 1 ? 1 : 0;
   char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
-  void *lc = nullptr, *sc = nullptr, *rc = nullptr;
-  if (net->listen(ctx, peer, handle, &lc) != ncclSuccess) {
+  void* lc = nullptr;
+  if (net->listen(ctx, dev, handle, &lc) != ncclSuccess) {
     check("plugin_connect", "FAIL", "listen failed");
     return;
   }
   bool up = poll_until([&] {
     ncclNetDeviceHandle_v12_t* dh = nullptr;
-    if (sc == nullptr && net->connect(ctx, 0, handle, &sc, &dh) != ncclSuccess) return true;
-    if (rc == nullptr && net->accept(lc, &rc, &dh) != ncclSuccess) return true;
-    return sc != nullptr && rc != nullptr;
+    if (l.sc == nullptr && net->connect(ctx, dev, handle, &l.sc, &dh) != ncclSuccess) return true;
+    if (l.rc == nullptr && net->accept(lc, &l.rc, &dh) != ncclSuccess) return true;
+    return l.sc != nullptr && l.rc != nullptr;
   });
   net->closeListen(lc);
-  if (!up || sc == nullptr || rc == nullptr) {
+  if (!up || l.sc == nullptr || l.rc == nullptr) {
     check("plugin_connect", "FAIL", "connect/accept did not complete");
     return;
   }
-  check("plugin_connect", "PASS", std::string(props.name) + " -> device " + std::to_string(peer));
+  check("plugin_connect", "PASS", std::string(p.name) + " -> itself");
+  const bool standin = g.name.find("stand-in") != std::string::npos;
+  const std::string tagline = standin ? "[stand-in driver, not a GPU] " : "";
 
+  // 1. NCCL's route: regMrDmaBuf of a range over two cuMem* chunks, both ways.
+  if (!(ptr & NCCL_PTR_DMABUF)) {
+    check("gpu_dmabuf_transfer", "SKIP",
+          std::string(p.name) + " was not offered for dma-buf (ptrSupport " + ptr_text(ptr) +
+              "; the INFO lines above say why)");
+    g_skipped = 1;
+  } else {
+    VmmBuf src, dst;
+    std::string why = src.allocate(g.cu, g.dev, size_t{4} << 20);
+    if (why.empty()) why = dst.allocate(g.cu, g.dev, size_t{4} << 20);
+    const size_t n = src.span_len();
+    int sfd = -1, rfd = -1;
+    void *smh = nullptr, *rmh = nullptr;
+    if (why.empty() && g.cu.get_handle(&sfd, src.span(), n, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD,
+                                       0) != CUDA_SUCCESS)
+      why = "cuMemGetHandleForAddressRange of the send range failed";
+    if (why.empty() && g.cu.get_handle(&rfd, dst.span(), n, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD,
+                                       0) != CUDA_SUCCESS)
+      why = "cuMemGetHandleForAddressRange of the receive range failed";
+    if (why.empty() && net->regMrDmaBuf(l.sc, reinterpret_cast<void*>(src.span()), n, NCCL_PTR_CUDA,
+                                        0, sfd, &smh) != ncclSuccess)
+      why = "regMrDmaBuf (send) failed (its WARN above says why)";
+    if (why.empty() && net->regMrDmaBuf(l.rc, reinterpret_cast<void*>(dst.span()), n, NCCL_PTR_CUDA,
+                                        0, rfd, &rmh) != ncclSuccess)
+      why = "regMrDmaBuf (receive) failed (its WARN above says why)";
+    if (sfd >= 0) close(sfd);  // as NCCL does, right after the call
+    if (rfd >= 0) close(rfd);
+    bool flushed = false;
+    std::vector<uint8_t> in(n), out(n, 0), zero(n, 0);
+    if (why.empty()) {
+      fill(in, 0xd1);
+      g.cu.htod(src.span(), in.data(), n);
+      g.cu.htod(dst.span(), zero.data(), n);
+      why = transfer(l, reinterpret_cast<void*>(src.span()), reinterpret_cast<void*>(dst.span()), n,
+                     smh, rmh, true, &flushed);
+    }
+    if (why.empty()) {
+      g.cu.dtoh(out.data(), dst.span(), n);
+      const size_t bad = count_diff(in, out);
+      check("gpu_dmabuf_transfer", bad == 0 ? "PASS" : "FAIL",
+            tagline + std::to_string(n) + " bytes GPU -> GPU zero-copy through regMrDmaBuf " +
+                "handles over two cuMem* chunks each, forced flush done, " + std::to_string(bad) +
+                " bytes differ");
+    } else {
+      check("gpu_dmabuf_transfer", "FAIL", why);
+    }
+    if (smh != nullptr) net->deregMr(l.sc, smh);
+    if (rmh != nullptr) net->deregMr(l.rc, rmh);
+  }
+
+  // 2. regMr of cuMemAlloc memory (peermem, or dma-buf exported by the plugin), or staged.
   const size_t n = (size_t{8} << 20) + 3;
   DevBuf src, dst;
   if (src.allocate(g.cu, n) != CUDA_SUCCESS || dst.allocate(g.cu, n) != CUDA_SUCCESS) {
     check("gpu_transfer", "FAIL", "cuMemAlloc failed");
     return;
   }
-  // dma-buf registration of an exported GPU buffer, where the NIC was offered for it.
-  if (g.cu.get_handle != nullptr) {
-    int fd = -1;
-    CUresult r = g.cu.get_handle(&fd, dst.p, dst.alloc, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
-    if (r != CUDA_SUCCESS) {
-      check("dmabuf_register", "SKIP", "no dma-buf to register: " + g.cu.err(r));
-    } else {
-      void* mh = nullptr;
-      ncclResult_t rr = net->regMrDmaBuf(rc, reinterpret_cast<void*>(dst.p), dst.alloc,
-                                         NCCL_PTR_CUDA, 0, fd, &mh);
-      close(fd);  // as NCCL does, right after the call
-      if (ptr & NCCL_PTR_DMABUF) {
-        check("dmabuf_register", rr == ncclSuccess ? "PASS" : "FAIL",
-              "regMrDmaBuf of " + std::to_string(dst.alloc) + " bytes returned " +
-                  std::to_string(rr));
-      } else {
-        check("dmabuf_register", rr == ncclSuccess ? "PASS" : "SKIP",
-              std::string(props.name) + " was not offered for dma-buf; regMrDmaBuf returned " +
-                  std::to_string(rr) + (rr == ncclSuccess ? "" : " (its WARN says why)"));
-      }
-      if (mh != nullptr) net->deregMr(rc, mh);
-    }
-  }
-  std::vector<uint8_t> in(n), out(n, 0);
+  std::vector<uint8_t> in(n), out(n, 0), zero(n, 0);
   fill(in, 0xa7);
   g.cu.htod(src.p, in.data(), n);
-  std::vector<uint8_t> zero(n, 0);
   g.cu.htod(dst.p, zero.data(), n);
   const bool direct = (ptr & NCCL_PTR_CUDA) != 0;
-  // GPUDirect: register the GPU buffers. Otherwise stage through host buffers, as NCCL does.
   std::vector<uint8_t> hs, hr;
   void *smh = nullptr, *rmh = nullptr;
   void* sdata = reinterpret_cast<void*>(src.p);
   void* rdata = reinterpret_cast<void*>(dst.p);
   if (direct) {
-    if (net->regMr(sc, sdata, n, NCCL_PTR_CUDA, &smh) != ncclSuccess ||
-        net->regMr(rc, rdata, n, NCCL_PTR_CUDA, &rmh) != ncclSuccess) {
+    if (net->regMr(l.sc, sdata, n, NCCL_PTR_CUDA, &smh) != ncclSuccess ||
+        net->regMr(l.rc, rdata, n, NCCL_PTR_CUDA, &rmh) != ncclSuccess) {
       check("gpu_transfer", "FAIL", "regMr of CUDA memory failed although ptrSupport has CUDA");
       return;
     }
@@ -299,65 +515,36 @@ void plugin_checks(Gpu& g, const char* plugin_path) {
     g.cu.dtoh(hs.data(), src.p, n);
     sdata = hs.data();
     rdata = hr.data();
-    if (net->regMr(sc, sdata, n, NCCL_PTR_HOST, &smh) != ncclSuccess ||
-        net->regMr(rc, rdata, n, NCCL_PTR_HOST, &rmh) != ncclSuccess) {
+    if (net->regMr(l.sc, sdata, n, NCCL_PTR_HOST, &smh) != ncclSuccess ||
+        net->regMr(l.rc, rdata, n, NCCL_PTR_HOST, &rmh) != ncclSuccess) {
       check("gpu_transfer", "FAIL", "regMr of host staging buffers failed");
       return;
     }
   }
-  void *rreq = nullptr, *sreq = nullptr;
-  size_t cap = n;
-  int tag = 1;
-  bool ok = poll_until([&] {
-    if (rreq == nullptr) net->irecv(rc, 1, &rdata, &cap, &tag, &rmh, nullptr, &rreq);
-    if (rreq != nullptr && sreq == nullptr) net->isend(sc, sdata, n, tag, smh, nullptr, &sreq);
-    return rreq != nullptr && sreq != nullptr;
-  });
-  int sdone = 0, rdone = 0, sizes[NCCL_NET_MAX_REQUESTS] = {};
-  int ssize = 0;
-  ok = ok && poll_until([&] {
-         if (!sdone && net->test(sreq, &sdone, &ssize) != ncclSuccess) return true;
-         if (!rdone && net->test(rreq, &rdone, sizes) != ncclSuccess) return true;
-         return sdone && rdone;
-       });
-  if (!ok || !sdone || !rdone || sizes[0] != static_cast<int>(n)) {
-    check("gpu_transfer", "FAIL",
-          "send/receive did not complete with " + std::to_string(n) + " bytes (got " +
-              std::to_string(sizes[0]) + ")");
+  bool flushed = false;
+  if (std::string why = transfer(l, sdata, rdata, n, smh, rmh, direct, &flushed); !why.empty()) {
+    check("gpu_transfer", "FAIL", why);
     return;
   }
-  std::string flush_text = "no flush needed";
-  if (direct) {
-    void* freq = nullptr;
-    int fsize = static_cast<int>(n);
-    if (net->iflush(rc, 1, &rdata, &fsize, &rmh, &freq) != ncclSuccess) {
-      check("gpu_flush", "FAIL", "iflush failed");
-      return;
-    }
-    if (freq != nullptr) {
-      int fdone = 0;
-      poll_until([&] { return net->test(freq, &fdone, nullptr) != ncclSuccess || fdone; });
-      check("gpu_flush", fdone ? "PASS" : "FAIL", "loopback READ flush of the GPU receive");
-      flush_text = "flushed";
-    } else {
-      check("gpu_flush", "SKIP", "iflush returned no request (NCCL_GDR_FLUSH_DISABLE=1?)");
-    }
-  } else {
-    g.cu.htod(dst.p, hr.data(), n);
-  }
+  if (!direct) g.cu.htod(dst.p, hr.data(), n);
   g.cu.dtoh(out.data(), dst.p, n);
   const size_t bad = count_diff(in, out);
-  // Under the tests' stand-in driver the "GPU" is host pages: say so on the result line.
-  const bool standin = g.name.find("stand-in") != std::string::npos;
   check("gpu_transfer", bad == 0 ? "PASS" : "FAIL",
-        std::string(standin ? "[stand-in driver, not a GPU] " : "") + std::to_string(n) +
-            " bytes GPU -> GPU " +
-            (direct ? "zero-copy (GPUDirect RDMA)" : "staged through host memory") + ", " +
-            flush_text + ", " + std::to_string(bad) + " bytes differ");
-  net->deregMr(sc, smh);
-  net->deregMr(rc, rmh);
-  net->closeSend(sc);
-  net->closeRecv(rc);
+        tagline + std::to_string(n) + " bytes GPU -> GPU " +
+            (direct ? "zero-copy (regMr of cuMemAlloc memory)" : "staged through host memory") +
+            ", " + (flushed ? "forced flush done" : "no flush (host buffers)") + ", " +
+            std::to_string(bad) + " bytes differ");
+  if (!direct) {
+    check("gpu_register", "SKIP",
+          std::string(p.name) + " ptrSupport " + ptr_text(ptr) +
+              ": GPU memory cannot be registered on it (the INFO lines above say why); only the "
+              "staged route ran");
+    g_skipped = 1;
+  }
+  net->deregMr(l.sc, smh);
+  net->deregMr(l.rc, rmh);
+  net->closeSend(l.sc);
+  net->closeRecv(l.rc);
   net->finalize(ctx);
 }
 
@@ -377,5 +564,6 @@ int main(int argc, char** argv) {
   check("cuda_init", "PASS", "driver loaded, cuInit ok");
   if (!cuda_checks(g)) return 1;
   if (mode == "plugin") plugin_checks(g, argv[2]);
-  return g_failed;
+  if (g_failed) return 1;
+  return g_skipped ? 77 : 0;
 }

@@ -1,143 +1,247 @@
 #!/usr/bin/env bash
-# tests/gpu/run.sh: the `gpu` label. Checks Sluice with real GPU memory, in well under 5 minutes:
-#   1. cuda      cuInit, cuMemAlloc, host -> GPU -> host bytes, dma-buf export (gpu-check cuda)
-#   2. detect    sluice-info's GPUDirect section (driver, per-GPU attributes, peermem, per-NIC
-#                dma-buf probe and decision)
-#   3. plugin    through the plugin's v12 table: regMrDmaBuf of an exported GPU buffer, GPU -> GPU
-#                transfer (zero-copy when ptrSupport has CUDA, else staged as NCCL would), flush,
-#                every byte verified on the GPU (gpu-check plugin)
-#   4. nccl      NCCL all-reduce, two processes on one GPU posing as two hosts (NCCL_HOSTID differs),
-#                NCCL_NET_PLUGIN=sluice NCCL_NET=Sluice NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1; the
-#                result is checked and NCCL's INFO log must show "Using network Sluice"
-# Steps 3 and 4 need an RDMA device: real ones, or Soft-RoCE on this kernel (scripts/rdma-bed --mode
-# rxe, as root). Without either they are skipped with the reason and steps 1-2 still run.
+# tests/gpu/run.sh: Sluice on a GPU machine, one command of at most 5 minutes (label `gpu`).
+#   1. facts   GPU, driver, kernel, CUDA/PyTorch/NCCL runtime, /dev/infiniband, ulimit -l,
+#              whether `modprobe rdma_rxe` works, where the wheel's libnccl.so.2 is
+#   2. cuda    gpu-check cuda: cuMemAlloc and cuMem* (NCCL's allocator), copies, dma-buf export
+#   3. gdr     the GPUDirect decision, from sluice-info --json
+#   4. rdma    where an RDMA device exists or rxe loads: gpu-check plugin (GPU memory registered
+#              both ways, GPU -> GPU through the plugin with every byte checked, the flush);
+#              where none exists, the reason
+#   5. nccl    PyTorch's NCCL end to end: two processes on the one GPU posing as two hosts
+#              (NCCL_HOSTID), NCCL_NET_PLUGIN=<plugin> NCCL_NET=Sluice NCCL_P2P_DISABLE=1
+#              NCCL_SHM_DISABLE=1; all-reduce checked over sizes and dtypes (nccl_torch.py); the
+#              proof read from NCCL_DEBUG_FILE's files (nccl_log.sh). Without an RDMA device the
+#              expected result is NCCL's "Failed to initialize any NET plugin", reported as such
+#   6. summary one line a step: PASS / FAIL / SKIP with its reason
 #
-# usage: tests/gpu/run.sh [--build DIR]       (default: ./build, configured with CUDA headers)
-# Exit: 0 every check passed (some may be skipped with a reason), 1 a check failed, 77 no GPU here.
+# usage: tests/gpu/run.sh --bundle DIR     (scripts/gpu-bundle's folder: the GPU machine)
+#        tests/gpu/run.sh [--build DIR]    (a build tree, default ./build)
+# Logs: $OUT/gpu-run/ ($OUT defaults to a new temporary folder). SLUICE_GPU_RUN_NO_RXE=1 leaves
+# rdma_rxe alone (rehearsals on a shared host). SLUICE_GPU_RUN_PYTHON names the
+# Python that has torch (default python3); SLUICE_GPU_RUN_TORCH_SCRIPT replaces nccl_torch.py (the
+# rehearsal passes tests/gpu/standin_torch.py where PyTorch is missing).
+# Every step has its own time limit (10+30+45+20+75+100 s: under 5 minutes in all).
+# Exit: 0 when steps 4 and 5 passed; 1 when a step failed; 77 otherwise (no GPU, or steps 4/5
+# skipped with their reasons).
 set -uo pipefail
-ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-BUILD=${SLUICE_BUILD_DIR:-$ROOT/build}
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+. "$HERE/nccl_log.sh"
+BUNDLE="" BUILD=${SLUICE_BUILD_DIR:-$ROOT/build}
 while [ $# -gt 0 ]; do
   case "$1" in
+    --bundle) BUNDLE=$(cd "$2" && pwd) || exit 2; shift 2 ;;
     --build) BUILD=$2; shift 2 ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
-CHECK=$BUILD/tests/gpu-check
-PLUGIN=$BUILD/plugin/libnccl-net-sluice.so
-INFO=$BUILD/tools/sluice-info
-ALLREDUCE=$BUILD/bench/nccl-allreduce
 START=$(date +%s)
-SUMMARY=()
-FAILED=0
-note() { SUMMARY+=("$1"); printf '%s\n' "== $1"; }
-pass() { note "PASS $1"; }
-fail() { note "FAIL $1"; FAILED=1; }
-skip() { note "SKIP $1"; }
-summary() {
-  echo
-  echo "== tests/gpu/run.sh summary ($(( $(date +%s) - START )) s) =="
-  printf '  %s\n' "${SUMMARY[@]}"
-}
-
-# ---- Is there a GPU? -------------------------------------------------------------------------
-if [ ! -e /dev/nvidiactl ] && [ ! -e /dev/nvidia0 ]; then
-  skip "no GPU here: /dev/nvidiactl and /dev/nvidia0 do not exist (no NVIDIA driver or device)"
-  summary
-  exit 77
+OUT=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/sluice-gpu.XXXXXX")}
+LOG=$OUT/gpu-run
+mkdir -p "$LOG/nccl" || exit 2
+PY=${SLUICE_GPU_RUN_PYTHON:-python3}
+TORCH_SCRIPT=${SLUICE_GPU_RUN_TORCH_SCRIPT:-$HERE/nccl_torch.py}
+if [ -n "$BUNDLE" ]; then
+  CHECK=$BUNDLE/bin/gpu-check INFO=$BUNDLE/bin/sluice-info RDMA_TOOL=$BUNDLE/bin/rdma
+  PLUGIN=$BUNDLE/lib/libnccl-net-sluice.so
+  # The bundle's libstdc++/libgcc_s only where the machine's libstdc++ lacks the GLIBCXX version
+  # ours need (the bundled one needs the build host's glibc: MANIFEST).
+  need=$(sed -n 's/^glibcxx: //p' "$BUNDLE/MANIFEST" 2>/dev/null)
+  sys=$(ldconfig -p 2>/dev/null | awk '/libstdc\+\+\.so\.6 .*x86-64/ {print $NF; exit}')
+  CXX_NOTE="system libstdc++ ${sys:-none} has ${need:-?}"
+  if [ -z "$sys" ] || [ -z "$need" ] || ! grep -qa "$need" "$sys"; then
+    CXX_DIR=$BUNDLE/lib/cxx: CXX_NOTE="bundle's libstdc++ (system ${sys:-none} lacks ${need:-?})"
+  fi
+  export LD_LIBRARY_PATH=$BUNDLE/lib:${CXX_DIR:-}${LD_LIBRARY_PATH:-}
+  LD_LIBRARY_PATH=${LD_LIBRARY_PATH%:}
+  # No rdma-core on the machine: its providers come from the bundle (rdma-core's load_driver
+  # appends "-rdmav34.so" to an absolute name), and hwloc's PCI plugin too.
+  export RDMAV_DRIVERS=$BUNDLE/lib/libibverbs/librxe:$BUNDLE/lib/libibverbs/libmlx5
+  export HWLOC_PLUGINS_PATH=$BUNDLE/lib/hwloc
+else
+  CHECK=$BUILD/tests/gpu-check INFO=$BUILD/tools/sluice-info RDMA_TOOL=$(command -v rdma || true)
+  PLUGIN=$BUILD/plugin/libnccl-net-sluice.so
 fi
-for f in "$CHECK" "$PLUGIN" "$INFO"; do
-  if [ ! -x "$f" ] && [ ! -f "$f" ]; then
-    fail "missing $f: build first (cmake -S . -B $BUILD && cmake --build $BUILD; CUDA headers needed for gpu-check)"
-    summary
-    exit 1
+STEPS=() VERDICTS=() REASONS=()
+record() {  # record STEP VERDICT REASON
+  STEPS+=("$1") VERDICTS+=("$2") REASONS+=("$3")
+  printf '== %-6s %-4s %s\n' "$1" "$2" "$3" | tee -a "$LOG/summary.txt"
+}
+verdict_of() { local i; for i in "${!STEPS[@]}"; do [ "${STEPS[$i]}" = "$1" ] && echo "${VERDICTS[$i]}"; done; }
+finish() {
+  {
+    echo
+    echo "== tests/gpu/run.sh summary ($(( $(date +%s) - START )) s; logs in $LOG) =="
+    printf '  %-2s %-6s %-4s %s\n' "#" step verdict reason
+    local i
+    for i in "${!STEPS[@]}"; do
+      printf '  %-2s %-6s %-4s %s\n' "$((i + 1))" "${STEPS[$i]}" "${VERDICTS[$i]}" "${REASONS[$i]}"
+    done
+  } | tee "$LOG/table.txt"
+  local rc=77 v
+  for v in "${VERDICTS[@]}"; do [ "$v" = FAIL ] && rc=1; done
+  [ "$rc" = 77 ] && [ "$(verdict_of rdma)" = PASS ] && [ "$(verdict_of nccl)" = PASS ] && rc=0
+  echo "exit $rc" | tee -a "$LOG/table.txt"
+  exit "$rc"
+}
+first() { grep -m1 -E -- "$1" "$2" | sed -E 's/^CHECK [a-z_]+: (PASS|FAIL|SKIP) //'; }
+
+# ---- 1. facts ---------------------------------------------------------------------------------
+{
+  echo "date: $(date -u +%FT%TZ)  host: $(hostname)  kernel: $(uname -r)  user: $(id -un)"
+  echo "bundle: ${BUNDLE:-none (build $BUILD)}"; [ -n "$BUNDLE" ] && sed -n '2,6p' "$BUNDLE/MANIFEST" 2>/dev/null
+  echo "glibc here: $(ldd --version 2>&1 | head -1); ${CXX_NOTE:-}; LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
+  command -v nvidia-smi >/dev/null && timeout 10 nvidia-smi --query-gpu=name,pci.bus_id,driver_version,memory.total --format=csv,noheader
+  [ -r /proc/driver/nvidia/version ] && head -1 /proc/driver/nvidia/version
+  ls -l /dev/nvidia* 2>&1 | head -8
+  echo "/dev/infiniband: $(ls /dev/infiniband 2>&1 | tr '\n' ' ')"
+  echo "/sys/class/infiniband: $(ls /sys/class/infiniband 2>&1 | tr '\n' ' ')"
+  echo "ulimit -l: $(ulimit -l)"
+  echo "nvidia_peermem: $([ -e /sys/module/nvidia_peermem ] && echo loaded || echo 'not loaded')"
+} > "$LOG/facts.txt" 2>&1
+if [ "${SLUICE_GPU_RUN_NO_RXE:-0}" = 1 ]; then
+  MRC=1 MODPROBE="modprobe rdma_rxe: not tried (SLUICE_GPU_RUN_NO_RXE=1)"
+else
+  MODPROBE=$( (timeout 10 modprobe rdma_rxe) 2>&1 ); MRC=$?
+  [ "$MRC" = 0 ] && MODPROBE="modprobe rdma_rxe: ok" || MODPROBE="modprobe rdma_rxe: exit $MRC ${MODPROBE:0:160}"
+fi
+echo "$MODPROBE" >> "$LOG/facts.txt"
+timeout 30 "$PY" - > "$LOG/torch.txt" 2>&1 <<'EOF'
+import glob, os, sys
+print("python", sys.version.split()[0], sys.executable)
+try:
+    import torch
+    print("torch", torch.__version__, "cuda", torch.version.cuda, "nccl", ".".join(map(str, torch.cuda.nccl.version())),
+          "gpus", torch.cuda.device_count())
+except Exception as e:
+    print("torch: import failed:", repr(e))
+for p in sys.path:
+    for f in glob.glob(os.path.join(p, "nvidia", "*", "lib", "libnccl.so.2")) + glob.glob(os.path.join(p, "nvidia", "*", "lib", "libcudart.so.*")):
+        print("wheel-lib", f)
+EOF
+cat "$LOG/torch.txt" >> "$LOG/facts.txt"
+WHEEL_NCCL=$(grep -m1 -oE 'wheel-lib .*/libnccl\.so\.2$' "$LOG/torch.txt" | cut -d' ' -f2)
+[ -n "$WHEEL_NCCL" ] && echo "wheel libnccl.so.2: $WHEEL_NCCL" >> "$LOG/facts.txt"
+cat "$LOG/facts.txt"
+GPU_NODES=no; { [ -e /dev/nvidiactl ] || [ -e /dev/nvidia0 ]; } && GPU_NODES=yes
+if [ "$GPU_NODES" = no ] && [ -z "${SLUICE_CUDA_LIBRARY:-}" ]; then
+  record facts SKIP "no GPU here: /dev/nvidiactl and /dev/nvidia0 do not exist (no NVIDIA driver or device)"
+  finish
+fi
+record facts PASS "kernel $(uname -r); GPU nodes: $GPU_NODES${SLUICE_CUDA_LIBRARY:+ (CUDA library: $SLUICE_CUDA_LIBRARY)}; $(grep -m1 '^torch' "$LOG/torch.txt" || echo 'torch: none'); ${WHEEL_NCCL:+wheel NCCL $WHEEL_NCCL; }ulimit -l $(ulimit -l); $MODPROBE"
+for f in "$CHECK" "$INFO" "$PLUGIN"; do
+  if [ ! -e "$f" ]; then
+    record cuda FAIL "missing $f (build it, or scripts/gpu-bundle)"
+    finish
   fi
 done
 
-# ---- 1. CUDA side -------------------------------------------------------------------------------
-out=$(timeout 90 "$CHECK" cuda 2>&1); rc=$?
-printf '%s\n' "$out"
+# ---- 2. CUDA ----------------------------------------------------------------------------------
+timeout 45 "$CHECK" cuda > "$LOG/cuda.txt" 2>&1; rc=$?
+cat "$LOG/cuda.txt"
 if [ "$rc" = 77 ]; then
-  skip "GPU device nodes exist but CUDA is unusable: $(printf '%s\n' "$out" | grep 'CHECK cuda_init' | head -1)"
-  summary
-  exit 77
-fi
-[ "$rc" = 0 ] && pass "cuda: cuMemAlloc, copies, dma-buf export ($(printf '%s\n' "$out" | grep -c ': PASS') checks passed, $(printf '%s\n' "$out" | grep -c ': SKIP') skipped)" \
-              || fail "cuda: gpu-check cuda exit $rc: $(printf '%s\n' "$out" | grep ': FAIL' | head -2 | tr '\n' ' ')"
-
-# ---- 2. Detection -------------------------------------------------------------------------------
-text=$(timeout 60 "$INFO" 2>&1); rc=$?
-printf '%s\n' "$text" | sed -n '/^GPUDirect RDMA/,/^Locked-memory/p'
-if [ "$rc" != 0 ]; then
-  fail "detect: sluice-info exit $rc"
-elif printf '%s\n' "$text" | grep -q "^GPUDirect RDMA (SLUICE_GDR=[a-z]*): CUDA driver"; then
-  pass "detect: sluice-info sees the CUDA driver and explains the GPUDirect decision per NIC"
+  record cuda SKIP "CUDA unusable: $(first 'CHECK cuda_init' "$LOG/cuda.txt")"
+  finish
+elif [ "$rc" = 0 ]; then
+  record cuda PASS "$(grep -c ': PASS' "$LOG/cuda.txt") checks passed, $(grep -c ': SKIP' "$LOG/cuda.txt") skipped; $(first 'CHECK cuda_device' "$LOG/cuda.txt" | cut -c1-120)"
 else
-  fail "detect: sluice-info does not report the CUDA driver although cuInit works"
+  record cuda FAIL "gpu-check cuda exit $rc: $(grep ': FAIL' "$LOG/cuda.txt" | head -2 | tr '\n' ' ')"
 fi
 
-# ---- RDMA devices: real, or Soft-RoCE on this kernel --------------------------------------------
-mode=$("$ROOT/scripts/rdma-bed" --print-mode 2>/dev/null || echo none)
-case "$mode" in
-  real) BED=("$ROOT/scripts/rdma-bed" --mode real --timeout 200 --) ;;
-  rxe) BED=("$ROOT/scripts/rdma-bed" --mode rxe --timeout 200 --) ;;
-  *)
-    skip "plugin + nccl: no RDMA device here and rdma_rxe cannot be loaded on this kernel (the qemu bed has no GPU), so nothing can carry GPU data; CUDA-side checks above still ran"
-    summary
-    exit "$FAILED"
-    ;;
-esac
-echo "== RDMA devices: $mode"
-
-# ---- 3. GPU -> GPU through the plugin -----------------------------------------------------------
-out=$("${BED[@]}" timeout 120 "$CHECK" plugin "$PLUGIN" 2>&1); rc=$?
-printf '%s\n' "$out"
-if [ "$rc" = 0 ]; then
-  pass "plugin: $(printf '%s\n' "$out" | grep 'CHECK gpu_transfer' | sed 's/^CHECK gpu_transfer: PASS //')"
-else
-  fail "plugin: gpu-check plugin exit $rc: $(printf '%s\n' "$out" | grep ': FAIL' | head -3 | tr '\n' ' ')"
-fi
-dm=$(printf '%s\n' "$out" | grep 'CHECK dmabuf_register' | head -1)
-[ -n "$dm" ] && note "INFO ${dm#CHECK }"
-
-# ---- 4. NCCL end to end -------------------------------------------------------------------------
-if [ ! -x "$ALLREDUCE" ]; then
-  skip "nccl: $ALLREDUCE not built (needs the CUDA runtime and NCCL at configure time)"
-  summary
-  exit "$FAILED"
-fi
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-port=$((29500 + RANDOM % 2000))
-cat > "$tmp/ranks.sh" <<EOF
-#!/usr/bin/env bash
-# Two ranks on one GPU, each believing it is a different host.
-common="NCCL_NET_PLUGIN=$PLUGIN NCCL_NET=Sluice NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2 LOCAL_RANK=0"
-env \$common RANK=0 NCCL_HOSTID=sluice-gpu-test-host0 timeout 150 "$ALLREDUCE" -b 8 -e 64M -f 4 -n 3 -w 1 --timeout 120 > "$tmp/rank0.log" 2>&1 &
-p0=\$!
-env \$common RANK=1 NCCL_HOSTID=sluice-gpu-test-host1 timeout 150 "$ALLREDUCE" -b 8 -e 64M -f 4 -n 3 -w 1 --timeout 120 > "$tmp/rank1.log" 2>&1 &
-p1=\$!
-wait \$p0; r0=\$?
-wait \$p1; r1=\$?
-echo "rank0 exit \$r0, rank1 exit \$r1"
-[ "\$r0" = 0 ] && [ "\$r1" = 0 ]
+# ---- 3. the GPUDirect decision ----------------------------------------------------------------
+timeout 20 "$INFO" --json > "$LOG/sluice-info.json" 2> "$LOG/sluice-info.stderr"; rc=$?
+GDR=$(python3 - "$LOG/sluice-info.json" <<'EOF' 2>&1
+import json, sys
+try:
+    j = json.load(open(sys.argv[1]))
+except Exception as e:
+    print("BAD sluice-info --json is not JSON:", e); sys.exit(0)
+g = j.get("gpudirect", {})
+devs = g.get("devices", [])
+gpus = ", ".join(f"{x['name']} {x['pci_bus_id']} rdma={x['gpu_direct_rdma_supported']} dmabuf={x['dma_buf_supported']} c2c={x.get('c2c')}" for x in g.get("gpus", []))
+head = f"mode {g.get('mode')}, driver {g.get('driver')} ({g.get('driver_text','')[:80]}), peermem {g.get('peermem')}; GPUs: {gpus or 'none'}"
+if not devs:
+    print(("OK " if g.get("driver") else "BAD ") + head + "; no RDMA device to decide for")
+else:
+    print(("OK " if g.get("driver") else "BAD ") + head + "; " + "; ".join(f"{d['name']}: {d['ptr_support']} ({d['summary'][:160]})" for d in devs))
 EOF
-chmod +x "$tmp/ranks.sh"
-"${BED[@]}" "$tmp/ranks.sh"; rc=$?
-grep -v "NCCL INFO" "$tmp/rank0.log" | tail -20
-using=$(grep -h "Using network Sluice" "$tmp/rank0.log" "$tmp/rank1.log" | head -1)
-gdr=$(grep -h "via NET/Sluice" "$tmp/rank0.log" | head -2)
-grep -h "GPUDirect RDMA" "$tmp/rank0.log" | head -2
-[ -n "$gdr" ] && printf '%s\n' "$gdr"
+)
+echo "$GDR"
 if [ "$rc" != 0 ]; then
-  fail "nccl: all-reduce between two processes failed (exit $rc; wrong results make nccl-allreduce exit 1); last lines: $(tail -3 "$tmp/rank0.log" | tr '\n' ' ')"
-elif [ -z "$using" ]; then
-  fail "nccl: all-reduce passed but NCCL's log has no \"Using network Sluice\": another transport carried it"
+  record gdr FAIL "sluice-info --json exit $rc: $(tail -2 "$LOG/sluice-info.stderr" | tr '\n' ' ')"
+elif [ "${GDR#OK }" != "$GDR" ]; then
+  record gdr PASS "${GDR#OK }"
 else
-  how=staged
-  printf '%s\n' "$gdr" | grep -q GDRDMA && how="GPUDirect RDMA (GDRDMA)"
-  pass "nccl: all-reduce 8 B..64 MiB correct on both ranks, \"Using network Sluice\", channels $how"
+  record gdr FAIL "sluice-info does not see the CUDA driver although gpu-check does: ${GDR#BAD }"
 fi
-summary
-exit "$FAILED"
+
+# ---- 4. RDMA: GPU -> GPU through the plugin ---------------------------------------------------
+usable_uverbs() { local d; for d in /dev/infiniband/uverbs*; do [ -r "$d" ] && [ -w "$d" ] && return 0; done; return 1; }
+RDMA_WHY=""
+if ! usable_uverbs && [ "$MRC" = 0 ] && [ -n "$RDMA_TOOL" ] && [ -x "$RDMA_TOOL" ]; then
+  NETDEV=$(ip -o route get 1.1.1.1 2>/dev/null | grep -oE 'dev [^ ]+' | cut -d' ' -f2)
+  if [ -z "$NETDEV" ]; then
+    for n in /sys/class/net/*; do [ "${n##*/}" != lo ] && NETDEV=${n##*/} && break; done
+  fi
+  if [ -n "$NETDEV" ]; then
+    if "$RDMA_TOOL" link add sluice_rxe0 type rxe netdev "$NETDEV" >> "$LOG/facts.txt" 2>&1; then
+      echo "rxe: sluice_rxe0 on $NETDEV" | tee -a "$LOG/facts.txt"
+      trap '"$RDMA_TOOL" link delete sluice_rxe0 2>/dev/null' EXIT  # ours: gone again at the end
+    fi
+  fi
+fi
+if usable_uverbs; then
+  timeout 75 "$CHECK" plugin "$PLUGIN" > "$LOG/plugin.txt" 2>&1; rc=$?
+  cat "$LOG/plugin.txt"
+  if [ "$rc" = 0 ]; then
+    record rdma PASS "$(first 'CHECK gpu_dmabuf_transfer: PASS' "$LOG/plugin.txt" | cut -c1-110); $(first 'CHECK gpu_transfer: PASS' "$LOG/plugin.txt" | cut -c1-110)"
+  elif [ "$rc" = 77 ]; then
+    record rdma SKIP "$(grep -E ': SKIP' "$LOG/plugin.txt" | sed -E 's/^CHECK ([a-z_]+): SKIP /\1: /' | head -3 | tr '\n' ' ')"
+  else
+    record rdma FAIL "gpu-check plugin exit $rc: $(grep ': FAIL' "$LOG/plugin.txt" | head -3 | tr '\n' ' ')"
+  fi
+else
+  RDMA_WHY="no RDMA device: /dev/infiniband has no usable uverbs ($(ls /dev/infiniband 2>&1 | tr '\n' ' ')) and rdma_rxe did not load ($MODPROBE)"
+  # Still run the plugin's part, to show what it says (exit 77: skipped with the reason).
+  timeout 30 "$CHECK" plugin "$PLUGIN" > "$LOG/plugin.txt" 2>&1; rc=$?
+  cat "$LOG/plugin.txt"
+  if [ "$rc" = 1 ]; then
+    record rdma FAIL "gpu-check plugin exit 1 without RDMA devices: $(grep ': FAIL' "$LOG/plugin.txt" | head -2 | tr '\n' ' ')"
+  else
+    record rdma SKIP "$RDMA_WHY"
+  fi
+fi
+
+# ---- 5. NCCL end to end through PyTorch's NCCL ------------------------------------------------
+port=$((29500 + RANDOM % 2000))
+pids=()
+for r in 0 1; do
+  env NCCL_NET_PLUGIN="$PLUGIN" NCCL_NET=Sluice NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 \
+      NCCL_HOSTID="sluice-gpu-host$r" NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,GRAPH,ENV \
+      NCCL_DEBUG_FILE="$LOG/nccl/nccl.%h.%p.log" RANK=$r WORLD_SIZE=2 LOCAL_RANK=0 \
+      MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+      timeout 100 "$PY" "$TORCH_SCRIPT" > "$LOG/nccl/rank$r.stdout" 2>&1 &
+  pids+=($!)
+done
+wait "${pids[0]}"; r0=$?
+wait "${pids[1]}"; r1=$?
+tail -n 4 "$LOG/nccl/rank0.stdout" "$LOG/nccl/rank1.stdout"
+res0=$(grep -m1 '^TORCH_NCCL:' "$LOG/nccl/rank0.stdout" || echo "TORCH_NCCL: none (exit $r0)")
+res1=$(grep -m1 '^TORCH_NCCL:' "$LOG/nccl/rank1.stdout" || echo "TORCH_NCCL: none (exit $r1)")
+logs=("$LOG"/nccl/nccl.*.log)
+proof=$(nccl_log_verdict "${logs[@]}"); prc=$?
+echo "NCCL's log: $proof"
+grep -h -E 'GPU Direct RDMA|via NET/|Failed to initialize|NCCL WARN' "${logs[@]}" 2>/dev/null | head -12
+if [ "$r0" = 0 ] && [ "$r1" = 0 ] && [ "$prc" = 0 ]; then
+  record nccl PASS "${res0#TORCH_NCCL: PASS } on rank 0, ${res1#TORCH_NCCL: } on rank 1; $proof"
+elif [ "$prc" = 2 ] && [ -n "$RDMA_WHY" ]; then
+  record nccl SKIP "expected without an RDMA device: NCCL refused with \"Failed to initialize any NET plugin\" (rank exits $r0/$r1)"
+elif [ "$prc" = 2 ]; then
+  record nccl FAIL "NCCL refused with \"Failed to initialize any NET plugin\" although an RDMA device exists (see the plugin's WARN in $LOG/nccl)"
+elif grep -q "import torch failed" "$LOG/nccl/rank0.stdout"; then
+  record nccl SKIP "PyTorch not importable by $PY: $(grep -m1 'import torch failed' "$LOG/nccl/rank0.stdout" | cut -c1-120)"
+else
+  record nccl FAIL "rank exits $r0/$r1; ${res0:0:160}; NCCL's log: $proof"
+fi
+finish

@@ -26,3 +26,8 @@ do
 done")
 set_tests_properties(bed_two_host_rping PROPERTIES LABELS "rdma;bed;nosluice" TIMEOUT 300
                      SKIP_RETURN_CODE 77)   # 77: nested inside a VM bed, cannot boot VMs there
+
+# The real mode needs a usable /dev/infiniband/uverbs*, not only an ACTIVE port (fake sysfs/dev
+# tree; label unit, no VM).
+add_test(NAME bed_real_mode_needs_uverbs COMMAND ${CMAKE_CURRENT_LIST_DIR}/bed_real_mode_test.sh)
+set_tests_properties(bed_real_mode_needs_uverbs PROPERTIES LABELS unit TIMEOUT 60)

@@ -34,11 +34,66 @@ if(SLUICE_HAVE_CUDA_HEADERS)
   add_test(NAME gpu COMMAND ${PROJECT_SOURCE_DIR}/tests/gpu/run.sh --build ${CMAKE_BINARY_DIR})
   set_tests_properties(gpu PROPERTIES LABELS gpu TIMEOUT 330 SKIP_RETURN_CODE 77)
   # The same program against the stand-in driver on the bed: keeps gpu-check's plugin path
-  # exercised where no GPU exists (its output says "stand-in"; it is not a GPU result).
+  # exercised where no GPU exists (its output says "stand-in"; it is not a GPU result). The
+  # stand-in's host pages are no dma-buf, so the regMrDmaBuf step is skipped and gpu-check exits 77;
+  # the test passes only with that exit, the skip's reason, and the peermem transfer and its
+  # forced flush passing.
   sluice_add_rdma_test(NAME gpu_check_standin
-                       COMMAND $<TARGET_FILE:gpu-check> plugin $<TARGET_FILE:nccl-net-sluice>
+                       COMMAND ${PROJECT_SOURCE_DIR}/tests/gpu/expect_skip.sh
+                               "CHECK gpu_dmabuf_transfer: SKIP .* was not offered for dma-buf"
+                               "CHECK gpu_transfer: PASS .*zero-copy .*forced flush done, 0 bytes differ"
+                               "CHECK cuda_vmm: PASS"
+                               -- $<TARGET_FILE:gpu-check> plugin $<TARGET_FILE:nccl-net-sluice>
                        TIMEOUT 600)
   set_property(TEST gpu_check_standin APPEND PROPERTY ENVIRONMENT
                SLUICE_CUDA_LIBRARY=$<TARGET_FILE:sluice-test-fake-cuda> SLUICE_GDR=force)
+  # Without any RDMA device (NCCL_IB_HCA matches none): the plugin steps are skipped, exit 77 with
+  # the reason; never "passed". Label unit: runs anywhere.
+  add_test(NAME gpu_check_no_rdma_skips
+           COMMAND ${PROJECT_SOURCE_DIR}/tests/gpu/expect_skip.sh
+                   "CHECK plugin_init: SKIP no RDMA device" "CHECK cuda_vmm: PASS"
+                   "CHECK dmabuf_export: SKIP .*cuMem\\* range over two chunks"
+                   -- $<TARGET_FILE:gpu-check> plugin $<TARGET_FILE:nccl-net-sluice>)
+  set_tests_properties(gpu_check_no_rdma_skips PROPERTIES LABELS unit TIMEOUT 120 ENVIRONMENT
+                       "SLUICE_CUDA_LIBRARY=$<TARGET_FILE:sluice-test-fake-cuda>;NCCL_IB_HCA==no_such_hca_sluice")
   add_dependencies(gpu-check sluice-test-fake-cuda)
+endif()
+
+# The dma-buf export against the stand-in driver (label unit; no RDMA device needed).
+if(TARGET gpu_standin_export_test)
+  target_compile_definitions(gpu_standin_export_test PRIVATE
+                             SLUICE_STANDIN_CUDA="$<TARGET_FILE:sluice-test-fake-cuda>")
+  add_dependencies(gpu_standin_export_test sluice-test-fake-cuda)
+endif()
+
+# run.sh's NCCL verdicts on sample NCCL logs (label unit).
+add_test(NAME gpu_nccl_log_verdicts COMMAND ${PROJECT_SOURCE_DIR}/tests/gpu/nccl_log_test.sh)
+set_tests_properties(gpu_nccl_log_verdicts PROPERTIES LABELS unit TIMEOUT 60)
+
+# scripts/gpu-bundle from this build tree, then its size and libraries (label package; a minute).
+# The bundle carries nccl-allreduce, a benchmark: a build without benchmarks has no bundle to check.
+if(SLUICE_HAVE_CUDA_HEADERS AND SLUICE_BUILD_BENCH)
+add_test(NAME gpu_bundle
+         COMMAND sh -c "'${PROJECT_SOURCE_DIR}/scripts/gpu-bundle' --build '${CMAKE_BINARY_DIR}' --out '${CMAKE_BINARY_DIR}/gpu-bundle-test' && '${PROJECT_SOURCE_DIR}/tests/gpu/bundle_check.sh' '${CMAKE_BINARY_DIR}/gpu-bundle-test'")
+set_tests_properties(gpu_bundle PROPERTIES LABELS package TIMEOUT 600)
+endif()
+
+# The device run rehearsed from the bundle (label package): run.sh --bundle with the stand-in
+# driver and the stand-in for PyTorch (tests/gpu/standin_torch.py: the plugin loaded into Python
+# as NCCL does, NCCL's lines into NCCL_DEBUG_FILE), only the bundle on the library path, rxe left
+# alone. Without RDMA devices: exit 77, steps 4 and 5 skipped with their reasons, NCCL's refusal
+# reported exactly.
+if(SLUICE_HAVE_CUDA_HEADERS AND SLUICE_BUILD_BENCH)
+  set_tests_properties(gpu_bundle PROPERTIES FIXTURES_SETUP gpu_bundle_dir)
+  add_test(NAME gpu_run_rehearsal
+           COMMAND env -u LD_LIBRARY_PATH OUT=${CMAKE_BINARY_DIR}/gpu-run-rehearsal
+                   SLUICE_GPU_RUN_NO_RXE=1 NCCL_IB_HCA==no_such_hca_sluice
+                   SLUICE_CUDA_LIBRARY=${CMAKE_BINARY_DIR}/gpu-bundle-test/test/libsluice-test-fake-cuda.so
+                   SLUICE_GPU_RUN_TORCH_SCRIPT=${PROJECT_SOURCE_DIR}/tests/gpu/standin_torch.py
+                   ${PROJECT_SOURCE_DIR}/tests/gpu/expect_skip.sh
+                   "^  1  facts  PASS" "^  2  cuda   PASS" "^  3  gdr    PASS" "^  4  rdma   SKIP no RDMA device"
+                   "^  5  nccl   SKIP expected without an RDMA device: NCCL refused with \"Failed to initialize any NET plugin\""
+                   -- ${PROJECT_SOURCE_DIR}/tests/gpu/run.sh --bundle ${CMAKE_BINARY_DIR}/gpu-bundle-test)
+  set_tests_properties(gpu_run_rehearsal PROPERTIES LABELS package TIMEOUT 330
+                       FIXTURES_REQUIRED gpu_bundle_dir)
 endif()

@@ -33,6 +33,7 @@ set_tests_properties(abi_dlopen_c PROPERTIES LABELS "unit;abi" TIMEOUT 120)
 add_executable(plugin_rdma_test ${CMAKE_CURRENT_LIST_DIR}/plugin_rdma_test.cc
                                 ${CMAKE_CURRENT_LIST_DIR}/plugin_rdma_stress_test.cc
                                 ${CMAKE_CURRENT_LIST_DIR}/plugin_rdma_cost_test.cc
+                                ${CMAKE_CURRENT_LIST_DIR}/plugin_rdma_cts_test.cc
                                 ${CMAKE_CURRENT_LIST_DIR}/plugin_rdma_mr_test.cc)
 # Core's public headers for protocol constants only (wire.h); the test still reaches the plugin
 # through dlopen, never links core.
@@ -49,7 +50,7 @@ add_dependencies(plugin_rdma_test nccl-net-sluice)
 # split modes are the same path; with 4 the data-path tests run whole-message (0, NCCL's default)
 # and split (1).
 set(SLUICE_PLUGIN_DATA_TESTS
-    "*Transfer*:*Grouped*:*InFlight*:TwoProcess*:*Versions*:Cost*:Coalesce*")
+    "*Transfer*:*Grouped*:*InFlight*:TwoProcess*:*Versions*:Cost*:Coalesce*:CtsPublish*")
 sluice_add_rdma_test(NAME plugin_rdma_qps1
                      COMMAND $<TARGET_FILE:plugin_rdma_test>
                              --gtest_filter=-Stress*:Lifecycle*)

@@ -26,6 +26,13 @@ struct StandIn {
   void* lib = nullptr;
   int (*alloc)(uintptr_t*, size_t) = nullptr;
   int (*free)(uintptr_t) = nullptr;
+  // NCCL's allocator (cuMem*): the stand-in maps memfd chunks into a reserved range.
+  int (*reserve)(uintptr_t*, size_t, size_t, uintptr_t, unsigned long long) = nullptr;
+  int (*create)(unsigned long long*, size_t, const void*, unsigned long long) = nullptr;
+  int (*map)(uintptr_t, size_t, size_t, unsigned long long, unsigned long long) = nullptr;
+  int (*unmap)(uintptr_t, size_t) = nullptr;
+  int (*release)(unsigned long long) = nullptr;
+  int (*addr_free)(uintptr_t, size_t) = nullptr;
   std::string error;
   StandIn() {
     const char* path = std::getenv("SLUICE_CUDA_LIBRARY");
@@ -40,7 +47,15 @@ struct StandIn {
     }
     alloc = reinterpret_cast<int (*)(uintptr_t*, size_t)>(dlsym(lib, "cuMemAlloc_v2"));
     free = reinterpret_cast<int (*)(uintptr_t)>(dlsym(lib, "cuMemFree_v2"));
-    if (alloc == nullptr || free == nullptr) error = "stand-in lacks cuMemAlloc_v2/cuMemFree_v2";
+    reserve = reinterpret_cast<decltype(reserve)>(dlsym(lib, "cuMemAddressReserve"));
+    create = reinterpret_cast<decltype(create)>(dlsym(lib, "cuMemCreate"));
+    map = reinterpret_cast<decltype(map)>(dlsym(lib, "cuMemMap"));
+    unmap = reinterpret_cast<decltype(unmap)>(dlsym(lib, "cuMemUnmap"));
+    release = reinterpret_cast<decltype(release)>(dlsym(lib, "cuMemRelease"));
+    addr_free = reinterpret_cast<decltype(addr_free)>(dlsym(lib, "cuMemAddressFree"));
+    if (alloc == nullptr || free == nullptr || reserve == nullptr || create == nullptr ||
+        map == nullptr || unmap == nullptr || release == nullptr || addr_free == nullptr)
+      error = "stand-in lacks cuMemAlloc_v2/cuMemFree_v2 or the cuMem* calls";
   }
 };
 
@@ -80,6 +95,81 @@ struct DevBuf {
   }
   uint8_t* bytes() const { return reinterpret_cast<uint8_t*>(p); }
 };
+
+// Two chunks of 2 MiB mapped back to back into one reservation (cuMemCreate + cuMemMap).
+struct VmmBuf {
+  static constexpr size_t kChunk = size_t{2} << 20;
+  uintptr_t base = 0;
+  unsigned long long h[2] = {0, 0};
+  bool ok = false;
+  VmmBuf() {
+    if (standin().reserve(&base, 2 * kChunk, 0, 0, 0) != 0) return;
+    for (int i = 0; i < 2; ++i) {
+      if (standin().create(&h[i], kChunk, nullptr, 0) != 0) return;
+      if (standin().map(base + i * kChunk, kChunk, 0, h[i], 0) != 0) return;
+    }
+    ok = true;
+  }
+  ~VmmBuf() {
+    for (int i = 0; i < 2; ++i) {
+      if (h[i] != 0) {
+        standin().unmap(base + i * kChunk, kChunk);
+        standin().release(h[i]);
+      }
+    }
+    if (base != 0) standin().addr_free(base, 2 * kChunk);
+  }
+  uint8_t* span() const { return reinterpret_cast<uint8_t*>(base + kChunk / 2); }
+};
+
+// NCCL's allocator: a range over two mapped chunks of one reservation is registered as CUDA
+// memory (one MR over both mappings), moved, flushed (NCCL_NET_FORCE_FLUSH, as NCCL sets it on
+// Hopper), and every byte arrives.
+TEST(StandInGpu, RangeOverTwoCuMemChunksMovesAndFlushes) {
+  setenv("NCCL_NET_FORCE_FLUSH", "1", 1);
+  Net net(12);
+  START(net, "force");
+  Conn c;
+  ASSERT_TRUE(open_conn(net, 0, pick_peer(net), &c));
+  VmmBuf src, dst;
+  ASSERT_TRUE(src.ok && dst.ok) << "cuMemAddressReserve/cuMemCreate/cuMemMap failed";
+  const size_t n = VmmBuf::kChunk;  // the second half of chunk 0 and the first half of chunk 1
+  void* smh = nullptr;
+  void* rmh = nullptr;
+  ASSERT_EQ(net.reg_mr_type(c.send, src.span(), n, NCCL_PTR_CUDA, &smh), ncclSuccess)
+      << last_warn();
+  ASSERT_EQ(net.reg_mr_type(c.recv, dst.span(), n, NCCL_PTR_CUDA, &rmh), ncclSuccess)
+      << last_warn();
+  for (size_t i = 0; i < n; ++i) src.span()[i] = static_cast<uint8_t>((i * 197) ^ (i >> 11));
+  std::memset(dst.span(), 0, n);
+  void* rreq = nullptr;
+  void* sreq = nullptr;
+  void* rdata = dst.span();
+  size_t cap = n;
+  int tag = 5;
+  ASSERT_TRUE(post_until("irecv", &rreq, [&](void** req) {
+    return net.irecv(c.recv, 1, &rdata, &cap, &tag, &rmh, req);
+  }));
+  ASSERT_TRUE(post_until(
+      "isend", &sreq, [&](void** req) { return net.isend(c.send, src.span(), n, tag, smh, req); }));
+  int ssize = -1;
+  int rsizes[NCCL_NET_MAX_REQUESTS] = {};
+  ASSERT_TRUE(wait_done(net, "send", sreq, &ssize));
+  ASSERT_TRUE(wait_done(net, "recv", rreq, rsizes));
+  ASSERT_EQ(rsizes[0], static_cast<int>(n));
+  void* freq = nullptr;
+  ASSERT_EQ(net.iflush(c.recv, 1, &rdata, rsizes, &rmh, &freq), ncclSuccess) << last_warn();
+  ASSERT_NE(freq, nullptr) << "a GPU receive with NCCL_NET_FORCE_FLUSH=1 must be flushed";
+  ASSERT_TRUE(wait_done(net, "flush", freq, nullptr));
+  size_t bad = 0;
+  for (size_t i = 0; i < n; ++i) bad += dst.span()[i] != src.span()[i];
+  EXPECT_EQ(bad, 0u) << "bytes differ across the chunk boundary";
+  EXPECT_EQ(net.dereg_mr(c.send, smh), ncclSuccess);
+  EXPECT_EQ(net.dereg_mr(c.recv, rmh), ncclSuccess);
+  EXPECT_TRUE(close_conn(net, &c));
+  EXPECT_EQ(net.finalize(), ncclSuccess);
+  unsetenv("NCCL_NET_FORCE_FLUSH");
+}
 
 TEST(StandInGpu, ForceRegistersCudaThroughPeermemAndFlushes) {
   Net net(12);

@@ -3,11 +3,13 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <string>
 
 #include "sluice/core/api.h"
 #include "sluice/core/memory/gdr.h"
+#include "sluice/gpu/cuda_driver.h"
 #include "sluice/gpu/gdr.h"
 
 namespace sluice {
@@ -146,6 +148,54 @@ TEST(Peermem, KnowsTheModernAndLegacyPaths) {
   };
   EXPECT_TRUE(has_path("/sys/module/nvidia_peermem/version"));
   EXPECT_TRUE(has_path("/sys/kernel/mm/memory_peers/nv_mem/version"));
+}
+
+// The probe's errno, as NCCL reads it: EBADF supported, EOPNOTSUPP/EPROTONOSUPPORT not, anything
+// else (EINVAL on a VF) supported with a WARN naming the errno.
+TEST(DmabufProbe, ClassifiesEveryAnswerAsNcclDoes) {
+  auto ebadf = classify_dmabuf_probe(EBADF, false, "mlx5_0");
+  EXPECT_TRUE(ebadf.supported);
+  EXPECT_FALSE(ebadf.warn);
+  EXPECT_NE(ebadf.text.find("on mlx5_0: EBADF"), std::string::npos) << ebadf.text;
+  for (int e : {EOPNOTSUPP, EPROTONOSUPPORT}) {
+    auto p = classify_dmabuf_probe(e, false, "rxe0");
+    EXPECT_FALSE(p.supported) << p.text;
+    EXPECT_FALSE(p.warn) << p.text;
+    EXPECT_NE(p.text.find("has no dma-buf registration"), std::string::npos) << p.text;
+  }
+  auto einval = classify_dmabuf_probe(EINVAL, false, "mlx5_3");
+  EXPECT_TRUE(einval.supported) << einval.text;
+  EXPECT_TRUE(einval.warn) << einval.text;
+  EXPECT_NE(einval.text.find("EINVAL"), std::string::npos) << einval.text;
+  EXPECT_NE(einval.text.find("as NCCL does"), std::string::npos) << einval.text;
+  auto other = classify_dmabuf_probe(EACCES, false, "mlx5_3");
+  EXPECT_TRUE(other.warn);
+  EXPECT_NE(other.text.find("errno " + std::to_string(EACCES)), std::string::npos) << other.text;
+  // Supported with a WARN still lets the decision offer DMABUF.
+  Config cfg;
+  auto d = decide_gdr(cfg, all_good(), einval, "mlx5_3");
+  EXPECT_TRUE(d.ptr_support & kPtrDmabuf) << d.summary;
+}
+
+// NCCL's rule for CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE: a C2C GPU (driver 12.8+) and a NIC
+// on the GPU's PCIe tree (sharing its root port); a NIC that reaches it through the CPU, a
+// PCIe-only GPU or an older driver get 0.
+TEST(DmabufExport, PcieMappingOnlyForC2cGpuWithANicOnItsPcieTree) {
+  const std::string gpu = "/sys/devices/pci0009:00/0009:00:00.0/0009:01:00.0";
+  const std::string nic_same_port = "/sys/devices/pci0009:00/0009:00:00.0/0009:01:00.1";
+  const std::string nic_cpu = "/sys/devices/pci0000:00/0000:00:00.0/0000:01:00.0";
+  const std::string nic_other_port = "/sys/devices/pci0009:00/0009:00:02.0/0009:03:00.0";
+  EXPECT_EQ(gpu::dmabuf_export_flags(true, 13000, gpu, nic_same_port), gpu::kDmabufMappingPcie);
+  EXPECT_EQ(gpu::dmabuf_export_flags(true, 12080, gpu, nic_same_port), gpu::kDmabufMappingPcie);
+  EXPECT_EQ(gpu::dmabuf_export_flags(true, 12070, gpu, nic_same_port), 0u) << "needs 12.8";
+  EXPECT_EQ(gpu::dmabuf_export_flags(false, 13000, gpu, nic_same_port), 0u) << "PCIe-only GPU";
+  EXPECT_EQ(gpu::dmabuf_export_flags(true, 13000, gpu, nic_cpu), 0u) << "NIC behind the CPU";
+  EXPECT_EQ(gpu::dmabuf_export_flags(true, 13000, gpu, nic_other_port), 0u);
+  EXPECT_EQ(gpu::dmabuf_export_flags(true, 13000, gpu, ""), 0u) << "unknown NIC path";
+  EXPECT_EQ(gpu::dmabuf_export_flags(true, 13000, "", nic_same_port), 0u);
+  EXPECT_TRUE(gpu::share_pcie_root_port(gpu, nic_same_port));
+  EXPECT_FALSE(gpu::share_pcie_root_port(gpu, nic_other_port));
+  EXPECT_FALSE(gpu::share_pcie_root_port("/sys/devices/virtual/net/rxe0", gpu));
 }
 
 }  // namespace

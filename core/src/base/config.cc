@@ -179,7 +179,7 @@ const std::vector<Param>& table() {
      .choices = {{"off", 0}, {"auto", 1}, {"force", 2}}, .default_text = "auto",
      .doc = "GPUDirect RDMA: auto = when detection says it works; off = host staging; force = offer CUDA memory whenever a CUDA driver is present"},
     {.name = "NCCL_NET_FORCE_FLUSH", .type = Type::kBool, .field = &Config::force_flush,
-     .doc = "Flush every non-empty receive with a loopback RDMA READ, host buffers too"},
+     .doc = "Flush with a loopback RDMA READ every non-empty receive that iflush is called for. NCCL calls iflush only for GPUDirect receives (never for host buffers) and reads this variable too: set, it flushes them on Hopper and later, where it otherwise skips the flush"},
     {.name = "SLUICE_TEST_HIDE_VERBS", .type = Type::kString, .field = &Config::test_hide_verbs,
      .allowed_text = "entry point names, e.g. ibv_reg_dmabuf_mr,ibv_query_ece",
      .doc = "Tests only: verbs entry points newer than rdma-core 28 to treat as missing"},

@@ -9,7 +9,7 @@
 //    slot k % kFifoSlots. Split mode: every data QP carries exactly one immediate for it; otherwise
 //    only QP k % nqps does (cts::qp_of_lane).
 //  * A comm is driven by one thread at a time (NCCL's rule). The one exception: a receive comm's
-//    unpublished clear-to-send entries may be published by any thread's call (cts_publish.cc),
+//    staged clear-to-send entries may be published by any thread's call (recv.cc, publish_all),
 //    so the receive comm's CTS and completion state is guarded by RecvComm::mu.
 #pragma once
 

@@ -79,6 +79,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const LocalityProvider& locality,
   SLUICE_INFO(kSubInit | kSubNet, "%s", verbs::ext_summary().c_str());
   for (auto& a : e->adapters_) {
     a->dmabuf = probe_dmabuf(a->pd.get(), a->name);
+    if (a->dmabuf.warn) SLUICE_WARN("dma-buf probe: %s", a->dmabuf.text.c_str());
     if (e->cfg_.pci_relaxed_ordering != 0)
       a->ro_probe = probe_relaxed_ordering(a->pd.get(), a->name);
     a->relaxed_ordering = decide_relaxed_ordering(e->cfg_.pci_relaxed_ordering, a->ro_probe).on;

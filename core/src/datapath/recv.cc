@@ -4,15 +4,24 @@
 // checks completion records (cts_match.cc).
 //
 // When staged entries are published (no entry may wait across a call that could wait for it):
-//  * at kCtsCoalesceSlots staged receives;
-//  * at the next test of any request, isend of any comm (after that send's own data), or irecv of
-//    any other comm, in any thread of the process (publish_all).
+//  * at kCtsCoalesceSlots staged receives, and when the comm's 32 receives are all in flight;
+//  * at the next test of any request (send, receive or flush), isend of any comm (after that
+//    send's own data), or irecv of any other comm, in any thread of the process (publish_all); a
+//    test of a receive also publishes its own comm under its mu (publish), in case publish_all
+//    found the registry busy.
+// An entry whose QP has no CTS budget left (kCtsBudget writes not yet reclaimed) stays staged, and
+// the next such call retries: that waits only for this NIC's completions, never for the peer.
 // publish_all finds staged comms through a registry: one mutex, a vector of the receive comms that
 // ever posted, and an atomic count of comms with staged entries, so the common path (nothing
-// staged) costs one atomic load. It only try_locks (the registry, then each comm's mu): a comm
-// whose driver is inside a call right now, or a registry another thread is walking, is left to
-// that thread, and the caller's next call tries again. Nothing ever blocks on a comm's mu except
-// its own driver against a publisher that holds it for a few posts.
+// staged) costs one atomic load; with something staged it walks every registered comm. A comm
+// joins at its first irecv (a push_back under the registry's mutex: the data path's only
+// allocation and blocking lock, once per comm) and leaves at close. It only try_locks (the
+// registry, then each comm's mu): a comm whose driver is inside a call right now, or a registry
+// another thread is walking, is left to that thread, and the caller's next call tries again.
+// Nothing on the path of a message blocks on a comm's mu except its own driver against a
+// publisher that holds it for a few posts. Weighed in docs/benchmarks.md (issue 18): in NCCL's
+// posting pattern every receive still gets its own write; receives posted back to back on one
+// comm share one per 8, and its CPU cost does not show above rxe's.
 #include <arpa/inet.h>
 
 #include <algorithm>

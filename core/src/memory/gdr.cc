@@ -30,38 +30,50 @@ std::string errno_name(int e) {
 
 }  // namespace
 
+DmabufProbe classify_dmabuf_probe(int err, bool registered, const std::string& nic) {
+  DmabufProbe p;
+  const std::string call = "ibv_reg_dmabuf_mr(fd -1) on " + nic;
+  if (registered) {  // cannot happen with fd -1
+    p.supported = true;
+    p.text = call + " unexpectedly succeeded: treating dma-buf as supported";
+    return p;
+  }
+  if (err == EBADF) {
+    p.supported = true;
+    p.text = call + ": EBADF, so the kernel and the NIC driver accept dma-buf registrations";
+  } else if (err == EOPNOTSUPP || err == EPROTONOSUPPORT) {
+    p.text = call + ": " + errno_name(err) +
+             ": the NIC driver (or the kernel, before 5.12) has no dma-buf registration";
+  } else {
+    // NCCL (ncclIbDmaBufSupport) counts every answer but EOPNOTSUPP/EPROTONOSUPPORT as support:
+    // the path exists and refused the dummy arguments (EINVAL on some VFs). So do we; a real
+    // registration that then fails names its own errno, and peermem stays the fallback.
+    p.supported = true;
+    p.warn = true;
+    p.text = call + ": " + errno_name(err) + " (" + std::strerror(err) +
+             "), not the EBADF a dma-buf-capable NIC answers nor the EOPNOTSUPP/EPROTONOSUPPORT "
+             "of one without it: treating dma-buf as supported, as NCCL does (a failing "
+             "regMrDmaBuf will name its own errno)";
+  }
+  return p;
+}
+
 DmabufProbe probe_dmabuf(ibv_pd* pd, const std::string& nic) {
   return probe_dmabuf_with(pd, nic, verbs::ext().reg_dmabuf_mr);
 }
 
 DmabufProbe probe_dmabuf_with(ibv_pd* pd, const std::string& nic, RegDmabufFn reg) {
-  DmabufProbe p;
   if (reg == nullptr) {
+    DmabufProbe p;
     p.text = "no dma-buf (rdma-core too old): libibverbs has no " +
              verbs::ext_origin("ibv_reg_dmabuf_mr") + "; upgrade rdma-core to 34 or later";
     return p;
   }
-  const std::string call = "ibv_reg_dmabuf_mr(fd -1) on " + nic;
   errno = 0;
   ibv_mr* mr = reg(pd, 0, 4096, 0, -1, IBV_ACCESS_LOCAL_WRITE);
   const int e = errno;
-  if (mr != nullptr) {  // cannot happen with fd -1; never keep it
-    ibv_dereg_mr(mr);
-    p.supported = true;
-    p.text = call + " unexpectedly succeeded: treating dma-buf as supported";
-    return p;
-  }
-  if (e == EBADF) {
-    p.supported = true;
-    p.text = call + ": EBADF, so the kernel and the NIC driver accept dma-buf registrations";
-  } else if (e == EOPNOTSUPP || e == EPROTONOSUPPORT || e == ENOSYS) {
-    p.text = call + ": " + errno_name(e) +
-             ": the NIC driver (or the kernel, before 5.12) has no dma-buf registration";
-  } else {
-    p.text = call + ": " + errno_name(e) + " (" + std::strerror(e) +
-             "), not the EBADF a dma-buf-capable NIC answers: treating dma-buf as unsupported";
-  }
-  return p;
+  if (mr != nullptr) ibv_dereg_mr(mr);  // never keep it
+  return classify_dmabuf_probe(e, mr != nullptr, nic);
 }
 
 GdrDecision decide_gdr(const Config& cfg, const GpuFacts& gpu, const DmabufProbe& nic,

@@ -76,7 +76,7 @@ ibv_mr* reg_cuda(Device* d, uintptr_t lo, uintptr_t hi, unsigned access, std::st
   const auto reg_dmabuf = verbs::ext().reg_dmabuf_mr;  // null before rdma-core 34
   if (d->gdr.dmabuf && e->gpu().export_dmabuf != nullptr && reg_dmabuf != nullptr) {
     int fd = -1;
-    Status st = e->gpu().export_dmabuf(lo, len, &fd);
+    Status st = e->gpu().export_dmabuf(lo, len, a->locality.pci_path, &fd);
     if (st.is_ok()) {
       ibv_mr* mr = reg_dmabuf(a->pd.get(), 0, len, lo, fd, static_cast<int>(access));
       const int err = errno;

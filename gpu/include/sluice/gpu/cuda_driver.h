@@ -23,6 +23,8 @@ class CudaDriver {
     std::string bus_id;
     bool rdma = false;       // CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED
     bool dmabuf = false;     // CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED
+    bool c2c = false;        // CU_DEVICE_ATTRIBUTE_HOST_NATIVE_ATOMIC_SUPPORTED: a C2C link to the
+                             // CPU (GH200/GB200), where a dma-buf may map over C2C or over PCIe
     std::string attr_error;  // an attribute query that failed, "" when none did
   };
   const std::vector<Gpu>& gpus() const { return gpus_; }
@@ -31,9 +33,15 @@ class CudaDriver {
   // cuMemGetHandleForAddressRange resolved (driver 11.7 and later).
   bool has_dmabuf_export() const { return get_handle_ != nullptr; }
 
-  // Exports [addr, addr + len) as a dma-buf fd (caller closes it). The range must lie inside one
-  // allocation (checked with cuMemGetAddressRange). Returns "" on success, else the reason.
-  std::string export_dmabuf(uintptr_t addr, size_t len, int* fd) const;
+  // Exports [addr, addr + len) as a dma-buf fd (caller closes it). The range may span several
+  // mapped chunks of one cuMemCreate/cuMemMap reservation (PyTorch's expandable segments): the
+  // driver decides, no pre-check here. `nic_pci_path` is the sysfs path of the NIC that will
+  // register it: on a C2C GPU whose NIC sits on the GPU's PCIe tree the export asks for the PCIe
+  // mapping (CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE), as NCCL does; a driver that refuses
+  // the flag is asked again without it. `flags_used` (may be null) gets the flags of the call that
+  // succeeded. Returns "" on success, else the reason.
+  std::string export_dmabuf(uintptr_t addr, size_t len, const std::string& nic_pci_path, int* fd,
+                            unsigned long long* flags_used = nullptr) const;
 
   // True when the library loaded, every required symbol resolved and cuInit(0) succeeded.
   bool available() const { return available_; }
@@ -61,14 +69,27 @@ class CudaDriver {
   bool available_ = false;
   std::string library_;
   std::vector<Gpu> gpus_;
-  void* get_error_string_ = nullptr;   // cuGetErrorString
-  void* get_handle_ = nullptr;         // cuMemGetHandleForAddressRange
-  void* get_address_range_ = nullptr;  // cuMemGetAddressRange_v2
+  void* get_error_string_ = nullptr;  // cuGetErrorString
+  void* get_handle_ = nullptr;        // cuMemGetHandleForAddressRange
   std::string reason_;
   int driver_version_ = 0;
   int device_count_ = 0;
   void* ctx_get_device_ = nullptr;     // cuCtxGetDevice
   void* device_get_bus_id_ = nullptr;  // cuDeviceGetPCIBusId
 };
+
+// CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE (cuda.h, CUDA 12.8 and later).
+inline constexpr unsigned long long kDmabufMappingPcie = 0x1;
+
+// The flags for cuMemGetHandleForAddressRange, NCCL's rule (ncclTopoCheckGdr's ncclTopoGdrModePci):
+// the PCIe mapping on a C2C GPU (driver 12.8+) whose NIC shares a PCIe root port with it, else 0
+// (a NIC that reaches the GPU through the CPU uses the default C2C mapping). Paths are sysfs
+// device paths (/sys/devices/pci0000:00/0000:00:01.0/...); an empty one means unknown (0).
+unsigned long long dmabuf_export_flags(bool gpu_c2c, int driver_version,
+                                       const std::string& gpu_pci_path,
+                                       const std::string& nic_pci_path);
+
+// Whether two sysfs PCI device paths share a root port (the same PCIe tree below the host bridge).
+bool share_pcie_root_port(const std::string& a, const std::string& b);
 
 }  // namespace sluice::gpu

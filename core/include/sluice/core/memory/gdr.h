@@ -31,21 +31,28 @@ struct GpuFacts {
 struct GpuOps {
   GpuFacts facts;
   // Exports [addr, addr + len) of device memory as a dma-buf file descriptor (the caller closes
-  // it). addr and len are page aligned. A failure says why ("cuMemGetHandleForAddressRange: ...").
-  Status (*export_dmabuf)(uintptr_t addr, size_t len, int* fd) = nullptr;
+  // it) for the NIC at sysfs path `nic_pci_path` ("" when unknown; it picks the PCIe or the C2C
+  // mapping). addr and len are page aligned. A failure says why ("cuMemGetHandleForAddressRange:
+  // ...").
+  Status (*export_dmabuf)(uintptr_t addr, size_t len, const std::string& nic_pci_path,
+                          int* fd) = nullptr;
 };
 
 // The kernel/verbs side of DMA-BUF on one NIC: ibv_reg_dmabuf_mr with fd -1 fails with EBADF when
-// the path exists, EOPNOTSUPP/EPROTONOSUPPORT when it does not.
+// the path exists, EOPNOTSUPP/EPROTONOSUPPORT when it does not. Any other answer (EINVAL on some
+// VFs) counts as supported, as in NCCL, and is worth a WARN naming the errno (docs/gpu.md).
 struct DmabufProbe {
   bool supported = false;
-  std::string text;  // "ibv_reg_dmabuf_mr(fd -1) on rxe0: EOPNOTSUPP: the NIC driver has no ..."
+  std::string text;   // "ibv_reg_dmabuf_mr(fd -1) on rxe0: EOPNOTSUPP: the NIC driver has no ..."
+  bool warn = false;  // an unexpected answer: the caller logs `text` as a WARN
 };
 DmabufProbe probe_dmabuf(ibv_pd* pd, const std::string& nic);
 // The same with the registration entry point given: null = this rdma-core has none (before 34),
 // which the probe reports as "no dma-buf (rdma-core too old)".
 using RegDmabufFn = ibv_mr* (*)(ibv_pd*, uint64_t, size_t, uint64_t, int, int);
 DmabufProbe probe_dmabuf_with(ibv_pd* pd, const std::string& nic, RegDmabufFn reg);
+// Pure: the verdict for the probe's errno (`registered`: the call unexpectedly returned an MR).
+DmabufProbe classify_dmabuf_probe(int err, bool registered, const std::string& nic);
 
 enum class GdrMode { kOff = 0, kAuto = 1, kForce = 2 };  // SLUICE_GDR
 
