@@ -3,7 +3,8 @@
 // (format, role, nonce, limits) and check_peer_meta() against this side's metadata; before them,
 // the listener's check_meta_prefix() on every prefix as the bytes arrive.
 // Contract: each rejects with a non-empty message, or the values the QP bring-up then uses are in
-// range (1..kMaxQps QPs, matching ours, a terminated device name, the right FIFO depth).
+// range (1..kMaxQps QPs, matching ours, a terminated device name, the right FIFO depth), and an
+// ECE only with the feature bit, the name ending before it, comp_mask within 24 bits.
 #include <algorithm>
 #include <cstring>
 #include <string>
@@ -48,6 +49,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FUZZ_CHECK(m.nqps >= 1 && m.nqps <= wire::kMaxQps, "nqps %u", m.nqps);
   FUZZ_CHECK(m.fifo_slots == static_cast<uint32_t>(wire::kFifoSlots), "fifo %u", m.fifo_slots);
   FUZZ_CHECK(std::strlen(m.dev_name) < sizeof m.dev_name, "device name not terminated");
+  // ECE (features bit): accepted only with the name ending before the ECE bytes; a peer without
+  // the bit (older Sluice) has no ECE, whatever its name's last bytes hold.
+  wire::MetaEce ece;
+  const bool has_ece = wire::meta_ece(m, &ece);
+  FUZZ_CHECK(has_ece == ((m.features & wire::kMetaFeatureEce) != 0), "ECE without the feature");
+  if (has_ece) {
+    FUZZ_CHECK(std::strlen(m.dev_name) < wire::kMetaNameBytesEce, "name runs into the ECE");
+    FUZZ_CHECK(ece.comp_mask <= 0xffffffu, "comp_mask beyond the layout's 24 bits");
+    wire::Meta again = m;  // what our side would send back carries the same ECE
+    FUZZ_CHECK(wire::put_meta_ece(&again, ece), "an accepted ECE does not round-trip");
+  }
   // connect_qps() converts it to enum ibv_mtu: a code outside the enum is undefined behaviour
   FUZZ_CHECK(m.mtu >= IBV_MTU_256 && m.mtu <= IBV_MTU_4096, "MTU code %u accepted", m.mtu);
 

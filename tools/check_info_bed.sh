@@ -37,4 +37,29 @@ n_cm=$(printf '%s\n' "$text" | grep -Ec "connection manager: (rdmacm|oob) \(SLUI
 [ "$n_cm" -ge "$ndev" ] || { echo "FAIL: $n_cm of $ndev ports say which connection manager"; exit 1; }
 printf '%s\n' "$json" | grep -Eq '"cm": "(rdmacm|oob)", "cm_reason": "SLUICE_CM=' ||
   { echo "FAIL: sluice-info --json lacks ports[].cm / cm_reason"; exit 1; }
+# Fabric features (issue 21): per device the relaxed-ordering decision and the ECE answer, per port
+# the adaptive-routing decision, and which rdma-core entry points were found.
+for dev in $devs; do
+  printf '%s\n' "$text" | grep -Eq "^  $dev: PCIe relaxed ordering (on|off): NCCL_IB_PCI_RELAXED_ORDERING=" ||
+    { echo "FAIL: no relaxed-ordering decision for $dev"; exit 1; }
+  printf '%s\n' "$text" | grep -Eq "^  $dev: ECE " || { echo "FAIL: no ECE line for $dev"; exit 1; }
+  printf '%s\n' "$text" | grep -Eq "^  $dev:[0-9]+: adaptive routing (on|off): NCCL_IB_ADAPTIVE_ROUTING" ||
+    { echo "FAIL: no adaptive-routing decision for $dev"; exit 1; }
+  case "$dev" in rxe*)  # rxe: the probe registers with the optional flag; no ECE (EOPNOTSUPP)
+    printf '%s\n' "$text" | grep -q "^  $dev: PCIe relaxed ordering on: " ||
+      { echo "FAIL: $dev: relaxed ordering should be on (the probe registers on rxe)"; exit 1; }
+    printf '%s\n' "$text" | grep -q "^  $dev: ECE not used: ibv_query_ece: .*(errno 95)" ||
+      { echo "FAIL: $dev: ECE should be skipped with EOPNOTSUPP"; exit 1; } ;;
+  esac
+done
+printf '%s\n' "$text" | grep -q "^Fabric features: rdma-core entry points beyond the floor" ||
+  { echo "FAIL: no rdma-core entry-point line"; exit 1; }
+printf '%s\n' "$json" | grep -q '"fabric": {"rdma_core": ' ||
+  { echo "FAIL: sluice-info --json lacks fabric"; exit 1; }
+# On an rdma-core without ibv_reg_dmabuf_mr (before 34; simulated: SLUICE_TEST_HIDE_VERBS) the
+# GPUDirect decision says so for every device.
+old_text=$(SLUICE_TEST_HIDE_VERBS=ibv_reg_dmabuf_mr "$info") || { echo "sluice-info failed"; exit 1; }
+n_old=$(printf '%s\n' "$old_text" | grep -c "dma-buf probe: no dma-buf (rdma-core too old)")
+[ "$n_old" -ge "$ndev" ] ||
+  { echo "FAIL: without ibv_reg_dmabuf_mr, $n_old of $ndev devices say 'rdma-core too old'"; exit 1; }
 echo "PASS: sluice-info lists $devs (test ports $ports) and explains GPUDirect for each"

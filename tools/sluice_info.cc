@@ -20,8 +20,10 @@
 #include <vector>
 
 #include "sluice/core/base/config.h"
+#include "sluice/core/base/fabric.h"
 #include "sluice/core/base/net_addr.h"
 #include "sluice/core/base/verbs.h"
+#include "sluice/core/base/verbs_ext.h"
 #include "sluice/core/base/version.h"
 #include "sluice/core/connect/cm_choice.h"
 #include "sluice/core/device/device_info.h"
@@ -65,6 +67,8 @@ struct Device {
   DeviceLocality loc;
   bool probed = false;  // dma-buf probe ran (live verbs devices only)
   DmabufProbe dmabuf;
+  RoProbe ro;    // a registration with IBV_ACCESS_RELAXED_ORDERING
+  EceQuery ece;  // a throwaway QP's ibv_query_ece
 };
 
 struct Warning {
@@ -172,6 +176,8 @@ std::vector<Device> list_verbs_devices(const Topology* topo, const Config& cfg,
     }
     if (ibv_pd* pd = ibv_alloc_pd(ctx)) {
       d.dmabuf = probe_dmabuf(pd, d.name);
+      d.ro = probe_relaxed_ordering(pd, d.name);
+      d.ece = probe_ece(ctx, pd, cfg.ece_enable);
       d.probed = true;
       ibv_dealloc_pd(pd);
     }
@@ -346,6 +352,7 @@ int main(int argc, char** argv) {
   Config cfg;
   if (cfg_r.is_ok()) {
     cfg = cfg_r.value();
+    verbs::hide_for_test(cfg.test_hide_verbs);  // before the devices are probed
   } else {
     warnings.push_back(
         {"configuration: " + cfg_r.status().message(), "fix or unset the variable named above"});
@@ -452,6 +459,31 @@ int main(int argc, char** argv) {
     if (!d.probed) continue;
     gdr_rows.push_back({d.name, true, d.dmabuf, decide_gdr(cfg, facts, d.dmabuf, d.name)});
   }
+  // Production-fabric features (issue 21): the decisions the plugin logs at init, per device.
+  struct FabricRow {
+    std::string name;
+    RelaxedOrdering ro;
+    EceQuery ece;
+    std::vector<std::pair<int, AdaptiveRouting>> ar;  // per port
+  };
+  std::vector<FabricRow> fabric_rows;
+  for (const auto& d : devices) {
+    if (!d.probed) continue;
+    FabricRow r{d.name, decide_relaxed_ordering(cfg.pci_relaxed_ordering, d.ro), d.ece, {}};
+    for (const auto& p : d.ports) {
+      if (!p.active) continue;
+      r.ar.emplace_back(
+          p.num, decide_adaptive_routing(cfg.adaptive_routing, cfg.ar_threshold,
+                                         p.link_layer == "Ethernet" ? IBV_LINK_LAYER_ETHERNET
+                                                                    : IBV_LINK_LAYER_INFINIBAND));
+    }
+    fabric_rows.push_back(std::move(r));
+  }
+  const std::string mqp_text =
+      "ibv_modify_qp retried " + std::to_string(cfg.mqp_retry_cnt) + " times on " +
+      (cfg.mqp_retry_all ? "every error" : "ETIMEDOUT") + ", retry k after k x " +
+      std::to_string(cfg.mqp_retry_sleep_ms) +
+      " ms (NCCL_IB_MQP_RETRY_ALL, NCCL_IB_MQP_RETRY_CNT, NCCL_IB_MQP_RETRY_SLEEP_MSEC)";
   const auto& drv = gpu::CudaDriver::instance(cfg.cuda_library.c_str());
   std::string driver_text = facts.driver
                                 ? "CUDA driver " + std::to_string(drv.driver_version() / 1000) +
@@ -561,6 +593,22 @@ int main(int argc, char** argv) {
         << ", \"summary\": " << json_str(r.d.summary) << ", \"reasons\": [";
       for (size_t k = 0; k < r.d.reasons.size(); ++k)
         o << (k ? ", " : "") << json_str(r.d.reasons[k]);
+      o << "]}";
+    }
+    o << "]}";
+    o << ",\n  \"fabric\": {\"rdma_core\": " << json_str(verbs::ext_summary())
+      << ", \"modify_qp_retry\": " << json_str(mqp_text) << ", \"devices\": [";
+    for (size_t i = 0; i < fabric_rows.size(); ++i) {
+      const auto& r = fabric_rows[i];
+      o << (i ? "," : "") << "\n    {\"name\": " << json_str(r.name)
+        << ", \"relaxed_ordering\": " << (r.ro.on ? "true" : "false")
+        << ", \"relaxed_ordering_reason\": " << json_str(r.ro.why)
+        << ", \"ece\": " << json_str(ece_text(r.ece.ece))
+        << ", \"ece_reason\": " << json_str(r.ece.text) << ", \"adaptive_routing\": [";
+      for (size_t k = 0; k < r.ar.size(); ++k)
+        o << (k ? ", " : "") << "{\"port\": " << r.ar[k].first
+          << ", \"on\": " << (r.ar[k].second.on ? "true" : "false")
+          << ", \"reason\": " << json_str(r.ar[k].second.why) << "}";
       o << "]}";
     }
     o << "]}"
@@ -675,6 +723,17 @@ int main(int argc, char** argv) {
       << (r.d.cuda ? "zero-copy GPUDirect" : "NCCL stages GPU data through host memory") << "\n";
     o << "    dma-buf probe: " << r.probe.text << "\n";
     for (const auto& why : r.d.reasons) o << "    no: " << why << "\n";
+  }
+  o << "Fabric features: " << verbs::ext_summary() << "\n";
+  o << "  modify-QP retries: " << mqp_text << "\n";
+  for (const auto& r : fabric_rows) {
+    o << "  " << r.name << ": PCIe relaxed ordering " << r.ro.why << "\n";
+    o << "  " << r.name << ": ECE "
+      << (r.ece.ece.supported ? ece_text(r.ece.ece) + " (set on both ends' QPs before RTR)"
+                              : "not used: " + r.ece.text)
+      << "\n";
+    for (const auto& [port, ar] : r.ar)
+      o << "  " << r.name << ":" << port << ": adaptive routing " << ar.why << "\n";
   }
   o << "Locked-memory limit (ulimit -l): " << memlock_str(rl) << "\n";
   o << "\nWarnings: " << (warnings.empty() ? "none" : std::to_string(warnings.size())) << "\n";

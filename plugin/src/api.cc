@@ -647,6 +647,7 @@ int comm_stats(void* comm, sluiceCommStats_v1_t* out) noexcept {
     out->ctsWrites = st.cts_writes;
     out->ctsEntries = st.cts_entries;
     out->ctsProbes = st.cts_probes;
+    out->arImmWrites = st.ar_imm_writes;
     return 0;
   } catch (...) {
     return 1;

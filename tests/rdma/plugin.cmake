@@ -8,6 +8,15 @@ add_test(NAME abi_symbols
                  -P ${SLUICE_ABI_TEST_DIR}/check_exports.cmake)
 set_tests_properties(abi_symbols PROPERTIES LABELS "unit;abi" TIMEOUT 60)
 
+# Every versioned libibverbs/librdmacm symbol the .so imports is at or below the oldest supported
+# rdma-core (28: IBVERBS_1.8, RDMACM_1.2; README "Supported rdma-core"), so it loads there.
+find_program(SLUICE_OBJDUMP NAMES objdump REQUIRED)
+add_test(NAME abi_rdma_core_floor
+         COMMAND ${CMAKE_COMMAND} -DLIB=$<TARGET_FILE:nccl-net-sluice> -DOBJDUMP=${SLUICE_OBJDUMP}
+                 -DIBVERBS_FLOOR=1.8 -DRDMACM_FLOOR=1.2
+                 -P ${SLUICE_ABI_TEST_DIR}/check_symbol_floor.cmake)
+set_tests_properties(abi_rdma_core_floor PROPERTIES LABELS "unit;abi" TIMEOUT 60)
+
 # A C program dlopens the plugin as NCCL does and checks every table (compiled as C on purpose:
 # nccl_net_abi.h must be valid C and its _Static_asserts must hold there too).
 add_executable(abi_dlopen_c_test ${SLUICE_ABI_TEST_DIR}/dlopen_c_test.c)
@@ -55,8 +64,12 @@ sluice_add_rdma_test(NAME plugin_rdma_qps4
                              --gtest_filter=${SLUICE_PLUGIN_DATA_TESTS})
 set_property(TEST plugin_rdma_qps4 APPEND PROPERTY ENVIRONMENT NCCL_IB_QPS_PER_CONNECTION=4
                                                               NCCL_IB_SPLIT_DATA_ON_QPS=0)
+# ... and, in the same bed, the same matrix again with NCCL_IB_ADAPTIVE_ROUTING=1 (off by default on
+# RoCE): messages above NCCL_IB_AR_THRESHOLD close with a separate WRITE_WITH_IMM per lane, and the
+# cost test checks the extra WR per message.
 sluice_add_rdma_test(NAME plugin_rdma_qps4_split
-                     COMMAND $<TARGET_FILE:plugin_rdma_test>
+                     COMMAND sh -c "\"$0\" \"$@\" && NCCL_IB_ADAPTIVE_ROUTING=1 \"$0\" \"$@\""
+                             $<TARGET_FILE:plugin_rdma_test>
                              --gtest_filter=${SLUICE_PLUGIN_DATA_TESTS})
 set_property(TEST plugin_rdma_qps4_split APPEND PROPERTY ENVIRONMENT NCCL_IB_QPS_PER_CONNECTION=4
                                                                     NCCL_IB_SPLIT_DATA_ON_QPS=1)

@@ -201,6 +201,50 @@ TEST_F(Cost, EightByteStreamingWindow32CoalescesClearToSend) {
   EXPECT_GE(r.ctsWrites, uint64_t(kRounds) * (kWin / kCoalesce));
 }
 
+// Adaptive routing (NCCL_IB_ADAPTIVE_ROUTING, NCCL_IB_AR_THRESHOLD): a message above the threshold
+// costs exactly one more WR per lane that carries its data (the separate zero-length
+// WRITE_WITH_IMM, counted in arImmWrites); at or below it, or with the mode off (the RoCE
+// default), not one more. Whole messages use one lane; split ones every QP, but an 8-byte one has
+// data on lane 0 only. Runs in every plugin_rdma variant: off there, on in the AR pass.
+bool ar_on() {
+  return env_long("NCCL_IB_ADAPTIVE_ROUTING", -2) > 0;  // RoCE: NCCL's default is off
+}
+size_t ar_threshold() {
+  return static_cast<size_t>(env_long("NCCL_IB_AR_THRESHOLD", 8192));
+}
+int data_lanes(size_t size) {
+  if (!split()) return 1;
+  const size_t chunk = ((size + qps() - 1) / qps() + 127) / 128 * 128;  // cts::chunk_of
+  int n = 0;
+  for (int lane = 0; lane < qps(); ++lane) n += static_cast<size_t>(lane) * chunk < size ? 1 : 0;
+  return n;
+}
+
+TEST_F(Cost, AdaptiveRoutingCostsOneWrPerDataLaneAboveTheThreshold) {
+  constexpr int kN = 16;
+  const size_t thr = ar_threshold();
+  std::vector<size_t> sizes = {8, 4096};
+  if (thr + 1 <= 64 * 1024) sizes.insert(sizes.end(), {thr, thr + 1, 64 * 1024});
+  for (size_t sz : sizes) {
+    const auto s0 = stats(conn_.send);
+    for (int i = 0; i < kN; ++i) {
+      fill_pattern(sbuf_.data(), sz, pattern_seed(sz, i));
+      int got = -1;
+      ASSERT_TRUE(send_recv(net(), conn_, sbuf_, sz, rbuf_, sz, 9, &got));
+      ASSERT_EQ(got, static_cast<int>(sz));
+      ASSERT_EQ(check_pattern(rbuf_.data(), sz, pattern_seed(sz, i)), "");
+    }
+    const auto s1 = stats(conn_.send);
+    const uint64_t extra = ar_on() && sz > thr ? uint64_t(data_lanes(sz)) : 0;
+    EXPECT_EQ(s1.wrs - s0.wrs, uint64_t(kN) * (lanes() + extra))
+        << sz << " bytes, adaptive routing " << (ar_on() ? "on" : "off") << ", threshold " << thr;
+    EXPECT_EQ(s1.arImmWrites - s0.arImmWrites, uint64_t(kN) * extra) << sz << " bytes";
+    EXPECT_EQ(s1.doorbells - s0.doorbells, uint64_t(kN) * lanes()) << "still one post per lane";
+    std::fprintf(stderr, "[cost] adaptive routing %s: %zu B: %.2f WRs per message\n",
+                 ar_on() ? "on" : "off", sz, double(s1.wrs - s0.wrs) / kN);
+  }
+}
+
 // NCCL's pattern: a burst of receives (fewer than the coalescing bound), then tests of them
 // before any send. The first test publishes the whole burst in one write; nothing waits forever.
 TEST_F(Cost, BurstOfReceivesThenTestsPublishesOnce) {

@@ -133,13 +133,14 @@ void expect_address_vector(const Side& self, const Side& peer) {
 
 void bring_up(Side& self, const Side& peer) {
   ASSERT_TRUE(
-      qp_to_init(self.qp.get(), InitParams{self.port_num, 0, IBV_ACCESS_REMOTE_WRITE}).is_ok());
+      qp_to_init(self.qp.get(), InitParams{self.port_num, 0, IBV_ACCESS_REMOTE_WRITE, MqpRetry{}})
+          .is_ok());
   EXPECT_EQ(qp_query_state(self.qp.get()), IBV_QPS_INIT);
   Status st = qp_to_rtr(self.qp.get(), rtr_params(self, peer));
   ASSERT_TRUE(st.is_ok()) << st.message();
   EXPECT_EQ(qp_query_state(self.qp.get()), IBV_QPS_RTR);
   ASSERT_NO_FATAL_FAILURE(expect_address_vector(self, peer));
-  st = qp_to_rts(self.qp.get(), RtsParams{self.psn, 14, 7, 7, 1});
+  st = qp_to_rts(self.qp.get(), RtsParams{self.psn, 14, 7, 7, 1, MqpRetry{}});
   ASSERT_TRUE(st.is_ok()) << st.message();
   EXPECT_EQ(qp_query_state(self.qp.get()), IBV_QPS_RTS);
 }
@@ -217,7 +218,9 @@ TEST(QpBringup, AddressingFollowsTheLinkLayer) {
   Side tx, rx;
   ASSERT_NO_FATAL_FAILURE(open_side(tx, pair.a(), 4096));
   ASSERT_NO_FATAL_FAILURE(open_side(rx, pair.b(), 4096));
-  ASSERT_TRUE(qp_to_init(tx.qp.get(), InitParams{tx.port_num, 0, IBV_ACCESS_REMOTE_WRITE}).is_ok());
+  ASSERT_TRUE(
+      qp_to_init(tx.qp.get(), InitParams{tx.port_num, 0, IBV_ACCESS_REMOTE_WRITE, MqpRetry{}})
+          .is_ok());
   RtrParams r = rtr_params(tx, rx);
   r.sgid_index = 200;  // far beyond any GID table
   Status st = qp_to_rtr(tx.qp.get(), r);
@@ -242,7 +245,8 @@ TEST(QpBringup, RtsBeforeRtrIsRefused) {
   SLUICE_REQUIRE_PAIR(pair);
   Side s;
   ASSERT_NO_FATAL_FAILURE(open_side(s, pair.a(), 4096));
-  ASSERT_TRUE(qp_to_init(s.qp.get(), InitParams{s.port_num, 0, IBV_ACCESS_REMOTE_WRITE}).is_ok());
+  ASSERT_TRUE(qp_to_init(s.qp.get(), InitParams{s.port_num, 0, IBV_ACCESS_REMOTE_WRITE, MqpRetry{}})
+                  .is_ok());
   Status st = qp_to_rts(s.qp.get(), RtsParams{});
   ASSERT_FALSE(st.is_ok());
   EXPECT_NE(st.message().find("RTR->RTS"), std::string::npos) << st.message();

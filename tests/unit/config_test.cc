@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "sluice/core/base/qp.h"
+
 namespace sluice {
 namespace {
 
@@ -93,6 +95,12 @@ TEST(Config, EveryParameterReachesItsField) {
       {"NCCL_IB_QPS_PER_CONNECTION", "4"},
       {"NCCL_IB_SPLIT_DATA_ON_QPS", "1"},
       {"NCCL_IB_USE_INLINE", "0"},
+      {"NCCL_IB_ADAPTIVE_ROUTING", "1"},
+      {"NCCL_IB_AR_THRESHOLD", "65536"},
+      {"NCCL_IB_ECE_ENABLE", "0"},
+      {"NCCL_IB_MQP_RETRY_ALL", "1"},
+      {"NCCL_IB_MQP_RETRY_CNT", "3"},
+      {"NCCL_IB_MQP_RETRY_SLEEP_MSEC", "7"},
       {"SLUICE_CONNECT_TIMEOUT_MS", "5000"},
       {"SLUICE_CLOSE_TIMEOUT_MS", "0"},
       {"SLUICE_HANDSHAKE_TIMEOUT_MS", "1500"},
@@ -101,10 +109,12 @@ TEST(Config, EveryParameterReachesItsField) {
       {"SLUICE_PROGRESS_TIMEOUT_MS", "60000"},
       {"SLUICE_PROFILER_EVENTS", "0"},
       {"SLUICE_CM", "rdmacm"},
+      {"NCCL_IB_PCI_RELAXED_ORDERING", "1"},
       {"NCCL_GDR_FLUSH_DISABLE", "1"},
       {"NCCL_DMABUF_ENABLE", "0"},
       {"SLUICE_GDR", "force"},
       {"NCCL_NET_FORCE_FLUSH", "1"},
+      {"SLUICE_TEST_HIDE_VERBS", "ibv_query_ece"},
       {"SLUICE_CUDA_LIBRARY", "/opt/nvidia/libcuda.so.1"},
       {"SLUICE_NIC_AFFINITY", "auto"},
       {"SLUICE_GPU_NIC_MAP", "0:mlx5_0,1:mlx5_1"},
@@ -131,6 +141,13 @@ TEST(Config, EveryParameterReachesItsField) {
   EXPECT_EQ(c.qps_per_connection, 4);
   EXPECT_EQ(c.split_data_on_qps, 1);
   EXPECT_FALSE(c.cts_inline);
+  EXPECT_EQ(c.adaptive_routing, 1);
+  EXPECT_EQ(c.ar_threshold, 65536);
+  EXPECT_FALSE(c.ece_enable);
+  EXPECT_TRUE(c.mqp_retry_all);
+  EXPECT_EQ(c.mqp_retry_cnt, 3);
+  EXPECT_EQ(c.mqp_retry_sleep_ms, 7);
+  EXPECT_EQ(c.pci_relaxed_ordering, 1);
   EXPECT_EQ(c.connect_timeout_ms, 5000);
   EXPECT_EQ(c.close_timeout_ms, 0);
   EXPECT_EQ(c.handshake_timeout_ms, 1500);
@@ -143,6 +160,7 @@ TEST(Config, EveryParameterReachesItsField) {
   EXPECT_FALSE(c.dmabuf_enable);
   EXPECT_EQ(c.gdr_mode, 2);
   EXPECT_TRUE(c.force_flush);
+  EXPECT_EQ(c.test_hide_verbs, "ibv_query_ece");
   EXPECT_EQ(c.cuda_library, "/opt/nvidia/libcuda.so.1");
   EXPECT_EQ(c.nic_affinity, "auto");
   EXPECT_EQ(c.gpu_nic_map, "0:mlx5_0,1:mlx5_1");
@@ -300,6 +318,34 @@ TEST(Config, GpuDirectKnobs) {
             "SLUICE_GDR=\"on\" is not valid: expected one of off|auto|force");
 }
 
+// NCCL's defaults and ranges for the production-fabric knobs (issue 21).
+TEST(Config, FabricKnobsHaveNcclDefaultsAndRanges) {
+  const Config d = load_ok({});
+  EXPECT_EQ(d.pci_relaxed_ordering, 2);
+  EXPECT_EQ(d.adaptive_routing, -2);
+  EXPECT_EQ(d.ar_threshold, 8192);
+  EXPECT_TRUE(d.ece_enable);
+  EXPECT_FALSE(d.mqp_retry_all);
+  EXPECT_EQ(d.mqp_retry_cnt, 34);
+  EXPECT_EQ(d.mqp_retry_sleep_ms, 100);
+  EXPECT_EQ(load_ok({{"NCCL_IB_PCI_RELAXED_ORDERING", "0"}}).pci_relaxed_ordering, 0);
+  EXPECT_EQ(load_error({{"NCCL_IB_PCI_RELAXED_ORDERING", "3"}}).message(),
+            "NCCL_IB_PCI_RELAXED_ORDERING=\"3\" is not valid: expected an integer in 0..2");
+  EXPECT_EQ(load_ok({{"NCCL_IB_ADAPTIVE_ROUTING", "0"}}).adaptive_routing, 0);
+  EXPECT_FALSE(load_config(lookup({{"NCCL_IB_ADAPTIVE_ROUTING", "2"}})).is_ok());
+  EXPECT_FALSE(load_config(lookup({{"NCCL_IB_AR_THRESHOLD", "-1"}})).is_ok());
+  EXPECT_EQ(load_ok({{"NCCL_IB_AR_THRESHOLD", "0"}}).ar_threshold, 0);
+  EXPECT_FALSE(load_ok({{"NCCL_IB_ECE_ENABLE", "off"}}).ece_enable);
+  EXPECT_FALSE(load_config(lookup({{"NCCL_IB_MQP_RETRY_CNT", "101"}})).is_ok());
+  EXPECT_FALSE(load_config(lookup({{"NCCL_IB_MQP_RETRY_SLEEP_MSEC", "-5"}})).is_ok());
+  const MqpRetry r = mqp_retry_from(load_ok({{"NCCL_IB_MQP_RETRY_ALL", "yes"},
+                                             {"NCCL_IB_MQP_RETRY_CNT", "2"},
+                                             {"NCCL_IB_MQP_RETRY_SLEEP_MSEC", "0"}}));
+  EXPECT_TRUE(r.all);
+  EXPECT_EQ(r.count, 2);
+  EXPECT_EQ(r.sleep_ms, 0);
+}
+
 TEST(Config, EmptyValuesAreUnset) {
   Env env;
   for (const ParamDoc& d : param_docs()) {
@@ -398,7 +444,7 @@ TEST(Config, LogLevelForTheLoggerUsesTheTableRow) {
 
 TEST(ParamDocs, OneRowPerParameterWithEverythingFilledIn) {
   const auto& docs = param_docs();
-  EXPECT_EQ(docs.size(), 35u);
+  EXPECT_EQ(docs.size(), 43u);
   std::set<std::string> names;
   for (const ParamDoc& d : docs) {
     SCOPED_TRACE(d.name);
@@ -474,7 +520,8 @@ TEST(ParamDocs, ConfigurationMarkdownIsInSync) {
 TEST(ParamDocs, ReadmeHasNoCopyOfTheTable) {
   const std::string md = read_source_file("README.md");
   ASSERT_FALSE(md.empty());
-  EXPECT_NE(md.find("docs/configuration.md"), std::string::npos) << "README does not link the table";
+  EXPECT_NE(md.find("docs/configuration.md"), std::string::npos)
+      << "README does not link the table";
   for (const ParamDoc& d : param_docs()) {
     EXPECT_EQ(md.find("| `" + d.name + "` |"), std::string::npos)
         << d.name << " has a row in README.md: the table belongs in docs/configuration.md only";

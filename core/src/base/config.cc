@@ -117,6 +117,25 @@ const std::vector<Param>& table() {
     {.name = "NCCL_IB_USE_INLINE", .aliases = {"SLUICE_CTS_INLINE"}, .type = Type::kBool,
      .field = &Config::cts_inline,
      .doc = "Post clear-to-send entries inline (Sluice default on; NCCL's is off)"},
+    {.name = "NCCL_IB_ADAPTIVE_ROUTING", .type = Type::kInt, .field = &Config::adaptive_routing,
+     .min = -2, .max = 1,
+     .doc = "Adaptive-routing-safe sends: 1 = messages above NCCL_IB_AR_THRESHOLD close with a "
+            "separate WRITE_WITH_IMM; 0 = off; -2 (or -1) = NCCL's default: on for InfiniBand, "
+            "off for RoCE"},
+    {.name = "NCCL_IB_AR_THRESHOLD", .type = Type::kInt, .field = &Config::ar_threshold,
+     .min = 0, .max = 1073741824,
+     .doc = "Message size in bytes above which adaptive-routing mode sends the immediate separately"},
+    {.name = "NCCL_IB_ECE_ENABLE", .type = Type::kBool, .field = &Config::ece_enable,
+     .doc = "Enhanced Connection Establishment: query each QP's ECE, exchange it and set what both "
+            "ends offer before RTR (skipped where the provider has none)"},
+    {.name = "NCCL_IB_MQP_RETRY_ALL", .type = Type::kBool, .field = &Config::mqp_retry_all,
+     .doc = "Retry a failed ibv_modify_qp on every error, not only ETIMEDOUT"},
+    {.name = "NCCL_IB_MQP_RETRY_CNT", .type = Type::kInt, .field = &Config::mqp_retry_cnt,
+     .min = 0, .max = 100,
+     .doc = "Retries of a failed ibv_modify_qp (ETIMEDOUT, or every error with NCCL_IB_MQP_RETRY_ALL)"},
+    {.name = "NCCL_IB_MQP_RETRY_SLEEP_MSEC", .type = Type::kInt, .field = &Config::mqp_retry_sleep_ms,
+     .min = 0, .max = 10000,
+     .doc = "Sleep before modify-QP retry k: k times this many milliseconds (linear backoff)"},
     // Connections
     {.name = "SLUICE_CONNECT_TIMEOUT_MS", .type = Type::kInt, .field = &Config::connect_timeout_ms,
      .min = 100, .max = 3600000,
@@ -151,6 +170,10 @@ const std::vector<Param>& table() {
             "established through librdmacm (route-resolved GID); auto = rdmacm where the listener's "
             "address routes through the device, else oob"},
     // GPU
+    {.name = "NCCL_IB_PCI_RELAXED_ORDERING", .type = Type::kInt,
+     .field = &Config::pci_relaxed_ordering, .min = 0, .max = 2,
+     .doc = "Register memory with IBV_ACCESS_RELAXED_ORDERING: 0 = never, 1 = always, 2 = where a "
+            "registration with it works on the device"},
     {.name = "NCCL_GDR_FLUSH_DISABLE", .type = Type::kBool, .field = &Config::gdr_flush_disable,
      .doc = "Never flush receives (iflush completes at once, even with NCCL_NET_FORCE_FLUSH)"},
     {.name = "NCCL_DMABUF_ENABLE", .type = Type::kBool, .field = &Config::dmabuf_enable,
@@ -160,6 +183,9 @@ const std::vector<Param>& table() {
      .doc = "GPUDirect RDMA: auto = when detection says it works; off = host staging; force = offer CUDA memory whenever a CUDA driver is present"},
     {.name = "NCCL_NET_FORCE_FLUSH", .type = Type::kBool, .field = &Config::force_flush,
      .doc = "Flush with a loopback RDMA READ every non-empty receive that iflush is called for. NCCL calls iflush only for GPUDirect receives (never for host buffers) and reads this variable too: set, it flushes them on Hopper and later, where it otherwise skips the flush"},
+    {.name = "SLUICE_TEST_HIDE_VERBS", .type = Type::kString, .field = &Config::test_hide_verbs,
+     .allowed_text = "entry point names, e.g. ibv_reg_dmabuf_mr,ibv_query_ece",
+     .doc = "Tests only: verbs entry points newer than rdma-core 28 to treat as missing"},
     {.name = "SLUICE_CUDA_LIBRARY", .type = Type::kString, .field = &Config::cuda_library,
      .allowed_text = "library name or path", .default_text = "libcuda.so.1",
      .doc = "CUDA driver library to dlopen (tests point it at a stand-in driver)"},

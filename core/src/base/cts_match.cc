@@ -120,11 +120,12 @@ size_t chunk_of(size_t size, int nlanes) {
   return ((size + n - 1) / n + kSplitAlign - 1) / kSplitAlign * kSplitAlign;
 }
 
-uint32_t group_wrs(const size_t* sizes, int n, int lane, int nlanes) {
+uint32_t group_wrs(const size_t* sizes, int n, int lane, int nlanes, size_t ar_threshold) {
   uint32_t w = 0;
   for (int i = 0; i < n; ++i)
     if (static_cast<size_t>(lane) * chunk_of(sizes[i], nlanes) < sizes[i]) ++w;
-  return (n == 1 && w == 1) ? 1 : w + 1;
+  if (n == 1 && w == 1) return sizes[0] > ar_threshold ? 2 : 1;
+  return w + 1;
 }
 
 }  // namespace sluice::cts

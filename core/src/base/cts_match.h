@@ -64,7 +64,9 @@ inline int qp_of_lane(bool split, int nqps, uint64_t seq, int lane) {
 // Bytes of a message of `size` bytes that each lane carries (the last lane may carry less).
 size_t chunk_of(size_t size, int nlanes);
 // WRs a group (sizes[0..n)) puts on one lane: one WRITE per member with bytes on the lane, and the
-// closing WRITE_WITH_IMM (which is the last WRITE itself for a single message with bytes there).
-uint32_t group_wrs(const size_t* sizes, int n, int lane, int nlanes);
+// closing WRITE_WITH_IMM (which is the last WRITE itself for a single message with bytes there,
+// unless the message is larger than `ar_threshold`: adaptive routing closes it with its own WR).
+uint32_t group_wrs(const size_t* sizes, int n, int lane, int nlanes,
+                   size_t ar_threshold = SIZE_MAX);
 
 }  // namespace sluice::cts

@@ -1,10 +1,14 @@
 #include "sluice/core/base/qp.h"
 
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <random>
 #include <string>
+#include <thread>
+
+#include "sluice/core/base/log.h"
 
 namespace sluice {
 namespace {
@@ -38,6 +42,36 @@ Status modify_failed(ibv_qp* qp, const char* step, int rc, const std::string& at
 }
 
 }  // namespace
+
+bool mqp_retryable(const MqpRetry& p, int rc) {
+  if (rc == 0) return false;
+  return p.all || rc == ETIMEDOUT || rc == -ETIMEDOUT;
+}
+
+int modify_qp_retrying(ibv_qp* qp, ibv_qp_attr* attr, int mask, const MqpRetry& p, const char* step,
+                       const ModifyQpFn& modify, const SleepMsFn& sleep, int* attempts) {
+  int calls = 0;
+  int rc = 0;
+  for (;;) {
+    rc = modify ? modify(qp, attr, mask) : ibv_modify_qp(qp, attr, mask);
+    ++calls;
+    if (!mqp_retryable(p, rc) || calls > p.count) break;
+    const int ms = p.sleep_ms * calls;  // linear backoff, as NCCL's
+    const int e = rc < 0 ? -rc : rc;
+    SLUICE_INFO(kSubNet,
+                "%s: ibv_modify_qp(qpn %u) failed: %s (errno %d); retry %d of %d in %d ms "
+                "(NCCL_IB_MQP_RETRY_CNT, NCCL_IB_MQP_RETRY_SLEEP_MSEC%s)",
+                step, qp != nullptr ? qp->qp_num : 0u, std::strerror(e), e, calls, p.count, ms,
+                p.all ? ", NCCL_IB_MQP_RETRY_ALL=1" : "");
+    if (sleep) {
+      sleep(ms);
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    }
+  }
+  if (attempts != nullptr) *attempts = calls;
+  return rc < 0 ? -rc : rc;
+}
 
 ibv_qp_state qp_query_state(ibv_qp* qp) {
   ibv_qp_attr attr{};
@@ -80,8 +114,9 @@ Status qp_to_init(ibv_qp* qp, const InitParams& p) {
   a.pkey_index = p.pkey_index;
   a.port_num = p.port;
   a.qp_access_flags = p.access;
-  int rc =
-      ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+  int rc = modify_qp_retrying(qp, &a,
+                              IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS,
+                              p.retry, "RESET->INIT");
   if (rc != 0) {
     return modify_failed(qp, "RESET->INIT", rc,
                          "{port " + std::to_string(p.port) + ", pkey_index " +
@@ -118,7 +153,7 @@ Status qp_to_rtr(ibv_qp* qp, const RtrParams& p) {
   }
   int mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
              IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
-  int rc = ibv_modify_qp(qp, &a, mask);
+  int rc = modify_qp_retrying(qp, &a, mask, p.retry, "INIT->RTR");
   if (rc != 0) {
     std::string attrs =
         "{path_mtu " + std::string(verbs::mtu_name(p.path_mtu)) + ", dest_qpn " +
@@ -147,7 +182,7 @@ Status qp_to_rts(ibv_qp* qp, const RtsParams& p) {
   a.max_rd_atomic = p.max_rd_atomic;
   int mask = IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
              IBV_QP_MAX_QP_RD_ATOMIC;
-  int rc = ibv_modify_qp(qp, &a, mask);
+  int rc = modify_qp_retrying(qp, &a, mask, p.retry, "RTR->RTS");
   if (rc != 0) {
     return modify_failed(qp, "RTR->RTS", rc,
                          "{sq_psn " + std::to_string(a.sq_psn) + ", timeout " +

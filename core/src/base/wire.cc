@@ -164,11 +164,37 @@ Status validate_meta(const Meta& m, uint8_t expected_role, uint64_t nonce) {
     return Status(Code::kRemoteError, "peer uses a FIFO depth of " + std::to_string(m.fifo_slots));
   if (m.dev_name[sizeof m.dev_name - 1] != '\0')
     return Status(Code::kRemoteError, "peer metadata device name is not terminated");
+  if ((m.features & kMetaFeatureEce) != 0 &&
+      std::memchr(m.dev_name, '\0', kMetaNameBytesEce) == nullptr) {
+    return Status(Code::kRemoteError,
+                  "peer metadata carries ECE but its device name is not terminated within " +
+                      std::to_string(kMetaNameBytesEce) + " bytes");
+  }
   // connect_qps() uses it as an enum ibv_mtu (IBV_MTU_256 = 1 .. IBV_MTU_4096 = 5).
   if (m.mtu < 1 || m.mtu > 5)
     return Status(Code::kRemoteError, "peer metadata has an invalid path MTU code " +
                                           std::to_string(m.mtu) + " (expected 1..5)");
   return Status::ok();
+}
+
+static_assert(kMetaNameBytesEce + 3 * sizeof(uint32_t) == sizeof(Meta::dev_name));
+
+bool put_meta_ece(Meta* m, const MetaEce& e) {
+  if (e.comp_mask > 0xffffffu) return false;
+  m->dev_name[kMetaNameBytesEce - 1] = '\0';
+  std::memcpy(m->dev_name + kMetaNameBytesEce, &e.vendor_id, 4);
+  std::memcpy(m->dev_name + kMetaNameBytesEce + 4, &e.options, 4);
+  std::memcpy(m->dev_name + kMetaNameBytesEce + 8, &e.comp_mask, 4);
+  m->features |= kMetaFeatureEce;
+  return true;
+}
+
+bool meta_ece(const Meta& m, MetaEce* out) {
+  if ((m.features & kMetaFeatureEce) == 0) return false;
+  std::memcpy(&out->vendor_id, m.dev_name + kMetaNameBytesEce, 4);
+  std::memcpy(&out->options, m.dev_name + kMetaNameBytesEce + 4, 4);
+  std::memcpy(&out->comp_mask, m.dev_name + kMetaNameBytesEce + 8, 4);
+  return true;
 }
 
 Status check_peer_meta(const Meta& local, const Meta& remote, const std::string& local_dev) {

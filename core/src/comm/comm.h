@@ -94,9 +94,10 @@ struct StatCell {
 };
 struct CommCounters {
   StatCell messages, wrs, doorbells, cts_writes, cts_entries;
-  StatCell cts_probes;   // the watchdog's zero-length CTS probes (progress.h), also in wrs
-  StatCell bytes;        // payload posted (send comm) / received (receive comm)
-  StatCell completions;  // completions polled from the comm's CQ
+  StatCell cts_probes;     // the watchdog's zero-length CTS probes (progress.h), also in wrs
+  StatCell ar_imm_writes;  // adaptive routing's separate closing WRITE_WITH_IMMs, also in wrs
+  StatCell bytes;          // payload posted (send comm) / received (receive comm)
+  StatCell completions;    // completions polled from the comm's CQ
   StatCell latency[kLatencyBuckets];  // post -> completion (api.h MemberStats::latency)
   void add_latency(int64_t ns) {
     const uint64_t v = ns > 0 ? static_cast<uint64_t>(ns) : 0;
@@ -183,6 +184,8 @@ struct Conn {
   uint32_t remote_qpn[wire::kMaxQps] = {};
   uint32_t max_inline = 0;
   bool split = false;  // NCCL_IB_SPLIT_DATA_ON_QPS of the connector (both ends follow it)
+  Ece ece_local;       // ibv_query_ece of QP 0 (fabric.h); unsupported where the provider has none
+  Ece ece;             // what both ends offer, set on every QP before RTR (agree_ece)
   CommCounters stats;
   ProfilerHook prof;  // attached profiler (wr_events.h); prof.start == nullptr: none
   // Receive WRs posted on each QP and not yet completed (recv.cc), for the drain at close.
@@ -226,7 +229,10 @@ class SendComm : public CommBase {
   SendReq* slot_reqs[wire::kEntriesPerSlot] = {};
   uint32_t sq_used[wire::kMaxQps] = {};  // WRs posted on each QP and not yet completed
   uint64_t sq_bytes[wire::kMaxQps] =
-      {};                         // data bytes of those WRs (the watchdog's bound, progress.h)
+      {};  // data bytes of those WRs (the watchdog's bound, progress.h)
+  // Adaptive routing (fabric.h): a message larger than this closes with a separate zero-length
+  // WRITE_WITH_IMM; SIZE_MAX = off (the device's decision, taken at connect).
+  size_t ar_threshold = SIZE_MAX;
   SendReq* pool = nullptr;        // kPool requests, in `mem` (on the NIC's NUMA node)
   uint16_t* free_list = nullptr;  // kPool entries, in `mem`
   int free_top = 0;

@@ -15,6 +15,7 @@
 #include "health/liveness.h"
 #include "sluice/core/base/hca_filter.h"
 #include "sluice/core/base/log.h"
+#include "sluice/core/base/verbs_ext.h"
 #include "sluice/core/base/version.h"
 #include "sluice/core/base/wire.h"
 #include "sluice/core/device/device_info.h"
@@ -59,6 +60,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const LocalityProvider& locality,
   auto cfg = load_config_from_environment(&sources);
   if (!cfg.is_ok()) return cfg.status();
   e->cfg_ = cfg.value();
+  verbs::hide_for_test(e->cfg_.test_hide_verbs);  // tests: as on an older rdma-core
   for (const auto& s : sources)
     SLUICE_INFO(kSubInit | kSubEnv, "%s set by %s to %s", s.name.c_str(), s.set_by.c_str(),
                 s.value.c_str());
@@ -74,15 +76,25 @@ Result<std::unique_ptr<Engine>> Engine::create(const LocalityProvider& locality,
   } else {
     e->gpu_.facts.driver_reason = "no GPU layer (core used without the plugin)";
   }
+  SLUICE_INFO(kSubInit | kSubNet, "%s", verbs::ext_summary().c_str());
   for (auto& a : e->adapters_) {
     a->dmabuf = probe_dmabuf(a->pd.get(), a->name);
     if (a->dmabuf.warn) SLUICE_WARN("dma-buf probe: %s", a->dmabuf.text.c_str());
+    if (e->cfg_.pci_relaxed_ordering != 0)
+      a->ro_probe = probe_relaxed_ordering(a->pd.get(), a->name);
+    a->relaxed_ordering = decide_relaxed_ordering(e->cfg_.pci_relaxed_ordering, a->ro_probe).on;
   }
   for (auto& d : e->devices_) {
     d->gdr = decide_gdr(e->cfg_, e->gpu_.facts, d->adapter->dmabuf, d->name);
     d->props.ptr_support = d->gdr.ptr_support;
     d->props.gdr_summary = d->gdr.summary.c_str();
     SLUICE_INFO(kSubInit | kSubNet, "%s", d->gdr.summary.c_str());
+    d->ro = decide_relaxed_ordering(e->cfg_.pci_relaxed_ordering, d->adapter->ro_probe);
+    d->ar =
+        decide_adaptive_routing(e->cfg_.adaptive_routing, e->cfg_.ar_threshold, d->attr.link_layer);
+    SLUICE_INFO(kSubInit | kSubNet, "%s: PCIe relaxed ordering %s", d->name.c_str(),
+                d->ro.why.c_str());
+    SLUICE_INFO(kSubInit | kSubNet, "%s: adaptive routing %s", d->name.c_str(), d->ar.why.c_str());
   }
   if (order) SLUICE_RETURN_IF_ERROR(e->apply_order(order));
   for (auto& a : e->adapters_) {

@@ -14,6 +14,7 @@
 
 #include "sluice/core/api.h"
 #include "sluice/core/base/config.h"
+#include "sluice/core/base/fabric.h"
 #include "sluice/core/base/net_addr.h"
 #include "sluice/core/base/verbs.h"
 
@@ -70,6 +71,8 @@ struct Adapter {
   std::mutex mr_mu;
   std::vector<std::unique_ptr<MrEntry>> mrs;  // the registration cache (host and CUDA)
   DmabufProbe dmabuf;                         // the NIC's answer to ibv_reg_dmabuf_mr(fd -1)
+  RoProbe ro_probe;               // a registration with IBV_ACCESS_RELAXED_ORDERING (fabric.h)
+  bool relaxed_ordering = false;  // NCCL_IB_PCI_RELAXED_ORDERING's decision for this adapter
   std::atomic<bool> fatal{false};
   std::mutex fatal_mu;
   std::string fatal_reason;
@@ -94,6 +97,9 @@ struct Device {
   DeviceProperties props;
   std::string pci_path;
   GdrDecision gdr;
+  RelaxedOrdering ro;  // registrations on this device ask for relaxed ordering (fabric.h)
+  AdaptiveRouting ar;  // sends above ar.threshold close with a separate WRITE_WITH_IMM
+  std::atomic<bool> ece_said{false};  // the first connection's ECE outcome was logged
 };
 
 class Engine {

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "connect/comm_setup.h"
 #include "connect/oob_socket.h"
 #include "connect/route_gid.h"
 #include "sluice/core/base/log.h"
@@ -100,7 +101,10 @@ Status modify_qp(const CmLink& l, rdma_cm_id* id, Conn& c, int q, ibv_qp_state s
   } else {
     a.timeout = static_cast<uint8_t>(cfg.ib_timeout);
   }
-  if (int rc = ibv_modify_qp(c.qps[q].get(), &a, mask); rc != 0) {
+  if (state == IBV_QPS_RTR) SLUICE_RETURN_IF_ERROR(set_agreed_ece(c, q));
+  if (int rc = modify_qp_retrying(c.qps[q].get(), &a, mask, mqp_retry_from(cfg),
+                                  state == IBV_QPS_RTR ? "rdma_cm RTR" : "rdma_cm RTS");
+      rc != 0) {
     return errno_status(Code::kSystemError,
                         std::string("ibv_modify_qp to ") + (state == IBV_QPS_RTR ? "RTR" : "RTS") +
                             " with rdma_cm's attributes for " + c.describe_qp(q),

@@ -52,11 +52,51 @@ Status create_qps(Conn& c, int nqps, const QpCaps& caps, int cqe, wire::Meta* m)
     ip.port = d.port;
     ip.pkey_index = static_cast<uint16_t>(cfg.pkey_index);
     ip.access = IBV_ACCESS_REMOTE_WRITE;
+    ip.retry = mqp_retry_from(cfg);
     SLUICE_RETURN_IF_ERROR(qp_to_init(c.qps[q].get(), ip).with_context(d.name));
     m->qps[q].qpn = c.qps[q]->qp_num;
     m->qps[q].psn = random_psn();
   }
+  // ECE: the QPs of one comm share device and attributes, so QP 0's answer stands for all.
+  const EceQuery eq = query_ece(c.qps[0].get(), cfg.ece_enable);
+  c.ece_local = eq.ece;
+  if (eq.ece.supported &&
+      !wire::put_meta_ece(m, {eq.ece.vendor_id, eq.ece.options, eq.ece.comp_mask})) {
+    c.ece_local = Ece{};  // a comp_mask the metadata cannot carry: connect without ECE
+  }
+  if (!d.ece_said.exchange(true)) {
+    if (c.ece_local.supported) {
+      SLUICE_INFO(kSubInit | kSubNet, "%s: ECE %s offered on every connection", d.name.c_str(),
+                  ece_text(c.ece_local).c_str());
+    } else {
+      SLUICE_INFO(kSubInit | kSubNet, "%s: ECE not used (%s): connections are made without it",
+                  d.name.c_str(), eq.ece.supported ? "comp_mask beyond 24 bits" : eq.text.c_str());
+    }
+  }
   return Status::ok();
+}
+
+void agree_ece(Conn& c, const wire::Meta& remote) {
+  Ece theirs;
+  wire::MetaEce e;
+  if (wire::meta_ece(remote, &e)) theirs = Ece{true, e.vendor_id, e.options, e.comp_mask};
+  c.ece = ece_intersection(c.ece_local, theirs);
+  SLUICE_TRACE(kSubNet, "%s: ECE local %s, peer %s, set %s", c.describe_qp(0).c_str(),
+               ece_text(c.ece_local).c_str(), ece_text(theirs).c_str(), ece_text(c.ece).c_str());
+}
+
+Status set_agreed_ece(Conn& c, int q) {
+  if (!c.ece.supported) return Status::ok();
+  const int rc = set_ece(c.qps[q].get(), c.ece);
+  if (rc == 0) return Status::ok();
+  if (rc == EOPNOTSUPP) {  // as NCCL: a provider that takes none is not an error
+    c.ece = Ece{};
+    return Status::ok();
+  }
+  return Status(Code::kSystemError, "ibv_set_ece(" + ece_text(c.ece) + ") on " + c.describe_qp(q) +
+                                        " failed: " + std::strerror(rc) + " (errno " +
+                                        std::to_string(rc) +
+                                        "); NCCL_IB_ECE_ENABLE=0 connects without ECE");
 }
 
 Status accept_peer_meta(Conn& c, const wire::Meta& local, const wire::Meta& remote) {
@@ -65,6 +105,7 @@ Status accept_peer_meta(Conn& c, const wire::Meta& local, const wire::Meta& remo
   std::memcpy(rg.data(), remote.gid, 16);
   c.remote_gid = gid_to_string(rg);
   c.remote_dev = remote.dev_name;
+  agree_ece(c, remote);
   return Status::ok();
 }
 
@@ -88,7 +129,9 @@ Status connect_qps(Conn& c, const wire::Meta& local, const wire::Meta& remote, u
     r.traffic_class = tc;
     r.dlid = remote.lid;
     r.sl = sl;
+    r.retry = mqp_retry_from(cfg);
     c.remote_qpn[q] = remote.qps[q].qpn;
+    SLUICE_RETURN_IF_ERROR(set_agreed_ece(c, q));
     Status st = qp_to_rtr(c.qps[q].get(), r);
     if (!st.is_ok()) return st.with_context(c.describe_qp(q));
     RtsParams s;
@@ -97,6 +140,7 @@ Status connect_qps(Conn& c, const wire::Meta& local, const wire::Meta& remote, u
     s.retry_cnt = static_cast<uint8_t>(cfg.retry_cnt);
     s.rnr_retry = static_cast<uint8_t>(cfg.rnr_retry);
     s.max_rd_atomic = 1;
+    s.retry = mqp_retry_from(cfg);
     st = qp_to_rts(c.qps[q].get(), s);
     if (!st.is_ok()) return st.with_context(c.describe_qp(q));
   }

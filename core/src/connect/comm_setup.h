@@ -21,6 +21,11 @@ Status accept_peer_meta(Conn& c, const wire::Meta& local, const wire::Meta& remo
 // RTR and RTS for every QP against the peer's metadata (accept_peer_meta first).
 Status connect_qps(Conn& c, const wire::Meta& local, const wire::Meta& remote, uint8_t tc,
                    uint8_t sl);
+// ECE (fabric.h): what both ends offer, from our QP 0's answer and the peer's metadata (run by
+// accept_peer_meta), and ibv_set_ece of it on QP q before its RTR (a provider answering
+// EOPNOTSUPP leaves the connection without ECE, as NCCL's).
+void agree_ece(Conn& c, const wire::Meta& remote);
+Status set_agreed_ece(Conn& c, int q);
 int numa_of(const Device& d);
 // Registers the first `bytes` of the comm's own memory (FIFO / records / staging) with the device.
 Status register_comm_memory(Device& d, NumaBuffer& mem, size_t bytes, verbs::Mr* out);

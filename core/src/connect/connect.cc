@@ -152,13 +152,18 @@ Status build_send_comm(ConnectState& s) {
   s.tc = static_cast<uint8_t>(cfg.traffic_class >= 0     ? cfg.traffic_class
                               : s.cfg.traffic_class >= 0 ? s.cfg.traffic_class
                                                          : 0);
-  s.sl = static_cast<uint8_t>(cfg.service_level >= 0 ? cfg.service_level : 0);
+  // As NCCL's: NCCL_IB_SL, else the communicator's traffic class (when it is a valid SL), else 0.
+  s.sl = static_cast<uint8_t>(cfg.service_level >= 0 ? cfg.service_level
+                              : s.cfg.traffic_class >= 0 && s.cfg.traffic_class <= 15
+                                  ? s.cfg.traffic_class
+                                  : 0);
   s.local.traffic_class = s.tc;
   s.local.service_level = s.sl;
   s.local.buf_addr = reinterpret_cast<uintptr_t>(comm->fifo);
   s.local.buf_rkey = comm->mem_mr->rkey;
   s.local.split_data = static_cast<uint8_t>(cfg.split_data_on_qps);
   comm->c.split = cfg.split_data_on_qps != 0;
+  comm->ar_threshold = d->ar.on ? d->ar.threshold : SIZE_MAX;
   s.comm = std::move(comm);
   return Status::ok();
 }

@@ -14,6 +14,7 @@
 
 #include "connect/oob_socket.h"
 #include "sluice/core/base/log.h"
+#include "sluice/core/base/verbs_ext.h"
 #include "sluice/core/device/device_info.h"
 
 namespace sluice {
@@ -250,7 +251,9 @@ std::vector<GidEntry> port_gids(const Device& d) {
   std::vector<GidEntry> out;
   ibv_context* ctx = d.adapter->ctx.get();
   std::vector<ibv_gid_entry> raw(static_cast<size_t>(std::max(d.attr.gid_tbl_len, 1)) * 4);
-  const ssize_t n = ibv_query_gid_table(ctx, raw.data(), raw.size(), 0);
+  const auto query = verbs::ext().query_gid_table;  // rdma-core 32+; else sysfs
+  const ssize_t n =
+      query == nullptr ? -1 : query(ctx, raw.data(), raw.size(), 0, sizeof(ibv_gid_entry));
   if (n < 0) return read_gid_table(ctx, d.adapter->name, d.port, d.attr.gid_tbl_len);
   for (ssize_t i = 0; i < n; ++i) {
     const ibv_gid_entry& r = raw[static_cast<size_t>(i)];

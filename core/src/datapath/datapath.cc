@@ -223,6 +223,7 @@ Status comm_stats(void* comm, CommStats* out) {
   out->cts_writes = c->stats.cts_writes.get();
   out->cts_entries = c->stats.cts_entries.get();
   out->cts_probes = c->stats.cts_probes.get();
+  out->ar_imm_writes = c->stats.ar_imm_writes.get();
   return Status::ok();
 }
 

@@ -86,11 +86,13 @@ Status post_group(SendComm& s) {
       lane_bytes += len;
     }
     ibv_send_wr* close;
+    bool ar_imm = false;  // adaptive routing: this lane's data WRITE is closed by its own WR
     if (nreqs == 1) {
       const uint32_t imm = static_cast<uint32_t>(s.slot_reqs[0]->size);
-      if (nw > 0) {
+      ar_imm = nw > 0 && s.slot_reqs[0]->size > s.ar_threshold;
+      if (nw > 0 && !ar_imm) {
         close = &wrs[nw - 1];  // the last data WRITE itself carries the immediate
-      } else {
+      } else {  // no data on this lane, or above NCCL_IB_AR_THRESHOLD: a zero-length one
         close = &wrs[nw++];
         close->wr.rdma.remote_addr = e[0].addr;
         close->wr.rdma.rkey = e[0].rkey;
@@ -114,6 +116,7 @@ Status post_group(SendComm& s) {
       prof_send_chain(s, lane, q, wrs, nw);
     if (Status st = post_chain(s, q, wrs, nw); !st.is_ok()) return fail(s.c, st);
     s.sq_bytes[q] += lane_bytes;
+    if (ar_imm) s.c.stats.ar_imm_writes.add(1);
   }
   for (int i = 0; i < nreqs; ++i) s.slot_reqs[i]->posted = true;
   ++s.head;
@@ -214,7 +217,7 @@ Status isend_impl(SendComm* s, void* data, size_t size, int tag, MemHandle* mh, 
     const int nlanes = cts::lanes(s->c.split, s->c.nqps);
     uint32_t need[wire::kMaxQps];
     for (int lane = 0; lane < nlanes; ++lane)
-      need[lane] = cts::group_wrs(sizes, nreqs, lane, nlanes);
+      need[lane] = cts::group_wrs(sizes, nreqs, lane, nlanes, s->ar_threshold);
     bool fits = false;
     SLUICE_RETURN_IF_ERROR(room_for(*s, need, &fits));
     if (!fits) return Status::again();
@@ -280,7 +283,7 @@ Status poll_send(SendComm& s) {
         const size_t off = static_cast<size_t>(lane) * chunk;
         if (off < sizes[i]) bytes += std::min(chunk, sizes[i] - off);
       }
-      s.sq_used[q] -= cts::group_wrs(sizes, leader->group_n, lane, nlanes);
+      s.sq_used[q] -= cts::group_wrs(sizes, leader->group_n, lane, nlanes, s.ar_threshold);
       s.sq_bytes[q] -= std::min<uint64_t>(bytes, s.sq_bytes[q]);
       if (s.c.prof.start != nullptr) [[unlikely]]
         prof_send_done(s, *leader, lane);

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "sluice/core/api.h"
+#include "sluice/core/base/verbs_ext.h"
 
 namespace sluice {
 namespace {
@@ -58,8 +59,18 @@ DmabufProbe classify_dmabuf_probe(int err, bool registered, const std::string& n
 }
 
 DmabufProbe probe_dmabuf(ibv_pd* pd, const std::string& nic) {
+  return probe_dmabuf_with(pd, nic, verbs::ext().reg_dmabuf_mr);
+}
+
+DmabufProbe probe_dmabuf_with(ibv_pd* pd, const std::string& nic, RegDmabufFn reg) {
+  if (reg == nullptr) {
+    DmabufProbe p;
+    p.text = "no dma-buf (rdma-core too old): libibverbs has no " +
+             verbs::ext_origin("ibv_reg_dmabuf_mr") + "; upgrade rdma-core to 34 or later";
+    return p;
+  }
   errno = 0;
-  ibv_mr* mr = ibv_reg_dmabuf_mr(pd, 0, 4096, 0, -1, IBV_ACCESS_LOCAL_WRITE);
+  ibv_mr* mr = reg(pd, 0, 4096, 0, -1, IBV_ACCESS_LOCAL_WRITE);
   const int e = errno;
   if (mr != nullptr) ibv_dereg_mr(mr);  // never keep it
   return classify_dmabuf_probe(e, mr != nullptr, nic);

@@ -23,6 +23,7 @@
 
 #include "comm/comm.h"
 #include "sluice/core/base/log.h"
+#include "sluice/core/base/verbs_ext.h"
 
 namespace sluice {
 namespace {
@@ -46,12 +47,13 @@ Device* comm_device(void* comm) {
 
 // Least access: receive buffers are written remotely; remote read only where the loopback flush
 // READs them (GPU memory unless NCCL_GDR_FLUSH_DISABLE; host memory only with
-// NCCL_NET_FORCE_FLUSH).
-unsigned data_access(const Config& cfg, MemType type) {
+// NCCL_NET_FORCE_FLUSH). Relaxed ordering where NCCL_IB_PCI_RELAXED_ORDERING decided so for the
+// adapter (an optional flag: ignored where unusable).
+unsigned data_access(const Config& cfg, MemType type, bool relaxed_ordering) {
   unsigned a = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
   const bool flushed = !cfg.gdr_flush_disable && (type == MemType::kCuda || cfg.force_flush);
   if (flushed) a |= IBV_ACCESS_REMOTE_READ;
-  return a;
+  return with_relaxed_ordering(a, relaxed_ordering);
 }
 
 std::string hex(uintptr_t v) {
@@ -79,11 +81,12 @@ ibv_mr* reg_cuda(Device* d, uintptr_t lo, uintptr_t hi, unsigned access, std::st
   Adapter* a = d->adapter;
   const size_t len = hi - lo;
   std::string tried;
-  if (d->gdr.dmabuf && e->gpu().export_dmabuf != nullptr) {
+  const auto reg_dmabuf = verbs::ext().reg_dmabuf_mr;  // null before rdma-core 34
+  if (d->gdr.dmabuf && e->gpu().export_dmabuf != nullptr && reg_dmabuf != nullptr) {
     int fd = -1;
     Status st = e->gpu().export_dmabuf(lo, len, a->locality.pci_path, &fd);
     if (st.is_ok()) {
-      ibv_mr* mr = ibv_reg_dmabuf_mr(a->pd.get(), 0, len, lo, fd, static_cast<int>(access));
+      ibv_mr* mr = reg_dmabuf(a->pd.get(), 0, len, lo, fd, static_cast<int>(access));
       const int err = errno;
       close(fd);  // the MR keeps its own reference to the dma-buf
       if (mr != nullptr) return mr;
@@ -92,14 +95,14 @@ ibv_mr* reg_cuda(Device* d, uintptr_t lo, uintptr_t hi, unsigned access, std::st
       tried = "dma-buf: " + st.message();
     }
   } else {
-    tried =
-        "dma-buf: not used (" +
-        std::string(d->gdr.dmabuf ? "no export entry point" : "the GPUDirect decision says no") +
-        ")";
+    tried = "dma-buf: not used (" +
+            std::string(!d->gdr.dmabuf          ? "the GPUDirect decision says no"
+                        : reg_dmabuf == nullptr ? "no dma-buf (rdma-core too old)"
+                                                : "no export entry point") +
+            ")";
   }
   if (d->gdr.peermem) {
-    ibv_mr* mr =
-        ibv_reg_mr(a->pd.get(), reinterpret_cast<void*>(lo), len, static_cast<int>(access));
+    ibv_mr* mr = ibv_reg_mr_iova2(a->pd.get(), reinterpret_cast<void*>(lo), len, lo, access);
     if (mr != nullptr) return mr;
     tried += "; peermem: ibv_reg_mr on " + a->name + " failed: " + reg_error(errno, false);
   } else {
@@ -211,7 +214,7 @@ Status reg_mr(void* comm, void* data, size_t size, MemType type, MemHandle** out
     *out = add_user(a, e, lo, hi - lo);
     return Status::ok();
   }
-  const unsigned access = data_access(engine()->config(), type);
+  const unsigned access = data_access(engine()->config(), type, a->relaxed_ordering);
   verbs::Mr mr;
   if (type == MemType::kCuda) {
     std::string why;
@@ -224,8 +227,7 @@ Status reg_mr(void* comm, void* data, size_t size, MemType type, MemHandle** out
                         "driver with dma-buf support; SLUICE_GDR=off stages through host memory");
     }
   } else {
-    mr.reset(
-        ibv_reg_mr(a->pd.get(), reinterpret_cast<void*>(lo), hi - lo, static_cast<int>(access)));
+    mr.reset(ibv_reg_mr_iova2(a->pd.get(), reinterpret_cast<void*>(lo), hi - lo, lo, access));
     if (!mr) {
       return Status(Code::kSystemError, "regMr: ibv_reg_mr(" + std::to_string(hi - lo) +
                                             " bytes) on " + a->name +
@@ -253,10 +255,17 @@ Status reg_mr_dmabuf(void* comm, void* data, size_t size, MemType type, uint64_t
     *out = add_user(a, e, addr, size);
     return Status::ok();
   }
-  const unsigned access = data_access(engine()->config(), type);
+  const unsigned access = data_access(engine()->config(), type, a->relaxed_ordering);
+  const auto reg_dmabuf = verbs::ext().reg_dmabuf_mr;
+  if (reg_dmabuf == nullptr) {
+    return Status(Code::kInvalidUsage, "regMrDmaBuf on " + a->name +
+                                           ": no dma-buf (rdma-core too old): libibverbs has " +
+                                           "no " + verbs::ext_origin("ibv_reg_dmabuf_mr") +
+                                           "; this device does not offer NCCL_PTR_DMABUF");
+  }
   // The fd's offset is relative to the allocation NCCL exported; iova = the data pointer, so the
   // keys address the buffer by its virtual address like every other MR.
-  ibv_mr* mr = ibv_reg_dmabuf_mr(a->pd.get(), offset, size, addr, fd, static_cast<int>(access));
+  ibv_mr* mr = reg_dmabuf(a->pd.get(), offset, size, addr, fd, static_cast<int>(access));
   if (mr == nullptr) {
     const int err = errno;
     std::string m = "regMrDmaBuf of " + hex(addr) + " (" + std::to_string(size) + " bytes, fd " +

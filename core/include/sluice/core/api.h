@@ -129,12 +129,13 @@ Status test(Request* request, int* done, size_t* sizes);
 
 // Cumulative counters of a live send or receive comm (`comm` as for reg_mr), for sluiceExt_v1.
 struct CommStats {
-  uint64_t messages = 0;     // sends posted (send comm) / receives completed (receive comm)
-  uint64_t wrs = 0;          // work requests posted on the comm's QPs (send and receive queues)
-  uint64_t doorbells = 0;    // ibv_post_send / ibv_post_recv calls
-  uint64_t cts_writes = 0;   // clear-to-send RDMA WRITEs (receive comm)
-  uint64_t cts_entries = 0;  // receives those writes published (receive comm)
-  uint64_t cts_probes = 0;   // progress watchdog's zero-length CTS probes (receive comm; in wrs)
+  uint64_t messages = 0;       // sends posted (send comm) / receives completed (receive comm)
+  uint64_t wrs = 0;            // work requests posted on the comm's QPs (send and receive queues)
+  uint64_t doorbells = 0;      // ibv_post_send / ibv_post_recv calls
+  uint64_t cts_writes = 0;     // clear-to-send RDMA WRITEs (receive comm)
+  uint64_t cts_entries = 0;    // receives those writes published (receive comm)
+  uint64_t cts_probes = 0;     // progress watchdog's zero-length CTS probes (receive comm; in wrs)
+  uint64_t ar_imm_writes = 0;  // adaptive routing's separate closing WRITE_WITH_IMMs (in wrs)
 };
 Status comm_stats(void* comm, CommStats* out);
 

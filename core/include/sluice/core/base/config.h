@@ -22,17 +22,23 @@ struct Config {
   std::string socket_ifname;  // NCCL_SOCKET_IFNAME: interface(s) for the out-of-band TCP socket
   int socket_family = 0;      // NCCL_SOCKET_FAMILY: 0 = any, AF_INET or AF_INET6
   // Queue pairs
-  int ib_timeout = 20;          // NCCL_IB_TIMEOUT: ACK timeout exponent, 4.096us * 2^x (1..31)
-  int retry_cnt = 7;            // NCCL_IB_RETRY_CNT: transport retries (0..7)
-  int rnr_retry = 7;            // SLUICE_RNR_RETRY: RNR retries (0..7, 7 = infinite)
-  int min_rnr_timer = 12;       // SLUICE_MIN_RNR_TIMER: RNR NAK timer code (0..31)
-  int traffic_class = -1;       // NCCL_IB_TC: GRH traffic class (-1 = comm config or 0)
-  int fifo_traffic_class = -1;  // NCCL_IB_FIFO_TC: traffic class of clear-to-send writes (-1 = TC)
-  int service_level = -1;       // NCCL_IB_SL: IB service level (-1 = 0)
-  int pkey_index = 0;           // NCCL_IB_PKEY: partition key index
-  int qps_per_connection = 1;   // NCCL_IB_QPS_PER_CONNECTION: data QPs per connection (1..16)
-  int split_data_on_qps = 0;    // NCCL_IB_SPLIT_DATA_ON_QPS: 0 = whole messages round-robin
-  bool cts_inline = true;       // NCCL_IB_USE_INLINE / SLUICE_CTS_INLINE: inline clear-to-send
+  int ib_timeout = 20;           // NCCL_IB_TIMEOUT: ACK timeout exponent, 4.096us * 2^x (1..31)
+  int retry_cnt = 7;             // NCCL_IB_RETRY_CNT: transport retries (0..7)
+  int rnr_retry = 7;             // SLUICE_RNR_RETRY: RNR retries (0..7, 7 = infinite)
+  int min_rnr_timer = 12;        // SLUICE_MIN_RNR_TIMER: RNR NAK timer code (0..31)
+  int traffic_class = -1;        // NCCL_IB_TC: GRH traffic class (-1 = comm config or 0)
+  int fifo_traffic_class = -1;   // NCCL_IB_FIFO_TC: traffic class of clear-to-send writes (-1 = TC)
+  int service_level = -1;        // NCCL_IB_SL: IB service level (-1 = 0)
+  int pkey_index = 0;            // NCCL_IB_PKEY: partition key index
+  int qps_per_connection = 1;    // NCCL_IB_QPS_PER_CONNECTION: data QPs per connection (1..16)
+  int split_data_on_qps = 0;     // NCCL_IB_SPLIT_DATA_ON_QPS: 0 = whole messages round-robin
+  bool cts_inline = true;        // NCCL_IB_USE_INLINE / SLUICE_CTS_INLINE: inline clear-to-send
+  int adaptive_routing = -2;     // NCCL_IB_ADAPTIVE_ROUTING: 1 on, 0 off, <0 on for IB only
+  int ar_threshold = 8192;       // NCCL_IB_AR_THRESHOLD: bytes above which AR mode applies
+  bool ece_enable = true;        // NCCL_IB_ECE_ENABLE: exchange and set ECE before RTR
+  bool mqp_retry_all = false;    // NCCL_IB_MQP_RETRY_ALL: retry ibv_modify_qp on every error
+  int mqp_retry_cnt = 34;        // NCCL_IB_MQP_RETRY_CNT: retries of ibv_modify_qp
+  int mqp_retry_sleep_ms = 100;  // NCCL_IB_MQP_RETRY_SLEEP_MSEC: backoff unit (retry k sleeps k x)
   // Connections
   int connect_timeout_ms = 120000;   // SLUICE_CONNECT_TIMEOUT_MS: bound on connection setup
   int close_timeout_ms = 2000;       // SLUICE_CLOSE_TIMEOUT_MS: bound on draining at close
@@ -43,10 +49,12 @@ struct Config {
   int cm_mode = 0;                   // SLUICE_CM: CmMode (cm_choice.h): 0 auto, 1 oob, 2 rdmacm
   bool profiler_events = true;       // SLUICE_PROFILER_EVENTS: per-WR events to NCCL's profiler
   // GPU
+  int pci_relaxed_ordering = 2;               // NCCL_IB_PCI_RELAXED_ORDERING: 0 / 1 / 2 = if works
   bool gdr_flush_disable = false;             // NCCL_GDR_FLUSH_DISABLE
   bool dmabuf_enable = true;                  // NCCL_DMABUF_ENABLE
   int gdr_mode = 1;                           // SLUICE_GDR: 0 off, 1 auto, 2 force
   bool force_flush = false;                   // NCCL_NET_FORCE_FLUSH
+  std::string test_hide_verbs;                // SLUICE_TEST_HIDE_VERBS (tests only)
   std::string cuda_library = "libcuda.so.1";  // SLUICE_CUDA_LIBRARY
   // Topology
   std::string nic_affinity;  // SLUICE_NIC_AFFINITY: "" / "off" / "auto"

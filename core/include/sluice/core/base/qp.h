@@ -6,12 +6,36 @@
 #include <infiniband/verbs.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
+#include "sluice/core/base/config.h"
 #include "sluice/core/base/status.h"
 #include "sluice/core/base/verbs.h"
 
 namespace sluice {
+
+// Retries of a failed ibv_modify_qp, as NCCL's (NCCL_IB_MQP_RETRY_ALL / _CNT / _SLEEP_MSEC): a
+// transient ETIMEDOUT (a firmware command that timed out) is retried; with `all`, every error.
+struct MqpRetry {
+  bool all = false;
+  int count = 34;      // retries after the first attempt
+  int sleep_ms = 100;  // retry k (1-based) sleeps k * sleep_ms first
+};
+// Whether `rc` (ibv_modify_qp's return: an errno value, some providers negate it) is retried.
+bool mqp_retryable(const MqpRetry& p, int rc);
+inline MqpRetry mqp_retry_from(const Config& c) {
+  return MqpRetry{c.mqp_retry_all, c.mqp_retry_cnt, c.mqp_retry_sleep_ms};
+}
+using ModifyQpFn = std::function<int(ibv_qp*, ibv_qp_attr*, int)>;
+using SleepMsFn = std::function<void(int ms)>;
+// ibv_modify_qp (or `modify`, for tests) with the retry policy: at most p.count retries, each
+// after its sleep (`sleep`, default a real one) and announced by an INFO naming `step`, the QP,
+// the error and the attempt. Returns the last attempt's result; *attempts (optional) = calls made.
+// The whole wait is bounded: p.sleep_ms * p.count * (p.count + 1) / 2 milliseconds.
+int modify_qp_retrying(ibv_qp* qp, ibv_qp_attr* attr, int mask, const MqpRetry& p, const char* step,
+                       const ModifyQpFn& modify = {}, const SleepMsFn& sleep = {},
+                       int* attempts = nullptr);
 
 struct QpCaps {
   uint32_t max_send_wr = 128;
@@ -28,6 +52,7 @@ struct InitParams {
   uint8_t port = 1;
   uint16_t pkey_index = 0;
   unsigned access = IBV_ACCESS_REMOTE_WRITE;
+  MqpRetry retry;
 };
 
 // Everything RTR needs about the remote side and the path.
@@ -45,6 +70,7 @@ struct RtrParams {
   uint8_t traffic_class = 0;
   uint16_t dlid = 0;  // IB
   uint8_t sl = 0;
+  MqpRetry retry;
 };
 
 struct RtsParams {
@@ -53,6 +79,7 @@ struct RtsParams {
   uint8_t retry_cnt = 7;
   uint8_t rnr_retry = 7;
   uint8_t max_rd_atomic = 1;
+  MqpRetry retry;
 };
 
 Status qp_to_init(ibv_qp* qp, const InitParams& p);

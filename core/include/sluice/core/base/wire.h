@@ -102,8 +102,12 @@ struct Meta {
   uint32_t buf_rkey;
   uint8_t split_data;  // connector's NCCL_IB_SPLIT_DATA_ON_QPS (0/1); the acceptor follows it
   uint8_t cm;          // connector's connection manager: kMetaCmOob or kMetaCmRdmacm (cm_choice.h)
-  uint8_t reserved[2];
-  char dev_name[32];  // for messages
+  uint8_t features;    // kMetaFeature* bits; 0 from Sluice before ECE (this byte was reserved)
+  uint8_t reserved;
+  // For messages, NUL-terminated. With kMetaFeatureEce the name ends within its first
+  // kMetaNameBytesEce bytes and the rest carries the ECE (put_meta_ece); a peer without the
+  // feature ignores it and still reads a terminated name.
+  char dev_name[32];
   QpInfo qps[kMaxQps];
 };
 static_assert(sizeof(Meta) == 224);
@@ -114,6 +118,24 @@ static_assert(offsetof(Meta, split_data) == 60);
 static_assert(offsetof(Meta, cm) == 61);
 inline constexpr uint8_t kMetaCmOob = 0;     // QPs to RTR/RTS by hand from the metadata
 inline constexpr uint8_t kMetaCmRdmacm = 1;  // each QP established through rdma_cm (CmToken)
+static_assert(offsetof(Meta, features) == 62);
+
+// Enhanced Connection Establishment (NCCL_IB_ECE_ENABLE): bytes kMetaNameBytesEce.. of dev_name
+// hold the sender's ECE as three little-endian uint32 (vendor_id, options, comp_mask). Wire version
+// 2 without it (older Sluice, or a provider without ECE) has features = 0, and both ends then
+// connect without ECE. The last byte of dev_name stays 0 (validate_meta), so comp_mask < 2^24.
+inline constexpr uint8_t kMetaFeatureEce = 0x1;
+inline constexpr size_t kMetaNameBytesEce = 20;
+struct MetaEce {
+  uint32_t vendor_id = 0;
+  uint32_t options = 0;
+  uint32_t comp_mask = 0;
+};
+// Sets the feature and the ECE, shortening the device name to kMetaNameBytesEce - 1 characters;
+// false (nothing changed) when comp_mask does not fit the 24 bits the layout leaves.
+bool put_meta_ece(Meta* m, const MetaEce& e);
+// The peer's ECE, when its metadata has the feature.
+bool meta_ece(const Meta& m, MetaEce* out);
 
 // The private data of each rdma_cm connect request in SLUICE_CM=rdmacm mode: the listener matches
 // it to the TCP handshake whose metadata it accepted (nonce, the connector's FIFO address and rkey,

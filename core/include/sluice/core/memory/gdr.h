@@ -47,6 +47,10 @@ struct DmabufProbe {
   bool warn = false;  // an unexpected answer: the caller logs `text` as a WARN
 };
 DmabufProbe probe_dmabuf(ibv_pd* pd, const std::string& nic);
+// The same with the registration entry point given: null = this rdma-core has none (before 34),
+// which the probe reports as "no dma-buf (rdma-core too old)".
+using RegDmabufFn = ibv_mr* (*)(ibv_pd*, uint64_t, size_t, uint64_t, int, int);
+DmabufProbe probe_dmabuf_with(ibv_pd* pd, const std::string& nic, RegDmabufFn reg);
 // Pure: the verdict for the probe's errno (`registered`: the call unexpectedly returned an MR).
 DmabufProbe classify_dmabuf_probe(int err, bool registered, const std::string& nic);
 
