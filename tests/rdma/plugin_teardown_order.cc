@@ -65,7 +65,8 @@ size_t window_bytes() {
 // fail). Returns "" or what went wrong.
 std::string cycle(Net& n, int cycle_no, bool fail_first) {
   Conn c;
-  if (!open_conn(n, bed().dev_a, bed().dev_b, &c)) return "open_conn failed";
+  if (auto ok = open_conn(n, bed().dev_a, bed().dev_b, &c); !ok)
+    return std::string("open_conn failed: ") + ok.message();
   const size_t total = window_bytes();
   Mem src(total), dst(total);
   void *smh = nullptr, *rmh = nullptr;
