@@ -373,6 +373,22 @@ void engine_release() {
   g_engine = nullptr;
 }
 
+std::vector<Device*> Engine::members_of(int dev) const {
+  if (Device* d = device(dev)) return {d};
+  std::lock_guard<std::mutex> lk(vdev_mu_);
+  const int v = dev - static_cast<int>(devices_.size());
+  if (v < 0 || v >= static_cast<int>(vdevices_.size())) return {};
+  return vdevices_[v]->members;
+}
+
+std::vector<uint32_t> Engine::weights_of(int dev) const {
+  if (device(dev) != nullptr) return {1};
+  std::lock_guard<std::mutex> lk(vdev_mu_);
+  const int v = dev - static_cast<int>(devices_.size());
+  if (v < 0 || v >= static_cast<int>(vdevices_.size())) return {};
+  return vdevices_[v]->weights;
+}
+
 int device_count() {
   Engine* e = engine();
   return e ? static_cast<int>(e->devices().size()) : 0;

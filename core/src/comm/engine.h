@@ -102,6 +102,17 @@ struct Device {
   std::atomic<bool> ece_said{false};  // the first connection's ECE outcome was logged
 };
 
+// A fused device (make_vdevice): index >= the physical devices' count. Created at NCCL's init,
+// before any comm on it; never removed until the engine goes.
+struct VDevice {
+  int index = 0;
+  std::string name;               // the members' names joined by '+', e.g. "rxe0+rxe1"
+  std::vector<Device*> members;   // 2..kMaxFusedMembers physical devices, in NCCL's order
+  std::vector<uint32_t> weights;  // each member's relative share of a message's bytes (0 = used
+                                  // only as a fallback); same length as members
+  DeviceProperties props;         // merged from the members
+};
+
 class Engine {
  public:
   static Result<std::unique_ptr<Engine>> create(const LocalityProvider& locality,
@@ -116,6 +127,12 @@ class Engine {
   Device* device(int i) const {
     return i >= 0 && i < static_cast<int>(devices_.size()) ? devices_[i].get() : nullptr;
   }
+
+  // The physical devices a comm on `dev` runs over, and their shares of the bytes: {device(dev)}
+  // and {1} for a physical device, the members and weights of a fused one; empty for an index
+  // that names no device.
+  std::vector<Device*> members_of(int dev) const;
+  std::vector<uint32_t> weights_of(int dev) const;
 
   std::atomic<int> open_comms{0};
   // Stops and joins the async-event threads (idempotent). NCCL may dlclose us after the last
@@ -134,6 +151,9 @@ class Engine {
   IfAddr oob_;
   std::vector<std::unique_ptr<Adapter>> adapters_;
   std::vector<std::unique_ptr<Device>> devices_;
+  // Fused devices, appended by make_vdevice (guarded by vdev_mu_; entries never move or go).
+  mutable std::mutex vdev_mu_;
+  std::vector<std::unique_ptr<VDevice>> vdevices_;
   std::atomic<bool> stop_{false};
   std::vector<std::thread> threads_;
 };

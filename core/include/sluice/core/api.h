@@ -94,6 +94,13 @@ struct DeviceProperties {
 };
 Status device_properties(int dev, DeviceProperties* out);
 
+// NIC fusion (NCCL's makeVDevice, ABI v9+): a virtual device made of 2..kMaxFusedMembers physical
+// devices (4 before ABI v12, which the plugin checks). It gets the next index after every physical
+// and earlier virtual device; device_count() counts it from then on, and listen/connect on it
+// connect over all of its members. The error names why a set cannot be fused.
+inline constexpr int kMaxFusedMembers = 8;
+Status make_vdevice(const int* devs, int n, int* out_dev);
+
 struct CommConfig {
   int traffic_class = -1;  // from ncclNetCommConfig (v10+); -1 = not set
 };
