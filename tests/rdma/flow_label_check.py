@@ -9,7 +9,9 @@ Usage: flow_label_check.py MODE PCAP LOG [MIN_QPS]
 
 Every RoCE v2 packet (UDP dport 4791) is attributed to the sending device by its source address
 (the device's GIDs in sysfs) and to the sending QP by the destination QPN in its BTH, whose
-connection line names the port Sluice predicted. Checked: each packet's UDP source port equals
+connection line names the port Sluice predicted (packets to QP1, rdma_cm's MADs, are counted only). A packet from another host (two-host bed: its
+source is no local GID) is checked against the label of the local QP it is addressed to: both ends
+label the two QPs of a pair alike (labels mode; off: the QPN hash is symmetric too). Checked: each packet's UDP source port equals
 the prediction; the prediction equals the kernel's rule applied here independently
 (rdma_flow_label_to_udp_sport of the label; rdma_calc_flow_label of the QPNs when off); the
 labels of a connection are distinct, non-zero, and their ports distinct and evenly spaced. Prints
@@ -111,6 +113,7 @@ def main():
     errors = []
     # (sending device, receiving device, destination QPN) -> (conn index, local QPN, label, sport)
     expect = {}
+    local = {}  # (local device, local QPN) -> (conn index, remote QPN, label, sport)
     conns = []
     for line in open(log, errors="replace"):
         m = LINE.search(line)
@@ -128,6 +131,7 @@ def main():
                 errors.append("%s -> QPN %d of %s named by two connections: ambiguous" %
                               (dev, rq, m.group(2)))
             expect[key] = (ci, lq, label, sport)
+            local[(dev, lq)] = (ci, rq, label, sport)
             want = fold(label) if mode == "labels" else fold(qpn_label(lq, rq))
             if sport != want:
                 errors.append("%s qpn %d->%d: logged sport %d, the kernel's rule gives %d" %
@@ -150,13 +154,31 @@ def main():
     seen = {}  # key -> {sport: packets}
     v6_labels = set()
     total = 0
+    mads = 0
     for src, dst, sport, dqpn, v6 in packets(pcap):
+        if dqpn == 1:  # QP1 (GSI): rdma_cm's connection MADs, not a QP of Sluice's
+            mads += 1
+            continue
         total += 1
         dev, peer = addr.get(src), addr.get(dst)
-        if dev is None or peer is None:
+        if dev is None and peer is not None and (peer, dqpn) in local:
+            # from the other host, to our QP dqpn: its QP pair's label is ours
+            ci, rq, label, sport_l = local[(peer, dqpn)]
+            key = ("peer", peer, dqpn)
+            expect.setdefault(key, (ci, rq, label, sport_l))
+        elif dev is not None and peer is None:
+            # ours, to the other host (its address is no local GID): by our device and the QPN
+            cands = [k for k in expect if k[0] == dev and k[2] == dqpn]
+            if len(cands) != 1:
+                errors.append("packet %s -> %s qpn %d: %d connection lines match" %
+                              (src, dst, dqpn, len(cands)))
+                continue
+            key = cands[0]
+        elif dev is None or peer is None:
             errors.append("packet %s -> %s: no local device has that address" % (src, dst))
             continue
-        key = (dev, peer, dqpn)
+        else:
+            key = (dev, peer, dqpn)
         seen.setdefault(key, {}).setdefault(sport, 0)
         seen[key][sport] += 1
         if v6 is not None:
@@ -173,7 +195,8 @@ def main():
                           (key[0], key[2], key[1], sum(ports.values())))
             continue
         ci, lq, label, sport = expect[key]
-        per_conn.setdefault(ci, set()).add(key)
+        if key[0] != "peer":  # the other host's packets: checked above, counted with its own QPs
+            per_conn.setdefault(ci, set()).add(key)
         print("%-12s %-12s %-8s %-6d %-20s %d" % (key[0] + ">" + key[1], "%d->%d" % (lq, key[2]),
                                                  "0x%05x" % label if label else "-", sport,
                                                  ",".join(str(p) for p in sorted(ports)),
@@ -190,11 +213,14 @@ def main():
             ports = [next(iter(seen[k])) for k in keys]
             if len(set(ports)) != len(ports):
                 errors.append("connection %d: two QPs on one UDP source port on the wire: %s" % (ci, ports))
-    print("flow-label check (%s): %d connections logged, %d packets, %d QPs seen, best connection "
-          "%d QPs; IPv6 header flow labels seen: %s" %
-          (mode, len(conns), total, len(seen), best, sorted(v6_labels) if v6_labels else "none"))
+    print("flow-label check (%s): %d connections logged, %d packets (and %d CM MADs to QP1, not "
+          "checked), %d QPs seen, best connection %d QPs; IPv6 header flow labels seen: %s" %
+          (mode, len(conns), total, mads, len(seen), best,
+           sorted(v6_labels) if v6_labels else "none"))
     for e in errors[:30]:
         print("FAIL: " + e)
+    if len(errors) > 30:
+        print("FAIL: ... and %d more" % (len(errors) - 30))
     return 1 if errors else 0
 
 
