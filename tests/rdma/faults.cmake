@@ -107,7 +107,8 @@ set_tests_properties(plugin_lossy_two_host PROPERTIES LABELS "rdma;faults;bed;no
 # fails within 4.096 us x 2^14 x 8 x 1.5 + 1 s = 1806 ms (+ two polls + 3 s margin), the waiting
 # receiver does not, another comm works once the path is back, nothing leaks; the same drop before
 # a receive is posted (only its clear-to-send is lost): the receiver fails within the same bound,
-# after one probe; and the control: a healthy stream of 1 MiB messages for 3 bounds raises
+# after one probe; a 16 MiB send with every packet dropped fails within one 1 MiB run's bound
+# (1806 + 10000 ms; it waited 161.8 s before progress signals); and the control: a healthy stream of 1 MiB messages for 3 bounds raises
 # nothing and posts no probe (WRs counted), the idle receive beside it exactly one.
 add_executable(plugin_stall_test ${CMAKE_CURRENT_LIST_DIR}/plugin_stall_test.cc)
 target_include_directories(plugin_stall_test PRIVATE ${CMAKE_CURRENT_LIST_DIR})
@@ -116,7 +117,13 @@ target_link_libraries(plugin_stall_test PRIVATE sluice_nccl_abi GTest::gtest Thr
 target_compile_definitions(plugin_stall_test PRIVATE
                            SLUICE_PLUGIN_PATH="$<TARGET_FILE:nccl-net-sluice>")
 add_dependencies(plugin_stall_test nccl-net-sluice)
-sluice_add_rdma_test(NAME plugin_stall COMMAND $<TARGET_FILE:plugin_stall_test> TIMEOUT 300)
+# Then, in the same bed, a second pass (Slow.*): a 16 MiB message on a link slowed by `tc netem
+# rate 4mbit` (~34 s) with a 1 s base bound (SLUICE_PROGRESS_TIMEOUT_MS; one 1 MiB run is allowed
+# 11 s) and a 2.1 s RC timer (NCCL_IB_TIMEOUT=19: netem's queue delays packets past 67 ms): it
+# completes verified, with one sender completion per MiB (the progress signal), and nothing fails.
+sluice_add_rdma_test(NAME plugin_stall
+  COMMAND sh -c "\"$0\" --gtest_filter=-Slow.* && SLUICE_PROGRESS_TIMEOUT_MS=1000 NCCL_IB_TIMEOUT=19 SLUICE_TEST_DEADLINE_S=180 \"$0\" --gtest_filter=Slow.*"
+          $<TARGET_FILE:plugin_stall_test> TIMEOUT 480)
 set_property(TEST plugin_stall APPEND PROPERTY LABELS faults bed)
 set_property(TEST plugin_stall APPEND PROPERTY ENVIRONMENT NCCL_IB_TIMEOUT=14 NCCL_IB_RETRY_CNT=7
                                                         SLUICE_LIVENESS_POLL_MS=100
