@@ -6,9 +6,10 @@
 // lost never completes nor errors, while the peer host (and so the TCP liveness socket) is fine.
 // The watchdog bounds that wait. Watched: work this side put on the wire and asked a completion
 // for, per QP of a comm in use: the sender's signaled WRITE_WITH_IMM that closes each group (and
-// the WRITEs before it), the reject notice, and the receiver's signaled clear-to-send WRITEs.
-// A receiver waiting for data it has published buffers for is not watched (the peer may simply be
-// slow to send), once the clear-to-send of that data is known to have reached the peer.
+// the WRITEs before it; in a long chain also its progress WRs, one every MiB), the reject notice,
+// and the receiver's signaled clear-to-send WRITEs. A receiver waiting for data it has published
+// buffers for is not watched (the peer may simply be slow to send), once the clear-to-send of that
+// data is known to have reached the peer.
 //
 // The receiver's unsignaled CTS writes after its last signaled one report no completion, so the
 // watchdog cannot see them complete; yet if the last of them is lost for good, the sender never
