@@ -1,6 +1,8 @@
 // The send side: isend snapshots the clear-to-send slot at the FIFO's head once, matches sends
 // against that copy (cts_match.cc), and posts a whole group at once: per lane one linked list of
-// RDMA WRITEs closed by a signaled WRITE_WITH_IMM whose immediate completes the receive. With
+// RDMA WRITEs closed by a signaled WRITE_WITH_IMM whose immediate completes the receive. A message
+// longer than 1 MiB on a lane is cut into WRITEs of 1 MiB, one signaled every MiB (a progress WR,
+// cts::plan_lane) so the watchdog sees the chain move (health/progress.h). With
 // NCCL_IB_SPLIT_DATA_ON_QPS=0 (default) a group travels whole on QP seq % nqps; with 1 every
 // message is cut over all QPs. No allocation, lock or log here (errors build a message once, when
 // the comm fails).
