@@ -28,9 +28,6 @@ if(SLUICE_SANITIZE)
   endif()
 endif()
 
-# SLUICE_FUZZ=ON (clang only): libFuzzer targets in fuzz/. Everything is compiled with coverage
-# instrumentation for libFuzzer plus ASan and UBSan (fatal reports); build the `sluice_fuzz`
-# target (scripts/fuzz does): the plugin's -z defs link does not hold with clang's sanitizers.
 # SLUICE_SANITIZER_PASS=ON (with SLUICE_SANITIZE; CI's sanitizer pass sets it): the default target
 # builds only what that pass runs. Left out: the fuzz targets and their replay tests (the fuzz pass,
 # scripts/fuzz, runs every corpus under clang's ASan + UBSan, leak checks included), the binaries of
@@ -47,6 +44,9 @@ function(sluice_not_in_sanitizer_pass)
   endif()
 endfunction()
 
+# SLUICE_FUZZ=ON (clang only): libFuzzer targets in fuzz/. Everything is compiled with coverage
+# instrumentation for libFuzzer plus ASan and UBSan (fatal reports); build the `sluice_fuzz`
+# target (scripts/fuzz does): the plugin's -z defs link does not hold with clang's sanitizers.
 option(SLUICE_FUZZ "Build fuzz/ targets with libFuzzer (clang), the build instrumented" OFF)
 if(SLUICE_FUZZ)
   if(NOT CMAKE_CXX_COMPILER_ID MATCHES "Clang")
