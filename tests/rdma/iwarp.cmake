@@ -5,6 +5,7 @@
 # WRITE with immediate data), offers the other ports, and sluice-info shows the device, its
 # transport and connection manager, and why it is unused.
 add_executable(plugin_iwarp_test ${CMAKE_CURRENT_LIST_DIR}/plugin_iwarp_test.cc)
+sluice_not_in_sanitizer_pass(plugin_iwarp_test)  # label nosan: not run sanitized
 target_include_directories(plugin_iwarp_test PRIVATE ${CMAKE_CURRENT_LIST_DIR})
 target_link_libraries(plugin_iwarp_test PRIVATE sluice_core sluice_nccl_abi GTest::gtest
                                                 Threads::Threads PkgConfig::IBVERBS ${CMAKE_DL_LIBS})
