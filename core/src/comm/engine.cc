@@ -433,6 +433,19 @@ Status Engine::make_vdevice(const int* devs, int n, int max_members, int* out_de
     *out_dev = devs[0];
     return Status::ok();
   }
+  {
+    // The same members in the same order again (a second communicator, or a second init of the
+    // plugin): the device made the first time, so every caller sees one set of devices and names.
+    std::lock_guard<std::mutex> lk(vdev_mu_);
+    for (const auto& v : vdevices_) {
+      bool same = static_cast<int>(v->members.size()) == n;
+      for (int i = 0; same && i < n; ++i) same = v->members[i]->index == devs[i];
+      if (same) {
+        *out_dev = v->index;
+        return Status::ok();
+      }
+    }
+  }
   std::vector<FusionMember> members;
   std::vector<FusionMemberInfo> infos;
   for (int i = 0; i < n; ++i) {
