@@ -83,7 +83,7 @@ std::vector<MemberWeight> weigh_members(const Topology& t, int gpu,
   if (!all_known) {
     for (auto& m : out) {
       m.weight = weight_of(m.path_gbps);
-      m.reason = std::string(path_class_name(m.cls)) + ", " + m.reason +
+      m.reason = std::string("class ") + path_class_name(m.cls) + ", " + m.reason +
                  "; by bandwidth only: " + unknown_why;
     }
     return out;

@@ -7,7 +7,7 @@ namespace sluice {
 namespace {
 
 Status refuse(const std::string& why) {
-  return Status(Code::kInvalidArgument, "makeVDevice refused: " + why);
+  return Status(Code::kInvalidArgument, "makeVDevice: refused: " + why);
 }
 
 std::string list(const int* devs, int n) {
