@@ -139,5 +139,5 @@ target_compile_definitions(plugin_fusion_test PRIVATE
 add_dependencies(plugin_fusion_test nccl-net-sluice)
 sluice_add_rdma_test(NAME plugin_fusion
                      COMMAND $<TARGET_FILE:plugin_fusion_test>
-                             --gtest_filter=FusedDevice.NcclOrderOfCalls*
+                             --gtest_filter=FusedDevice.Knobs*:FusedDevice.NcclOrderOfCalls*
                      TIMEOUT 300)

@@ -10,6 +10,7 @@
 // Versions run v12, v11 first (their init holds the engine per ctx, so each starts from a fresh
 // engine), then v10, v9 (their init holds it for the process: v9 sees v10's fused device). The
 // test counts the physical devices from vProps, as NCCL knows them from its first devices().
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -65,6 +66,85 @@ struct Fused {
   if (n.properties(f->vdev, &f->fused) != ncclSuccess)
     return ::testing::AssertionFailure() << "getProperties of the fused device failed";
   return ::testing::AssertionSuccess();
+}
+
+// The verbs device name of a plugin device name ("mlx5_0:1" -> "mlx5_0").
+std::string adapter_of(const std::string& name) {
+  return name.substr(0, name.find(':'));
+}
+
+// Sets an environment variable for one v12 engine (v12's init holds the engine per ctx, and the
+// configuration is read when the engine starts). Runs first in this binary: v9/v10 hold the engine
+// for the process.
+struct ScopedEnv {
+  std::string name;
+  ScopedEnv(const char* n, const std::string& v) : name(n) { setenv(n, v.c_str(), 1); }
+  ~ScopedEnv() { unsetenv(name.c_str()); }
+};
+
+TEST(FusedDevice, KnobsMergeNicsRailsAndWeightsOnV12) {
+  SLUICE_REQUIRE_DEVICES(sluice::rdmatest::active_rdma_devices(), 2);
+  std::string a_name, b_name;
+  {
+    Net n(12);
+    ASSERT_EQ(n.init(0xf10), ncclSuccess);
+    Props pa, pb;
+    ASSERT_EQ(n.properties(0, &pa), ncclSuccess);
+    ASSERT_EQ(n.properties(1, &pb), ncclSuccess);
+    a_name = adapter_of(pa.name);
+    b_name = adapter_of(pb.name);
+  }
+  {  // NCCL_IB_MERGE_NICS=0: refused, saying so; the devices stay as they are.
+    ScopedEnv env("NCCL_IB_MERGE_NICS", "0");
+    Net n(12);
+    ASSERT_EQ(n.init(0xf11), ncclSuccess);
+    int before = 0, after = 0, d = -1;
+    ASSERT_EQ(n.devices(&before), ncclSuccess);
+    {
+      sluice::rdmatest::ExpectWarns expected;
+      EXPECT_EQ(n.make_vdevice({0, 1}, &d), ncclInvalidArgument);
+      EXPECT_NE(last_warn().find("NCCL_IB_MERGE_NICS=0"), std::string::npos) << last_warn();
+    }
+    ASSERT_EQ(n.devices(&after), ncclSuccess);
+    EXPECT_EQ(after, before);
+  }
+  {  // SLUICE_NIC_RAILS: the members' rail and planes, and the fused device's shared rail.
+    ScopedEnv env("SLUICE_NIC_RAILS", a_name + "=3/0," + b_name + "=3/1");
+    Net n(12);
+    ASSERT_EQ(n.init(0xf12), ncclSuccess);
+    Props pa, pb, pf;
+    ASSERT_EQ(n.properties(0, &pa), ncclSuccess);
+    ASSERT_EQ(n.properties(1, &pb), ncclSuccess);
+    EXPECT_EQ(pa.rail, 3);
+    EXPECT_EQ(pa.plane, 0);
+    EXPECT_EQ(pb.rail, 3);
+    EXPECT_EQ(pb.plane, 1);
+    int d = -1;
+    ASSERT_EQ(n.make_vdevice({0, 1}, &d), ncclSuccess);
+    ASSERT_EQ(n.properties(d, &pf), ncclSuccess);
+    EXPECT_EQ(pf.rail, 3);
+    EXPECT_EQ(pf.plane, 0b11);
+  }
+  {  // SLUICE_FUSION_WEIGHTS naming one member only: refused with the other's name.
+    ScopedEnv env("SLUICE_FUSION_WEIGHTS", a_name + "=1");
+    Net n(12);
+    ASSERT_EQ(n.init(0xf13), ncclSuccess);
+    int d = -1;
+    sluice::rdmatest::ExpectWarns expected;
+    EXPECT_EQ(n.make_vdevice({0, 1}, &d), ncclInvalidArgument);
+    EXPECT_NE(last_warn().find("names some members but not"), std::string::npos) << last_warn();
+  }
+  {  // ... naming both, one as fallback: the fused speed counts the carrier only.
+    ScopedEnv env("SLUICE_FUSION_WEIGHTS", a_name + "=1," + b_name + "=0");
+    Net n(12);
+    ASSERT_EQ(n.init(0xf14), ncclSuccess);
+    Props pa, pf;
+    ASSERT_EQ(n.properties(0, &pa), ncclSuccess);
+    int d = -1;
+    ASSERT_EQ(n.make_vdevice({0, 1}, &d), ncclSuccess);
+    ASSERT_EQ(n.properties(d, &pf), ncclSuccess);
+    EXPECT_EQ(pf.speed, pa.speed);
+  }
 }
 
 TEST(FusedDevice, NcclOrderOfCallsAndMergedPropertiesEveryVersion) {
