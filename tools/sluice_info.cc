@@ -22,6 +22,7 @@
 #include "info_fusion.h"
 #include "sluice/core/base/config.h"
 #include "sluice/core/base/fabric.h"
+#include "sluice/core/base/flow_label.h"
 #include "sluice/core/base/net_addr.h"
 #include "sluice/core/base/verbs.h"
 #include "sluice/core/base/verbs_ext.h"
@@ -466,17 +467,22 @@ int main(int argc, char** argv) {
     RelaxedOrdering ro;
     EceQuery ece;
     std::vector<std::pair<int, AdaptiveRouting>> ar;  // per port
+    std::vector<std::pair<int, std::string>> flow;    // per port: SLUICE_FLOW_LABEL's effect
   };
+  const auto flow_policy = flow::parse_policy(cfg.flow_label);
   std::vector<FabricRow> fabric_rows;
   for (const auto& d : devices) {
     if (!d.probed) continue;
-    FabricRow r{d.name, decide_relaxed_ordering(cfg.pci_relaxed_ordering, d.ro), d.ece, {}};
+    FabricRow r{d.name, decide_relaxed_ordering(cfg.pci_relaxed_ordering, d.ro), d.ece, {}, {}};
     for (const auto& p : d.ports) {
       if (!p.active) continue;
       r.ar.emplace_back(
           p.num, decide_adaptive_routing(cfg.adaptive_routing, cfg.ar_threshold,
                                          p.link_layer == "Ethernet" ? IBV_LINK_LAYER_ETHERNET
                                                                     : IBV_LINK_LAYER_INFINIBAND));
+      r.flow.emplace_back(
+          p.num, flow::port_text(flow_policy.is_ok() ? flow_policy.value() : flow::Policy{},
+                                 p.link_layer == "Ethernet"));
     }
     fabric_rows.push_back(std::move(r));
   }
@@ -766,6 +772,8 @@ int main(int argc, char** argv) {
       << "\n";
     for (const auto& [port, ar] : r.ar)
       o << "  " << r.name << ":" << port << ": adaptive routing " << ar.why << "\n";
+    for (const auto& [port, text] : r.flow)
+      o << "  " << r.name << ":" << port << ": flow labels " << text << "\n";
   }
   o << "NIC fusion (makeVDevice; " << fusion.policy << "): "
     << (fusion.groups.empty() ? "nothing to fuse"
