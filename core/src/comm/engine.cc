@@ -426,6 +426,11 @@ std::vector<const VDevice*> Engine::vdevices() const {
 }
 
 Status Engine::make_vdevice(const int* devs, int n, int max_members, int* out_dev) {
+  // One request at a time (NCCL makes them under its own lock, at init): two identical requests
+  // at once then still give one device. vdev_mu_ is taken only briefly inside, so readers of
+  // vdevices_ (members_of, properties) never wait on the topology.
+  static std::mutex make_mu;
+  std::lock_guard<std::mutex> one(make_mu);
   const int n_phys = static_cast<int>(devices_.size());
   SLUICE_RETURN_IF_ERROR(check_fusion_request(
       devs, n, n_phys, device_total(), std::min(max_members, kMaxFusedMembers), cfg_.merge_nics));
