@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "info_fusion.h"
 #include "sluice/core/base/config.h"
 #include "sluice/core/base/fabric.h"
 #include "sluice/core/base/flow_label.h"
@@ -496,6 +497,14 @@ int main(int argc, char** argv) {
                                       "." + std::to_string((drv.driver_version() % 1000) / 10) +
                                       ", " + std::to_string(drv.gpus().size()) + " GPU(s)"
                                 : "no CUDA driver: " + facts.driver_reason;
+  // NIC fusion: NCCL's default fusions, the would-be ones, weights and rails (info_fusion.h).
+  std::vector<info::PortFact> port_facts;
+  for (const auto& d : devices)
+    for (const auto& p : d.ports)
+      if (p.num > 0)
+        port_facts.push_back({d.name, p.num, p.active, static_cast<int>(p.speed_gbps * 1000)});
+  const info::FusionReport fusion =
+      info::fusion_report(t, cfg, port_facts, drv.current_device_bus_id());
   auto ptr_text = [](int ptr) {
     std::string s = "HOST";
     if (ptr & kPtrCuda) s += "|CUDA";
@@ -616,6 +625,29 @@ int main(int argc, char** argv) {
           << ", \"on\": " << (r.ar[k].second.on ? "true" : "false")
           << ", \"reason\": " << json_str(r.ar[k].second.why) << "}";
       o << "]}";
+    }
+    o << "]}";
+    o << ",\n  \"fusion\": {\"policy\": " << json_str(fusion.policy) << ", \"groups\": [";
+    for (size_t i = 0; i < fusion.groups.size(); ++i) {
+      const auto& g = fusion.groups[i];
+      o << (i ? "," : "") << "\n    {\"members\": [";
+      for (size_t k = 0; k < g.members.size(); ++k) o << (k ? ", " : "") << json_str(g.members[k]);
+      o << "], \"why\": " << json_str(g.why)
+        << ", \"nccl_default\": " << (g.nccl_default ? "true" : "false")
+        << ", \"gpu\": " << json_str(g.gpu) << ", \"refusal\": " << json_str(g.refusal)
+        << ", \"weights\": [";
+      for (size_t k = 0; k < g.weights.size(); ++k)
+        o << (k ? ", " : "") << "{\"name\": " << json_str(g.weights[k].name)
+          << ", \"weight\": " << g.weights[k].weight
+          << ", \"reason\": " << json_str(g.weights[k].reason) << "}";
+      o << "]}";
+    }
+    o << "], \"rails\": [";
+    for (size_t i = 0; i < fusion.rails.size(); ++i) {
+      const auto& rr = fusion.rails[i];
+      o << (i ? ", " : "") << "{\"device\": " << json_str(rr.device) << ", \"port\": " << rr.port
+        << ", \"rail\": " << rr.rail << ", \"plane\": " << rr.plane
+        << ", \"reason\": " << json_str(rr.reason) << "}";
     }
     o << "]}"
       << ",\n  \"memlock\": " << json_str(memlock_str(rl)) << ",\n  \"warnings\": [";
@@ -743,6 +775,25 @@ int main(int argc, char** argv) {
     for (const auto& [port, text] : r.flow)
       o << "  " << r.name << ":" << port << ": flow labels " << text << "\n";
   }
+  o << "NIC fusion (makeVDevice; " << fusion.policy << "): "
+    << (fusion.groups.empty() ? "nothing to fuse"
+                              : std::to_string(fusion.groups.size()) + " group(s)")
+    << "\n";
+  for (const auto& g : fusion.groups) {
+    std::string names;
+    for (const auto& m : g.members) names += (names.empty() ? "" : "+") + m;
+    o << "  " << names << ": " << (g.nccl_default ? "fused by NCCL by default" : "would-be fusion")
+      << ", " << g.why << "\n";
+    if (!g.refusal.empty()) o << "    refused: " << g.refusal << "\n";
+    o << "    weights" << (g.gpu.empty() ? " (no GPU)" : " for " + g.gpu) << ":\n";
+    for (const auto& m : g.weights)
+      o << "      " << m.name << " = " << m.weight << (m.weight == 0 ? " (fallback only)" : "")
+        << ": " << m.reason << "\n";
+  }
+  o << "Rails (net v12 railId/planeId):\n";
+  for (const auto& rr : fusion.rails)
+    o << "  " << rr.device << ":" << rr.port << ": rail " << rr.rail << ", plane " << rr.plane
+      << ": " << rr.reason << "\n";
   o << "Locked-memory limit (ulimit -l): " << memlock_str(rl) << "\n";
   o << "\nWarnings: " << (warnings.empty() ? "none" : std::to_string(warnings.size())) << "\n";
   for (const auto& w : warnings) o << "  WARNING " << w.what << "\n    fix: " << w.fix << "\n";

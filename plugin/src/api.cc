@@ -225,7 +225,8 @@ Status copy_mhandles(int n, void* const* mhandles, MemHandle** out) {
 // Takes one engine reference. Caller holds g_mu.
 Status acquire_engine() {
   SLUICE_RETURN_IF_ERROR(engine_acquire(current_sink(), make_locality_provider(),
-                                        make_order_provider(), &gpu::make_gpu_ops));
+                                        make_order_provider(), &gpu::make_gpu_ops,
+                                        make_weight_provider()));
   if (device_count() <= 0) {
     engine_release();
     // NCCL: "If no device is present or usable, init should not return ncclSuccess".
@@ -402,16 +403,27 @@ ncclResult_t get_properties(int dev, NetProps* props) noexcept {
     out.max_recvs = p.max_recvs;
     out.net_device_type = NCCL_NET_DEVICE_HOST;
     out.net_device_version = 0;
-    out.vdev_count = 1;
-    out.vdev0 = dev;
+    out.vdev_count = std::clamp(p.n_members, 1, NCCL_NET_MAX_DEVS_PER_NIC_V12);
+    for (int i = 0; i < out.vdev_count; ++i) out.vdevs[i] = p.members[i];
     out.max_p2p_bytes = bound(p.max_p2p_bytes);
     out.max_coll_bytes = bound(p.max_coll_bytes);
     out.max_multi_request_size = 1;
-    // v12: one rail per device index; plane unknown (-1): Sluice has no multi-plane NIC support.
-    out.rail_id = static_cast<int16_t>(dev);
-    out.plane_id = -1;
+    // v12: NCCL_NET_ID_UNDEF (-1) unless SLUICE_NIC_RAILS names the device (core checked the
+    // range: rail 0..32767, a fused plane is a bitmask of planes 0..14).
+    out.rail_id = static_cast<int16_t>(p.rail_id);
+    out.plane_id = static_cast<int16_t>(p.plane_id);
     *props = out;
     return Status::ok();
+  });
+}
+
+ncclResult_t make_vdevice(int* d, int ndevs, const int* devs, int max_members) noexcept {
+  return guard("makeVDevice", [&]() -> Status {
+    if (d == nullptr) return invalid("d is NULL");
+    SLUICE_RETURN_IF_ERROR(check_engine());
+    // NCCL never passes more than its vProps holds; a larger ndevs is refused in core with the
+    // version's limit named.
+    return sluice::make_vdevice(devs, ndevs, d, max_members);
   });
 }
 

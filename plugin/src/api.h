@@ -36,12 +36,12 @@ struct NetProps {
   int max_recvs = 1;
   ncclNetDeviceType net_device_type = NCCL_NET_DEVICE_HOST;
   int net_device_version = 0;
-  int vdev_count = 1;  // vProps: {1, {dev}} (no NIC fusion)
-  int vdev0 = 0;
+  int vdev_count = 1;  // vProps: {1, {dev}} for a physical device, the members of a fused one
+  int vdevs[NCCL_NET_MAX_DEVS_PER_NIC_V12] = {};
   size_t max_p2p_bytes = 0;
   size_t max_coll_bytes = 0;
   int max_multi_request_size = 1;
-  int16_t rail_id = 0;
+  int16_t rail_id = -1;  // NCCL_NET_ID_UNDEF unless SLUICE_NIC_RAILS names the device
   int16_t plane_id = -1;
 };
 
@@ -55,6 +55,9 @@ ncclResult_t finalize(void* ctx) noexcept;
 
 ncclResult_t devices(int* ndev) noexcept;
 ncclResult_t get_properties(int dev, NetProps* props) noexcept;
+// makeVDevice (v9+): fuses props->devs[0..ndevs) into a new device, index in *d. max_members is
+// the ABI's vProps size (4 on v9..v11, 8 on v12); ndevs must also fit it.
+ncclResult_t make_vdevice(int* d, int ndevs, const int* devs, int max_members) noexcept;
 
 // ctx: v11/v12 context (required). config: v10's connect argument (may be NULL).
 ncclResult_t listen_ctx(void* ctx, int dev, void* handle, void** listen_comm) noexcept;

@@ -7,6 +7,7 @@
 #include "sluice/core/base/log.h"
 #include "sluice/gpu/cuda_driver.h"
 #include "sluice/topology/affinity.h"
+#include "sluice/topology/fusion.h"
 #include "sluice/topology/topology.h"
 
 namespace sluice::plugin {
@@ -81,6 +82,27 @@ DeviceOrderProvider make_order_provider() {
     if (req.gpu_bus_id.empty()) req.cpu_binding = t->current_cpu_binding();
     auto o = topo::order_nics(*t, names, req, map.empty() ? nullptr : &map);
     return DeviceOrder{o.nics, o.reason};
+  };
+}
+
+FusionWeightProvider make_weight_provider() {
+  auto shared = shared_topology();
+  return [shared](const Config& cfg,
+                  const std::vector<FusionMemberInfo>& members) -> Result<FusionWeights> {
+    const topo::Topology* t = shared->get(cfg);
+    if (t == nullptr)
+      return Status(Code::kInvalidUsage, "the machine topology could not be loaded");
+    const std::string bus =
+        gpu::CudaDriver::instance(cfg.cuda_library.c_str()).current_device_bus_id();
+    const int gpu = bus.empty() ? -1 : t->find_gpu(bus);
+    std::vector<topo::FusionPath> paths;
+    for (const auto& m : members) paths.push_back({m.ibdev, m.speed_mbps});
+    FusionWeights out;
+    for (const auto& w : topo::weigh_members(*t, gpu, paths)) {
+      out.weights.push_back(w.weight);
+      out.reasons.push_back(gpu >= 0 ? "GPU " + bus + ": " + w.reason : w.reason);
+    }
+    return out;
   };
 }
 

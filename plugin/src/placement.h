@@ -15,4 +15,8 @@ LocalityProvider make_locality_provider();
 // one naming unknown GPUs/NICs, fails init with the reason.
 DeviceOrderProvider make_order_provider();
 
+// The members' weights of a fused device (make_vdevice) from this process's GPU's path to each
+// (sluice/topology/fusion.h); without a topology, core weighs them by port speed.
+FusionWeightProvider make_weight_provider();
+
 }  // namespace sluice::plugin

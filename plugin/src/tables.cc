@@ -6,8 +6,9 @@
 // NULL entries, deliberately:
 //  * getDeviceMr, irecvConsumed - only for device-side (UNPACK) plugins; Sluice is a HOST plugin
 //    (netDeviceType HOST), and irecvConsumed would be called with already-completed requests.
-//  * makeVDevice - no NIC fusion yet: NULL tells NCCL not to merge devices, so every device keeps
-//    vProps {1, {dev}}. (A later issue may aggregate ports of one adapter.)
+//
+// makeVDevice (v9..v12; v8 has none) fuses devices (docs/fusion.md): at most 4 members before v12,
+// 8 from it; a physical device keeps vProps {1, {dev}}.
 #include "api.h"
 #include "sluice/nccl_net_abi.h"
 
@@ -38,8 +39,9 @@ template <typename P>
 void copy_v9(const NetProps& s, P* d) {
   copy_base(s, d);
   d->forceFlush = s.force_flush;
-  d->vProps.ndevs = s.vdev_count;
-  d->vProps.devs[0] = s.vdev0;
+  constexpr int kCap = static_cast<int>(sizeof(d->vProps.devs) / sizeof(d->vProps.devs[0]));
+  d->vProps.ndevs = s.vdev_count < kCap ? s.vdev_count : kCap;  // make_vdevice keeps it <= kCap
+  for (int i = 0; i < d->vProps.ndevs; ++i) d->vProps.devs[i] = s.vdevs[i];
   d->maxP2pBytes = s.max_p2p_bytes;
   d->maxCollBytes = s.max_coll_bytes;
 }
@@ -131,6 +133,19 @@ ncclResult_t iflush_any(void* recv_comm, int n, void** data, int* sizes, void** 
   return iflush(recv_comm, n, data, sizes, mhandles, request);
 }
 
+template <typename V>
+ncclResult_t make_vdevice_any(int* d, V* props) {
+  constexpr int kCap = static_cast<int>(sizeof(props->devs) / sizeof(props->devs[0]));
+  if (props == nullptr) return make_vdevice(d, 0, nullptr, kCap);
+  return make_vdevice(d, props->ndevs, props->devs, kCap);
+}
+ncclResult_t make_vdevice_v9(int* d, ncclNetVDeviceProps_v9_t* props) {
+  return make_vdevice_any(d, props);
+}
+ncclResult_t make_vdevice_v12(int* d, ncclNetVDeviceProps_v12_t* props) {
+  return make_vdevice_any(d, props);
+}
+
 ncclResult_t set_net_attr_v11(void* ctx, ncclNetAttr_v11_t* attr) {
   return set_net_attr(ctx, attr);
 }
@@ -162,7 +177,7 @@ extern "C" SLUICE_EXPORT const ncclNet_v12_t ncclNetPlugin_v12 = {
     .closeListen = sp::close_listen,
     .getDeviceMr = nullptr,
     .irecvConsumed = nullptr,
-    .makeVDevice = nullptr,
+    .makeVDevice = sp::make_vdevice_v12,
     .finalize = sp::finalize,
     .setNetAttr = sp::set_net_attr_v11,
 };
@@ -187,7 +202,7 @@ extern "C" SLUICE_EXPORT const ncclNet_v11_t ncclNetPlugin_v11 = {
     .closeListen = sp::close_listen,
     .getDeviceMr = nullptr,
     .irecvConsumed = nullptr,
-    .makeVDevice = nullptr,
+    .makeVDevice = sp::make_vdevice_v9,
     .finalize = sp::finalize,
     .setNetAttr = sp::set_net_attr_v11,
 };
@@ -212,7 +227,7 @@ extern "C" SLUICE_EXPORT const ncclNet_v10_t ncclNetPlugin_v10 = {
     .closeListen = sp::close_listen,
     .getDeviceMr = nullptr,
     .irecvConsumed = nullptr,
-    .makeVDevice = nullptr,
+    .makeVDevice = sp::make_vdevice_v9,
 };
 
 extern "C" SLUICE_EXPORT const ncclNet_v9_t ncclNetPlugin_v9 = {
@@ -235,7 +250,7 @@ extern "C" SLUICE_EXPORT const ncclNet_v9_t ncclNetPlugin_v9 = {
     .closeListen = sp::close_listen,
     .getDeviceMr = nullptr,
     .irecvConsumed = nullptr,
-    .makeVDevice = nullptr,
+    .makeVDevice = sp::make_vdevice_v9,
 };
 
 // Sluice's own extension tables (sluice/sluice_ext.h): statistics for sluice-bench and tests.

@@ -120,6 +120,12 @@ static void check_init_v12(const ncclNet_v12_t* t) {
   int ndev = -1;
   ncclResult_t r;
   CHECK(t->devices(&ndev) == ncclInvalidUsage); /* before init */
+  {
+    ncclNetVDeviceProps_v12_t vp = {2, {0, 1}};
+    int d = -1;
+    CHECK(t->makeVDevice(&d, &vp) == ncclInvalidUsage); /* before init */
+    CHECK(t->makeVDevice(NULL, &vp) == ncclInvalidArgument);
+  }
   r = t->init(&ctx, 0x1234, &cfg, logger, NULL);
   if (r == ncclSuccess) {
     ncclNetProperties_v12_t props;
@@ -140,7 +146,8 @@ static void check_init_v12(const ncclNet_v12_t* t) {
       CHECK(props.maxCollBytes > 0 && props.maxCollBytes <= NCCL_MAX_NET_SIZE_BYTES);
       CHECK(props.maxRecvs >= 1 && props.maxRecvs <= 8);
       CHECK(props.maxMultiRequestSize == 1);
-      CHECK(props.railId == dev);
+      /* NCCL_NET_ID_UNDEF unless SLUICE_NIC_RAILS names the device (this test sets none). */
+      CHECK(props.railId == -1);
       CHECK(props.planeId == -1);
     }
     CHECK(t->getProperties(ndev, &props) == ncclInvalidArgument);
@@ -194,15 +201,15 @@ int main(int argc, char** argv) {
 
   CHECK_COMMON(v8);
   CHECK_COMMON(v9);
-  CHECK(v9->makeVDevice == NULL);
+  CHECK(v9->makeVDevice != NULL); /* NIC fusion from v9 (v8 has no such member) */
   CHECK_COMMON(v10);
-  CHECK(v10->makeVDevice == NULL);
+  CHECK(v10->makeVDevice != NULL); /* NIC fusion from v9 (v8 has no such member) */
   CHECK_COMMON(v11);
-  CHECK(v11->makeVDevice == NULL);
+  CHECK(v11->makeVDevice != NULL); /* NIC fusion from v9 (v8 has no such member) */
   CHECK(v11->finalize != NULL);
   CHECK(v11->setNetAttr != NULL);
   CHECK_COMMON(v12);
-  CHECK(v12->makeVDevice == NULL);
+  CHECK(v12->makeVDevice != NULL); /* NIC fusion from v9 (v8 has no such member) */
   CHECK(v12->finalize != NULL);
   CHECK(v12->setNetAttr != NULL);
 

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <climits>
@@ -142,6 +143,7 @@ struct Props {
   float latency = 0;
   int max_comms = 0, max_recvs = 0, dev_type = -1, dev_version = -1;
   int vndevs = -1, vdev0 = -1;
+  std::vector<int> vdevs;  // vProps.devs[0..ndevs)
   size_t max_p2p = 0, max_coll = 0;
   int max_multi = -1, rail = -1, plane = -2;
 };
@@ -231,6 +233,26 @@ class Net {
           out->plane = p.planeId;
         }
         return r;
+      }
+    });
+  }
+
+  // makeVDevice (v9+; v8 has none: ncclInvalidUsage without calling the plugin). More members
+  // than the version's vProps holds are passed as ndevs with the array truncated, as a caller
+  // that overflowed it would.
+  ncclResult_t make_vdevice(const std::vector<int>& devs, int* d) {
+    return call([&](auto t) -> ncclResult_t {
+      using T = std::remove_cv_t<std::remove_pointer_t<decltype(t)>>;
+      if constexpr (std::is_same_v<T, ncclNet_v8_t>) {
+        return ncclInvalidUsage;
+      } else if constexpr (std::is_same_v<T, ncclNet_v12_t>) {
+        ncclNetVDeviceProps_v12_t vp{};
+        fill_vprops(devs, &vp);
+        return t->makeVDevice(d, &vp);
+      } else {
+        ncclNetVDeviceProps_v9_t vp{};
+        fill_vprops(devs, &vp);
+        return t->makeVDevice(d, &vp);
       }
     });
   }
@@ -363,12 +385,20 @@ class Net {
     o->dev_type = p.netDeviceType;
     o->dev_version = p.netDeviceVersion;
   }
+  template <typename V>
+  static void fill_vprops(const std::vector<int>& devs, V* vp) {
+    constexpr size_t kCap = sizeof(vp->devs) / sizeof(vp->devs[0]);
+    vp->ndevs = static_cast<int>(devs.size());
+    for (size_t i = 0; i < devs.size() && i < kCap; ++i) vp->devs[i] = devs[i];
+  }
   template <typename P>
   static void copy_v9(const P& p, Props* o) {
     copy_base(p, o);
     o->force_flush = p.forceFlush;
     o->vndevs = p.vProps.ndevs;
     o->vdev0 = p.vProps.devs[0];
+    constexpr int kCap = static_cast<int>(sizeof(p.vProps.devs) / sizeof(p.vProps.devs[0]));
+    o->vdevs.assign(p.vProps.devs, p.vProps.devs + std::min(std::max(p.vProps.ndevs, 0), kCap));
     o->max_p2p = p.maxP2pBytes;
     o->max_coll = p.maxCollBytes;
   }

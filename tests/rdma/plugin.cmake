@@ -135,3 +135,18 @@ add_test(NAME core_layers_catches_violation
                  ${SLUICE_ABI_TEST_DIR}/check_core_layers.cmake)
 set_tests_properties(core_layers core_layers_catches_violation PROPERTIES LABELS "unit;abi"
                      TIMEOUT 60)
+
+# NIC fusion in NCCL's order of calls through the v9..v12 tables, over the bed's two ports
+# (docs/fusion.md). The connection part (FusedDevice.ConnectAndOneMessageEveryVersion) needs the
+# fused data path: once it is merged, run it with SLUICE_TEST_FUSED_DATAPATH=1 and add it here.
+add_executable(plugin_fusion_test ${CMAKE_CURRENT_LIST_DIR}/plugin_fusion_test.cc)
+target_include_directories(plugin_fusion_test PRIVATE ${CMAKE_CURRENT_LIST_DIR})
+target_link_libraries(plugin_fusion_test PRIVATE sluice_nccl_abi GTest::gtest_main
+                                                 PkgConfig::IBVERBS ${CMAKE_DL_LIBS})
+target_compile_definitions(plugin_fusion_test PRIVATE
+                           SLUICE_PLUGIN_PATH="$<TARGET_FILE:nccl-net-sluice>")
+add_dependencies(plugin_fusion_test nccl-net-sluice)
+sluice_add_rdma_test(NAME plugin_fusion
+                     COMMAND $<TARGET_FILE:plugin_fusion_test>
+                             --gtest_filter=FusedDevice.Knobs*:FusedDevice.NcclOrderOfCalls*
+                     TIMEOUT 300)

@@ -120,6 +120,9 @@ TEST(Config, EveryParameterReachesItsField) {
       {"SLUICE_NIC_AFFINITY", "auto"},
       {"SLUICE_GPU_NIC_MAP", "0:mlx5_0,1:mlx5_1"},
       {"SLUICE_TOPO_FILE", "/tmp/topo.xml"},
+      {"NCCL_IB_MERGE_NICS", "0"},
+      {"SLUICE_NIC_RAILS", "mlx5_0=0,mlx5_1:1=1/2"},
+      {"SLUICE_FUSION_WEIGHTS", "mlx5_0=3,mlx5_1=0"},
       {"SLUICE_LOG", "info"},
   };
   std::vector<ParamSource> sources;
@@ -167,6 +170,9 @@ TEST(Config, EveryParameterReachesItsField) {
   EXPECT_EQ(c.nic_affinity, "auto");
   EXPECT_EQ(c.gpu_nic_map, "0:mlx5_0,1:mlx5_1");
   EXPECT_EQ(c.topo_file, "/tmp/topo.xml");
+  EXPECT_FALSE(c.merge_nics);
+  EXPECT_EQ(c.nic_rails, "mlx5_0=0,mlx5_1:1=1/2");
+  EXPECT_EQ(c.fusion_weights, "mlx5_0=3,mlx5_1=0");
   EXPECT_EQ(c.log_level, 3);
 
   // One source per parameter, in table (= param_docs) order, each set by its canonical name.
@@ -456,7 +462,7 @@ TEST(Config, LogLevelForTheLoggerUsesTheTableRow) {
 
 TEST(ParamDocs, OneRowPerParameterWithEverythingFilledIn) {
   const auto& docs = param_docs();
-  EXPECT_EQ(docs.size(), 44u);
+  EXPECT_EQ(docs.size(), 47u);
   std::set<std::string> names;
   for (const ParamDoc& d : docs) {
     SCOPED_TRACE(d.name);

@@ -12,15 +12,11 @@ namespace sluice::topo {
 
 using namespace detail;
 
-PairInfo Topology::classify(int gpu, int nic) const {
-  PairInfo info;
-  if (gpu < 0 || gpu >= static_cast<int>(impl_->gpus.size()) || nic < 0 ||
-      nic >= static_cast<int>(impl_->nics.size()))
-    return info;
-  hwloc_obj_t g = impl_->gpu_obj[gpu];
-  hwloc_obj_t n = impl_->nic_pci[nic];
-  if (n == nullptr) return info;  // virtual NIC: unknown locality
+namespace {
 
+// The class of the path between two PCI objects `g` (a GPU, or a first NIC) and `n`.
+PairInfo classify_objects(hwloc_obj_t g, hwloc_obj_t n) {
+  PairInfo info;
   // Lowest common ancestor by walking parents (never hwloc_get_common_ancestor_obj, see header).
   std::vector<hwloc_obj_t> gchain;
   for (hwloc_obj_t p = g; p != nullptr; p = p->parent) gchain.push_back(p);
@@ -61,6 +57,24 @@ PairInfo Topology::classify(int gpu, int nic) const {
     info.cls = same_numa ? PathClass::kNODE : PathClass::kSYS;
   }
   return info;
+}
+
+}  // namespace
+
+PairInfo Topology::classify(int gpu, int nic) const {
+  if (gpu < 0 || gpu >= static_cast<int>(impl_->gpus.size()) || nic < 0 ||
+      nic >= static_cast<int>(impl_->nics.size()))
+    return PairInfo{};
+  hwloc_obj_t n = impl_->nic_pci[nic];
+  if (n == nullptr) return PairInfo{};  // virtual NIC: unknown locality
+  return classify_objects(impl_->gpu_obj[gpu], n);
+}
+
+PairInfo Topology::classify_nics(int a, int b) const {
+  const int n = static_cast<int>(impl_->nics.size());
+  if (a < 0 || a >= n || b < 0 || b >= n) return PairInfo{};
+  if (impl_->nic_pci[a] == nullptr || impl_->nic_pci[b] == nullptr) return PairInfo{};
+  return classify_objects(impl_->nic_pci[a], impl_->nic_pci[b]);
 }
 
 std::vector<RankedNic> Topology::ranked_nics(int gpu, const RankOptions& opt) const {

@@ -16,6 +16,7 @@
 #include <variant>
 
 #include "sluice/core/base/flow_label.h"
+#include "sluice/core/base/fusion_spec.h"
 #include "sluice/core/base/hca_filter.h"
 #include "sluice/core/base/log.h"
 #include "sluice/core/base/net_addr.h"
@@ -52,6 +53,12 @@ struct Param {
 
 Status check_hca_list(std::string_view v) {
   return HcaFilter::parse(v).status();
+}
+Status check_rails(std::string_view v) {
+  return NamedList::parse(v, NamedList::Kind::kRails).status();
+}
+Status check_weights(std::string_view v) {
+  return NamedList::parse(v, NamedList::Kind::kWeights).status();
 }
 Status check_cidr(std::string_view v) {
   return Cidr::parse(v).status();
@@ -208,6 +215,15 @@ const std::vector<Param>& table() {
     {.name = "SLUICE_TOPO_FILE", .type = Type::kString, .field = &Config::topo_file,
      .allowed_text = "path",
      .doc = "hwloc XML file to use instead of the live machine's topology"},
+    // NIC fusion (makeVDevice, docs/fusion.md)
+    {.name = "NCCL_IB_MERGE_NICS", .type = Type::kBool, .field = &Config::merge_nics,
+     .doc = "Let NCCL fuse several devices into one (makeVDevice); 0 = refuse every fusion of more than one device"},
+    {.name = "SLUICE_NIC_RAILS", .type = Type::kString, .field = &Config::nic_rails,
+     .check = check_rails, .allowed_text = "name[:port]=rail[/plane],... (rail 0..32767, plane 0..14)",
+     .doc = "Rail and plane of each device, reported to NCCL 2.30+ (v12 railId/planeId); unset = NCCL's undefined (-1)"},
+    {.name = "SLUICE_FUSION_WEIGHTS", .type = Type::kString, .field = &Config::fusion_weights,
+     .check = check_weights, .allowed_text = "name[:port]=weight,... (0..10000, 0 = fallback only)",
+     .doc = "Share of each member of a fused device, instead of the weights derived from the topology"},
     // Logging
     {.name = "SLUICE_LOG", .type = Type::kEnum, .field = &Config::log_level,
      .choices = {{"none", 0}, {"warn", 2}, {"info", 3}, {"trace", 5}},

@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "comm/comm.h"
+#include "comm/fusion.h"
 #include "health/liveness.h"
 #include "sluice/core/base/hca_filter.h"
 #include "sluice/core/base/log.h"
@@ -53,7 +54,8 @@ Engine* engine() {
 
 Result<std::unique_ptr<Engine>> Engine::create(const LocalityProvider& locality,
                                                const DeviceOrderProvider& order,
-                                               const GpuProvider& gpu) {
+                                               const GpuProvider& gpu,
+                                               const FusionWeightProvider& weights) {
   SLUICE_INFO(kSubInit | kSubNet, "%s", version_line());  // first line: what is running
   std::unique_ptr<Engine> e(new Engine());
   std::vector<ParamSource> sources;
@@ -70,6 +72,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const LocalityProvider& locality,
     return oob.status().with_context("no IP interface for the out-of-band connection socket");
   e->oob_ = oob.value();
 
+  e->weights_ = weights;
   SLUICE_RETURN_IF_ERROR(e->discover(locality));
   if (gpu) {
     e->gpu_ = gpu(e->cfg_);
@@ -97,6 +100,19 @@ Result<std::unique_ptr<Engine>> Engine::create(const LocalityProvider& locality,
     SLUICE_INFO(kSubInit | kSubNet, "%s: adaptive routing %s", d->name.c_str(), d->ar.why.c_str());
   }
   if (order) SLUICE_RETURN_IF_ERROR(e->apply_order(order));
+  // v12 rails (SLUICE_NIC_RAILS; config.cc checked the syntax) and vProps {1, {index}}.
+  auto rails = NamedList::parse(e->cfg_.nic_rails, NamedList::Kind::kRails);
+  if (!rails.is_ok()) return rails.status().with_context("SLUICE_NIC_RAILS");
+  for (auto& d : e->devices_) {
+    const RailChoice rc = rail_of(rails.value(), d->adapter->name, d->port);
+    d->props.rail_id = rc.rail;
+    d->props.plane_id = rc.plane;
+    d->rail_reason = d->name + ": " + rc.reason;
+    d->props.rail_reason = d->rail_reason.c_str();
+    d->props.n_members = 1;
+    d->props.members[0] = d->index;
+    if (rc.rail != kNetIdUndef) SLUICE_INFO(kSubInit | kSubNet, "%s", d->rail_reason.c_str());
+  }
   for (auto& a : e->adapters_) {
     Adapter* ap = a.get();
     e->threads_.emplace_back([eng = e.get(), ap] { eng->async_loop(ap); });
@@ -315,14 +331,14 @@ Engine::~Engine() {
 }
 
 Status engine_acquire(LogSink sink, LocalityProvider locality, DeviceOrderProvider order,
-                      GpuProvider gpu) {
+                      GpuProvider gpu, FusionWeightProvider weights) {
   std::lock_guard<std::mutex> lk(g_engine_mu);
   if (sink != nullptr) set_log_sink(sink);
   if (g_refs > 0) {
     ++g_refs;
     return Status::ok();
   }
-  auto e = Engine::create(locality, order, gpu);
+  auto e = Engine::create(locality, order, gpu, weights);
   if (!e.is_ok()) return e.status();
   g_engine = std::move(e).value().release();
   g_engine_ptr.store(g_engine, std::memory_order_release);
@@ -389,21 +405,147 @@ std::vector<uint32_t> Engine::weights_of(int dev) const {
   return vdevices_[v]->weights;
 }
 
+int Engine::device_total() const {
+  std::lock_guard<std::mutex> lk(vdev_mu_);
+  return static_cast<int>(devices_.size() + vdevices_.size());
+}
+
+const DeviceProperties* Engine::properties(int dev) const {
+  if (Device* d = device(dev)) return &d->props;
+  std::lock_guard<std::mutex> lk(vdev_mu_);
+  const int v = dev - static_cast<int>(devices_.size());
+  if (v < 0 || v >= static_cast<int>(vdevices_.size())) return nullptr;
+  return &vdevices_[v]->props;
+}
+
+std::vector<const VDevice*> Engine::vdevices() const {
+  std::lock_guard<std::mutex> lk(vdev_mu_);
+  std::vector<const VDevice*> out;
+  for (const auto& v : vdevices_) out.push_back(v.get());
+  return out;
+}
+
+Status Engine::make_vdevice(const int* devs, int n, int max_members, int* out_dev) {
+  // One request at a time (NCCL makes them under its own lock, at init): two identical requests
+  // at once then still give one device. vdev_mu_ is taken only briefly inside, so readers of
+  // vdevices_ (members_of, properties) never wait on the topology.
+  static std::mutex make_mu;
+  std::lock_guard<std::mutex> one(make_mu);
+  const int n_phys = static_cast<int>(devices_.size());
+  SLUICE_RETURN_IF_ERROR(check_fusion_request(
+      devs, n, n_phys, device_total(), std::min(max_members, kMaxFusedMembers), cfg_.merge_nics));
+  if (n == 1) {  // NCCL never asks for one; if it does, the device is its own one-member fusion
+    *out_dev = devs[0];
+    return Status::ok();
+  }
+  {
+    // The same members in the same order again (a second communicator, or a second init of the
+    // plugin): the device made the first time, so every caller sees one set of devices and names.
+    std::lock_guard<std::mutex> lk(vdev_mu_);
+    for (const auto& v : vdevices_) {
+      bool same = static_cast<int>(v->members.size()) == n;
+      for (int i = 0; same && i < n; ++i) same = v->members[i]->index == devs[i];
+      if (same) {
+        *out_dev = v->index;
+        return Status::ok();
+      }
+    }
+  }
+  std::vector<FusionMember> members;
+  std::vector<FusionMemberInfo> infos;
+  for (int i = 0; i < n; ++i) {
+    const Device& d = *devices_[devs[i]];
+    FusionMember m;
+    m.index = d.index;
+    m.name = d.name;
+    m.adapter = d.adapter->name;
+    m.port = d.port;
+    m.roce = d.roce;
+    m.props = d.props;
+    m.rail = d.props.rail_id;
+    m.plane = d.props.plane_id;
+    members.push_back(std::move(m));
+    infos.push_back({d.adapter->name, d.port, d.speed_mbps});
+  }
+  SLUICE_RETURN_IF_ERROR(check_fusion_members(members));
+
+  FusionWeights fw;
+  if (weights_) {
+    auto r = weights_(cfg_, infos);
+    if (r.is_ok() && r.value().weights.size() == members.size()) {
+      fw = std::move(r).value();
+    } else {
+      const std::string why =
+          r.is_ok() ? "the topology weighed a different number of members" : r.status().message();
+      fw.weights = speed_weights(members);
+      fw.reasons.assign(members.size(), "port speed (topology: " + why + ")");
+    }
+  } else {
+    fw.weights = speed_weights(members);
+    fw.reasons.assign(members.size(), "port speed (no topology layer)");
+  }
+  fw.reasons.resize(members.size());
+  auto override_list = NamedList::parse(cfg_.fusion_weights, NamedList::Kind::kWeights);
+  if (!override_list.is_ok()) return override_list.status().with_context("SLUICE_FUSION_WEIGHTS");
+  SLUICE_RETURN_IF_ERROR(
+      apply_weight_override(override_list.value(), members, &fw.weights, &fw.reasons));
+
+  auto v = std::make_unique<VDevice>();
+  FusedProps fp;
+  merge_properties(members, fw.weights, &fp);
+  v->name = fp.name;
+  v->pci_path = fp.pci_path;
+  v->gdr_summary = fp.gdr_summary;
+  v->rail_reason = fp.name + ": " + fp.rail_reason;
+  v->weights = fw.weights;
+  v->weight_reasons = fw.reasons;
+  v->weights_summary = describe_weights(members, fw.weights, fw.reasons);
+  for (int i = 0; i < n; ++i) v->members.push_back(devices_[devs[i]].get());
+  v->props = fp.props;
+  v->props.name = v->name.c_str();
+  v->props.pci_path = v->pci_path.empty() ? nullptr : v->pci_path.c_str();
+  v->props.gdr_summary = v->gdr_summary.c_str();
+  v->props.rail_id = fp.rail;
+  v->props.plane_id = fp.plane;
+  v->props.rail_reason = v->rail_reason.c_str();
+  v->props.weights_summary = v->weights_summary.c_str();
+  v->props.n_members = n;
+  for (int i = 0; i < n; ++i) v->props.members[i] = devs[i];
+  {
+    std::lock_guard<std::mutex> lk(vdev_mu_);
+    v->index = n_phys + static_cast<int>(vdevices_.size());
+    *out_dev = v->index;
+    SLUICE_INFO(kSubInit | kSubNet,
+                "fused device [%d] %s: %d Mb/s, ptrSupport 0x%x, maxComms %d; weights %s; %s",
+                v->index, v->name.c_str(), v->props.speed_mbps, v->props.ptr_support,
+                v->props.max_comms, v->weights_summary.c_str(), v->rail_reason.c_str());
+    vdevices_.push_back(std::move(v));
+  }
+  return Status::ok();
+}
+
+Status make_vdevice(const int* devs, int n, int* out_dev, int max_members) {
+  Engine* e = engine();
+  if (e == nullptr) return Status(Code::kInvalidUsage, "makeVDevice called before init");
+  if (out_dev == nullptr) return Status(Code::kInvalidArgument, "makeVDevice: d is NULL");
+  return e->make_vdevice(devs, n, max_members, out_dev);
+}
+
 int device_count() {
   Engine* e = engine();
-  return e ? static_cast<int>(e->devices().size()) : 0;
+  return e ? e->device_total() : 0;
 }
 
 Status device_properties(int dev, DeviceProperties* out) {
   Engine* e = engine();
   if (e == nullptr) return Status(Code::kInvalidUsage, "getProperties called before init");
-  Device* d = e->device(dev);
-  if (d == nullptr) {
+  const DeviceProperties* p = e->properties(dev);
+  if (p == nullptr) {
     return Status(Code::kInvalidArgument, "device index " + std::to_string(dev) +
                                               " out of range (have " +
-                                              std::to_string(e->devices().size()) + ")");
+                                              std::to_string(e->device_total()) + ")");
   }
-  *out = d->props;
+  *out = *p;
   return Status::ok();
 }
 

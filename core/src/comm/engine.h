@@ -100,6 +100,7 @@ struct Device {
   RelaxedOrdering ro;  // registrations on this device ask for relaxed ordering (fabric.h)
   AdaptiveRouting ar;  // sends above ar.threshold close with a separate WRITE_WITH_IMM
   std::atomic<bool> ece_said{false};  // the first connection's ECE outcome was logged
+  std::string rail_reason;            // where props.rail_id came from (SLUICE_NIC_RAILS)
 };
 
 // A fused device (make_vdevice): index >= the physical devices' count. Created at NCCL's init,
@@ -110,14 +111,18 @@ struct VDevice {
   std::vector<Device*> members;   // 2..kMaxFusedMembers physical devices, in NCCL's order
   std::vector<uint32_t> weights;  // each member's relative share of a message's bytes (0 = used
                                   // only as a fallback); same length as members
-  DeviceProperties props;         // merged from the members
+  DeviceProperties props;         // merged from the members (comm/fusion.h's rules)
+  std::vector<std::string> weight_reasons;  // per member: where its weight came from
+  // What props' pointers point at (the VDevice never moves).
+  std::string pci_path, gdr_summary, rail_reason, weights_summary;
 };
 
 class Engine {
  public:
   static Result<std::unique_ptr<Engine>> create(const LocalityProvider& locality,
                                                 const DeviceOrderProvider& order,
-                                                const GpuProvider& gpu);
+                                                const GpuProvider& gpu,
+                                                const FusionWeightProvider& weights = {});
   ~Engine();
 
   const Config& config() const { return cfg_; }
@@ -133,6 +138,13 @@ class Engine {
   // that names no device.
   std::vector<Device*> members_of(int dev) const;
   std::vector<uint32_t> weights_of(int dev) const;
+  // make_vdevice (api.h): appends a VDevice, or says why not.
+  Status make_vdevice(const int* devs, int n, int max_members, int* out_dev);
+  // Physical and fused devices together (device_count()), and either one's properties.
+  int device_total() const;
+  const DeviceProperties* properties(int dev) const;
+  // The fused devices made so far (sluice-info, tests); entries stay valid while the engine lives.
+  std::vector<const VDevice*> vdevices() const;
 
   std::atomic<int> open_comms{0};
   // Stops and joins the async-event threads (idempotent). NCCL may dlclose us after the last
@@ -148,6 +160,7 @@ class Engine {
 
   Config cfg_;
   GpuOps gpu_;
+  FusionWeightProvider weights_;  // may be empty: weights by port speed
   IfAddr oob_;
   std::vector<std::unique_ptr<Adapter>> adapters_;
   std::vector<std::unique_ptr<Device>> devices_;

@@ -64,16 +64,35 @@ using DeviceOrderProvider =
 // Empty = core alone, no CUDA driver ("no GPU layer").
 using GpuProvider = std::function<GpuOps(const Config& cfg)>;
 
+// The weights of a fused device's members (make_vdevice), from topology/ through the plugin: each
+// member's relative share of a message's bytes from the GPU's path to it (0 = fallback only), with
+// a reason per member. An error or an empty provider: weights by port speed.
+struct FusionMemberInfo {
+  std::string ibdev;  // verbs device name
+  int port = 1;
+  int speed_mbps = 0;
+};
+struct FusionWeights {
+  std::vector<uint32_t> weights;
+  std::vector<std::string> reasons;
+};
+using FusionWeightProvider = std::function<Result<FusionWeights>(
+    const Config& cfg, const std::vector<FusionMemberInfo>& members)>;
+
 // Process-wide engine: refcounted. The first acquire reads the configuration and discovers devices;
 // the last release stops and joins every thread Sluice started and frees everything.
 // `sink` (may be NULL) becomes the log sink; `locality` (may be empty) places devices; `order`
-// (may be empty) reorders them; `gpu` (may be empty) decides GPUDirect per device.
+// (may be empty) reorders them; `gpu` (may be empty) decides GPUDirect per device; `weights`
+// (may be empty) weighs the members of fused devices.
 Status engine_acquire(LogSink sink, LocalityProvider locality = {}, DeviceOrderProvider order = {},
-                      GpuProvider gpu = {});
+                      GpuProvider gpu = {}, FusionWeightProvider weights = {});
 void engine_release();
 
 // Number of usable devices (one per active port that passes NCCL_IB_HCA). Requires the engine.
 int device_count();
+
+inline constexpr int kMaxFusedMembers = 8;    // NCCL_NET_MAX_DEVS_PER_NIC from net v12
+inline constexpr int kMaxFusedMembersV9 = 4;  // net v9..v11
 
 struct DeviceProperties {
   const char* name = nullptr;      // unique, e.g. "rxe0" or "mlx5_0:1"; valid until last release
@@ -91,15 +110,24 @@ struct DeviceProperties {
   size_t max_coll_bytes = 0;
   int numa_node = -1;
   const char* gdr_summary = nullptr;  // the GPUDirect decision and every "no" with its reason
+  // v12 railId/planeId (-1 = NCCL's undefined) and why (SLUICE_NIC_RAILS, docs/fusion.md).
+  int rail_id = -1;
+  int plane_id = -1;
+  const char* rail_reason = nullptr;
+  // vProps: the physical devices this one is made of ({index} for a physical device).
+  int n_members = 1;
+  int members[kMaxFusedMembers] = {};
+  const char* weights_summary = nullptr;  // fused devices: each member's share and why
 };
 Status device_properties(int dev, DeviceProperties* out);
 
-// NIC fusion (NCCL's makeVDevice, ABI v9+): a virtual device made of 2..kMaxFusedMembers physical
-// devices (4 before ABI v12, which the plugin checks). It gets the next index after every physical
-// and earlier virtual device; device_count() counts it from then on, and listen/connect on it
-// connect over all of its members. The error names why a set cannot be fused.
-inline constexpr int kMaxFusedMembers = 8;
-Status make_vdevice(const int* devs, int n, int* out_dev);
+// NIC fusion (NCCL's makeVDevice, ABI v9+): a virtual device made of 2..max_members physical
+// devices (kMaxFusedMembers from ABI v12, kMaxFusedMembersV9 before: the plugin passes its ABI's
+// limit). It gets the next index after every physical and earlier virtual device; device_count()
+// counts it from then on, and listen/connect on it connect over all of its members. The error
+// names why a set cannot be fused (docs/fusion.md). The members' weights come from the engine's
+// FusionWeightProvider, then SLUICE_FUSION_WEIGHTS; they are logged at INFO.
+Status make_vdevice(const int* devs, int n, int* out_dev, int max_members = kMaxFusedMembers);
 
 struct CommConfig {
   int traffic_class = -1;  // from ncclNetCommConfig (v10+); -1 = not set

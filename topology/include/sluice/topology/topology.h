@@ -115,6 +115,9 @@ class Topology {
   int find_nic(std::string_view name) const;    // -1
 
   PairInfo classify(int gpu, int nic) const;
+  // The same classes between two NICs (gpu_bridges counts the first NIC's bridges): PIX or PXB =
+  // below one PCIe switch, PHB = one host bridge (fusion candidates, fusion.h).
+  PairInfo classify_nics(int a, int b) const;
   // Every NIC (known locality first), best first: class, deeper common ancestor, faster PCIe
   // link, bus id, name.
   std::vector<RankedNic> ranked_nics(int gpu, const RankOptions& opt = {}) const;

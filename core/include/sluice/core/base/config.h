@@ -61,6 +61,10 @@ struct Config {
   std::string nic_affinity;  // SLUICE_NIC_AFFINITY: "" / "off" / "auto"
   std::string gpu_nic_map;   // SLUICE_GPU_NIC_MAP: explicit GPU -> NIC override
   std::string topo_file;     // SLUICE_TOPO_FILE: hwloc XML instead of the live machine
+  // NIC fusion
+  bool merge_nics = true;      // NCCL_IB_MERGE_NICS: 0 refuses every fusion
+  std::string nic_rails;       // SLUICE_NIC_RAILS: name[:port]=rail[/plane],...
+  std::string fusion_weights;  // SLUICE_FUSION_WEIGHTS: name[:port]=weight,...
   // Logging
   int log_level = 2;  // SLUICE_LOG: level of the stderr log where NCCL's logger is absent
 };
