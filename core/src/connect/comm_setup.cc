@@ -29,21 +29,30 @@ void fill_local_meta(const Device& d, uint8_t role, uint64_t nonce, wire::Meta* 
 }
 
 Status create_qps(Conn& c, int nqps, const QpCaps& caps, int cqe, wire::Meta* m) {
-  Device& d = *c.dev;
   const Config& cfg = engine()->config();
-  c.cq.reset(ibv_create_cq(d.adapter->ctx.get(), cqe, nullptr, nullptr, 0));
-  if (!c.cq) {
-    return errno_status(Code::kSystemError,
-                        "ibv_create_cq(" + std::to_string(cqe) + " entries) on " + d.name, errno);
+  if (c.nmembers == 0) {  // a one-member comm: its device
+    c.nmembers = 1;
+    c.members[0].dev = c.dev;
+  }
+  for (int mi = 0; mi < c.nmembers; ++mi) {  // one CQ per member, on its own adapter
+    const Device& md = *c.members[mi].dev;
+    c.members[mi].cq.reset(ibv_create_cq(md.adapter->ctx.get(), cqe, nullptr, nullptr, 0));
+    if (!c.members[mi].cq) {
+      return errno_status(Code::kSystemError,
+                          "ibv_create_cq(" + std::to_string(cqe) + " entries) on " + md.name,
+                          errno);
+    }
   }
   c.nqps = nqps;
   m->nqps = static_cast<uint8_t>(nqps);
   for (int q = 0; q < nqps; ++q) {
+    Device& d = *c.members[c.qp_member[q]].dev;
+    ibv_cq* cq = c.members[c.qp_member[q]].cq.get();
     QpCaps k = caps;
-    auto qp = create_rc_qp(d.adapter->pd.get(), c.cq.get(), k);
+    auto qp = create_rc_qp(d.adapter->pd.get(), cq, k);
     if (!qp.is_ok() && k.max_inline_data > 0) {
       k.max_inline_data = 0;  // the device takes no inline data of that size: post from memory
-      qp = create_rc_qp(d.adapter->pd.get(), c.cq.get(), k);
+      qp = create_rc_qp(d.adapter->pd.get(), cq, k);
     }
     if (!qp.is_ok()) return qp.status().with_context(d.name);
     c.qps[q] = std::move(qp).value();
@@ -58,6 +67,7 @@ Status create_qps(Conn& c, int nqps, const QpCaps& caps, int cqe, wire::Meta* m)
     m->qps[q].psn = random_psn();
   }
   // ECE: the QPs of one comm share device and attributes, so QP 0's answer stands for all.
+  Device& d = *c.dev;
   const EceQuery eq = query_ece(c.qps[0].get(), cfg.ece_enable);
   c.ece_local = eq.ece;
   if (eq.ece.supported &&
@@ -111,10 +121,10 @@ Status accept_peer_meta(Conn& c, const wire::Meta& local, const wire::Meta& remo
 
 Status connect_qps(Conn& c, const wire::Meta& local, const wire::Meta& remote, uint8_t tc,
                    uint8_t sl) {
-  Device& d = *c.dev;
   const Config& cfg = engine()->config();
   SLUICE_RETURN_IF_ERROR(accept_peer_meta(c, local, remote));
   for (int q = 0; q < c.nqps; ++q) {
+    const Device& d = *c.members[c.qp_member[q]].dev;
     RtrParams r;
     r.path_mtu = static_cast<ibv_mtu>(std::min(local.mtu, remote.mtu));
     r.dest_qpn = remote.qps[q].qpn;
