@@ -9,6 +9,7 @@
 #include <string>
 
 #include "sluice/core/base/log.h"
+#include "sluice/gpu/sysfs_path.h"
 
 namespace sluice::gpu {
 namespace {
@@ -197,22 +198,8 @@ std::string CudaDriver::export_dmabuf(uintptr_t addr, size_t len, const std::str
   return "";
 }
 
-namespace {
-std::vector<std::string> path_parts(const std::string& p) {
-  std::vector<std::string> out;
-  size_t i = 0;
-  while (i < p.size()) {
-    size_t j = p.find('/', i);
-    if (j == std::string::npos) j = p.size();
-    if (j > i) out.push_back(p.substr(i, j - i));
-    i = j + 1;
-  }
-  return out;
-}
-}  // namespace
-
 bool share_pcie_root_port(const std::string& a, const std::string& b) {
-  const auto pa = path_parts(a), pb = path_parts(b);
+  const auto pa = sysfs_path_parts(a), pb = sysfs_path_parts(b);
   // /sys/devices/pciDDDD:BB/<root port>/...: find the host bridge component, then compare the one
   // after it (the root port); both devices must lie below it.
   auto root = [](const std::vector<std::string>& v) -> int {

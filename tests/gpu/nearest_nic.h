@@ -6,23 +6,13 @@
 #include <string>
 #include <vector>
 
-namespace gpucheck {
+#include "sluice/gpu/sysfs_path.h"
 
-inline std::vector<std::string> sysfs_parts(const std::string& p) {
-  std::vector<std::string> out;
-  size_t i = 0;
-  while (i < p.size()) {
-    size_t j = p.find('/', i);
-    if (j == std::string::npos) j = p.size();
-    if (j > i) out.push_back(p.substr(i, j - i));
-    i = j + 1;
-  }
-  return out;
-}
+namespace gpucheck {
 
 // Shared leading components below /sys/devices ("pci0000:00", the root port, switches...).
 inline int pci_affinity(const std::string& gpu, const std::string& nic) {
-  const auto a = sysfs_parts(gpu), b = sysfs_parts(nic);
+  const auto a = sluice::gpu::sysfs_path_parts(gpu), b = sluice::gpu::sysfs_path_parts(nic);
   int n = 0;
   for (size_t i = 0; i < a.size() && i < b.size() && a[i] == b[i]; ++i)
     if (a[i].rfind("pci", 0) == 0 || a[i].find(':') != std::string::npos) ++n;

@@ -28,7 +28,8 @@ set_property(TEST plugin_gpu_standin APPEND PROPERTY ENVIRONMENT
 # there is none). gpu-check builds wherever cuda.h exists; it dlopens libcuda at run time.
 if(SLUICE_HAVE_CUDA_HEADERS)
   add_executable(gpu-check ${PROJECT_SOURCE_DIR}/tests/gpu/gpu_check.cc)
-  target_include_directories(gpu-check PRIVATE ${SLUICE_CUDA_HOME}/include)
+  target_include_directories(gpu-check PRIVATE ${SLUICE_CUDA_HOME}/include
+                                             ${PROJECT_SOURCE_DIR}/gpu/include)
   target_link_libraries(gpu-check PRIVATE sluice_nccl_abi ${CMAKE_DL_LIBS})
   add_dependencies(gpu-check nccl-net-sluice)
   add_test(NAME gpu COMMAND ${PROJECT_SOURCE_DIR}/tests/gpu/run.sh --build ${CMAKE_BINARY_DIR})

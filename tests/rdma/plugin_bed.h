@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -92,6 +93,35 @@ inline Bed& bed() {
     return x;
   }();
   return b;
+}
+
+// rxe's sent_pkts (or a NIC's port_xmit_packets) of one verbs device's port ("rxe0" or "rxe0:1");
+// -1 if not readable. ib_core caches hw_counters for their `lifespan` (10 ms by default), so the
+// caller pauses past it first (bed_sent_packets does) or a short run reads 0 packets.
+inline long long device_sent_packets(std::string name, int port = 1) {
+  name = name.substr(0, name.find(':'));
+  const std::string base = "/sys/class/infiniband/" + name + "/ports/" + std::to_string(port) + "/";
+  for (const char* f : {"hw_counters/sent_pkts", "counters/port_xmit_packets"}) {
+    long long v = -1;
+    std::ifstream in(base + f);
+    if (in >> v) return v;
+  }
+  return -1;
+}
+
+// The packets sent by the bed's devices (both of them, once when they are one), read after a
+// 30 ms pause past the counters' cache lifespan; -1 if not readable.
+inline long long bed_sent_packets() {
+  usleep(30 * 1000);
+  long long total = 0;
+  const Bed& b = bed();
+  for (int d : {b.dev_a, b.dev_b}) {
+    const long long v = device_sent_packets(b.props[d].name);
+    if (v < 0) return -1;
+    total += v;
+    if (b.dev_b == b.dev_a) break;
+  }
+  return total;
 }
 
 inline bool require_rdma() {

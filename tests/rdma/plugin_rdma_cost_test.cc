@@ -59,28 +59,6 @@ int lanes() {
   return split() ? qps() : 1;
 }
 
-// rxe's sent_pkts (or a NIC's port_xmit_packets) summed over the bed's two devices; -1 if not
-// readable. Informational only.
-long long sent_packets() {
-  long long total = 0;
-  const Bed& b = bed();
-  for (int d : {b.dev_a, b.dev_b}) {
-    std::string name = b.props[d].name;
-    name = name.substr(0, name.find(':'));
-    const std::string base = "/sys/class/infiniband/" + name + "/ports/1/";
-    long long v = -1;
-    for (const char* f : {"hw_counters/sent_pkts", "counters/port_xmit_packets"}) {
-      std::ifstream in(base + f);
-      if (in >> v) break;
-      v = -1;
-    }
-    if (v < 0) return -1;
-    total += v;
-    if (b.dev_b == b.dev_a) break;
-  }
-  return total;
-}
-
 void report(const char* what, int n, const sluiceCommStats_v1_t& s, const sluiceCommStats_v1_t& r,
             long long pkts) {
   std::fprintf(stderr,
@@ -131,7 +109,7 @@ TEST_F(Cost, EightBytePingPongCountsAreExact) {
   fill_pattern(sbuf_.data(), 8, 1);
   ASSERT_TRUE(send_recv(net(), conn_, sbuf_, 8, rbuf_, 8, 5, nullptr));  // warm-up
   const auto s0 = stats(conn_.send), r0 = stats(conn_.recv);
-  const long long p0 = sent_packets();
+  const long long p0 = bed_sent_packets();
   for (int i = 0; i < kN; ++i) {
     fill_pattern(sbuf_.data(), 8, pattern_seed(8, i));
     int got = -1;
@@ -139,7 +117,7 @@ TEST_F(Cost, EightBytePingPongCountsAreExact) {
     ASSERT_EQ(got, 8);
     ASSERT_EQ(check_pattern(rbuf_.data(), 8, pattern_seed(8, i)), "");
   }
-  const long long p1 = sent_packets();
+  const long long p1 = bed_sent_packets();
   const auto s = stats(conn_.send) - s0, r = stats(conn_.recv) - r0;
   report("8 B ping-pong", kN, s, r, p0 < 0 || p1 < 0 ? -1 : p1 - p0);
   // Sender: one WRITE_WITH_IMM per lane, one doorbell per lane. With NCCL_IB_SPLIT_DATA_ON_QPS=0
@@ -162,7 +140,7 @@ TEST_F(Cost, EightByteStreamingWindow32CoalescesClearToSend) {
   constexpr int kRounds = 16;
   constexpr size_t kSz = 8, kStride = 64;
   const auto s0 = stats(conn_.send), r0 = stats(conn_.recv);
-  const long long p0 = sent_packets();
+  const long long p0 = bed_sent_packets();
   for (int round = 0; round < kRounds; ++round) {
     std::vector<void*> rreqs(kWin), sreqs(kWin);
     for (int i = 0; i < kWin; ++i) {
@@ -188,7 +166,7 @@ TEST_F(Cost, EightByteStreamingWindow32CoalescesClearToSend) {
       ASSERT_TRUE(wait_done(net(), "send", sreqs[i], nullptr));
     }
   }
-  const long long p1 = sent_packets();
+  const long long p1 = bed_sent_packets();
   const int n = kWin * kRounds;
   const auto s = stats(conn_.send) - s0, r = stats(conn_.recv) - r0;
   report("8 B streaming, window 32", n, s, r, p0 < 0 || p1 < 0 ? -1 : p1 - p0);

@@ -60,30 +60,6 @@ Sum operator-(const Sum& a, const Sum& b) {
           a.cts_writes - b.cts_writes, a.cts_entries - b.cts_entries};
 }
 
-// rxe's sent_pkts (or a NIC's port_xmit_packets) over the bed's devices; -1 if not readable.
-// ib_core caches hw_counters for their `lifespan` (10 ms by default): reading after a longer pause
-// gets fresh values even when the pattern before it took less (a short run read 0 packets).
-long long wire_packets() {
-  usleep(30 * 1000);
-  long long total = 0;
-  const Bed& b = bed();
-  for (int d : {b.dev_a, b.dev_b}) {
-    std::string name = b.props[d].name;
-    name = name.substr(0, name.find(':'));
-    const std::string base = "/sys/class/infiniband/" + name + "/ports/1/";
-    long long v = -1;
-    for (const char* f : {"hw_counters/sent_pkts", "counters/port_xmit_packets"}) {
-      std::ifstream in(base + f);
-      if (in >> v) break;
-      v = -1;
-    }
-    if (v < 0) return -1;
-    total += v;
-    if (b.dev_b == b.dev_a) break;
-  }
-  return total;
-}
-
 long long cpu_ns() {
   timespec t{};
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
@@ -195,7 +171,7 @@ TEST_F(CtsPublish, NcclPatternsGetOneWritePerReceive) {
     std::vector<void*> rq(n);
     std::vector<double> pair_ns, test_ns;
     Sum s0 = sum_stats(recvs_);
-    long long p0 = wire_packets();
+    long long p0 = bed_sent_packets();
     for (int rep = 0; rep < reps; ++rep) {
       long long pair = 0, tests = 0;
       for (int round = 0; round < rounds; ++round) {
@@ -221,7 +197,7 @@ TEST_F(CtsPublish, NcclPatternsGetOneWritePerReceive) {
       pair_ns.push_back(double(pair) / (rounds * n));
       test_ns.push_back(double(tests) / (rounds * n));
     }
-    long long p1 = wire_packets();
+    long long p1 = bed_sent_packets();
     const uint64_t steady_msgs = uint64_t(rounds) * n * reps;
     check("steady: irecv, test", n, sum_stats(recvs_) - s0, p0 < 0 || p1 < 0 ? -1 : p1 - p0,
           steady_msgs, steady_msgs, steady_msgs);
@@ -238,7 +214,7 @@ TEST_F(CtsPublish, NcclPatternsGetOneWritePerReceive) {
     // each comm's oldest, then the sends. With one comm the kDepth irecvs are back to back: one
     // write (two at the FIFO's wrap); with more, each irecv publishes the previous comm's entry.
     s0 = sum_stats(recvs_);
-    p0 = wire_packets();
+    p0 = bed_sent_packets();
     std::vector<void*> dq(size_t(n) * kDepth);
     for (int round = 0; round < rounds; ++round) {
       for (int k = 0; k < kDepth; ++k)
@@ -253,7 +229,7 @@ TEST_F(CtsPublish, NcclPatternsGetOneWritePerReceive) {
           if (HasFatalFailure()) return;
         }
     }
-    p1 = wire_packets();
+    p1 = bed_sent_packets();
     const uint64_t op_msgs = uint64_t(rounds) * n * kDepth;
     static_assert(kDepth == sluice::wire::kCtsCoalesceSlots, "op start fills one coalesced write");
     check("op start: depth 8, interleaved", n, sum_stats(recvs_) - s0,
@@ -269,7 +245,7 @@ TEST_F(CtsPublish, BurstOnOneCommSharesWrites) {
   open(1);
   if (HasFatalFailure()) return;
   const Sum s0 = sum_stats(recvs_);
-  const long long p0 = wire_packets();
+  const long long p0 = bed_sent_packets();
   for (int round = 0; round < rounds; ++round) {
     std::vector<void*> rq(kWin), sq(kWin);
     for (int k = 0; k < kWin; ++k) irecv(0, k, &rq[k]);
@@ -284,7 +260,7 @@ TEST_F(CtsPublish, BurstOnOneCommSharesWrites) {
       ASSERT_TRUE(wait_done(net(), "send", sq[k], nullptr));
     }
   }
-  const long long p1 = wire_packets();
+  const long long p1 = bed_sent_packets();
   // A fresh comm: every round's receives 32k..32k+31 fill the FIFO exactly, one write per
   // kCtsCoalesceSlots of them.
   constexpr uint64_t kWrites = kWin / sluice::wire::kCtsCoalesceSlots;
