@@ -55,7 +55,9 @@ NumaBuffer::~NumaBuffer() {
 std::string Conn::describe_qp(int q) const {
   std::string s = "qpn ";
   s += (q >= 0 && q < nqps && qps[q]) ? std::to_string(qps[q]->qp_num) : "?";
-  s += " on " + local_desc + " -> qpn " +
+  // A fused comm names the QP's own member ("rxe1:1"); a one-member comm its local_desc.
+  const Device* md = (nmembers > 1 && q >= 0 && q < nqps) ? members[qp_member[q]].dev : nullptr;
+  s += " on " + (md ? md->name + ":" + std::to_string(md->port) : local_desc) + " -> qpn " +
        ((q >= 0 && q < nqps) ? std::to_string(remote_qpn[q]) : std::string("?")) + " on " +
        remote_dev + " (gid " + remote_gid + ") at " + peer;
   return s;

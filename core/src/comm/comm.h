@@ -192,6 +192,12 @@ struct Conn {
   int fd = -1;             // the out-of-band socket, kept for the comm's lifetime
   verbs::Qp qps[wire::kMaxQps];
   uint8_t qp_member[wire::kMaxQps] = {};  // the member each QP lives on (its CQ, PD and port)
+  int npaths = 1;                         // fusion: QP q is on path q / (nqps / npaths) (wire.h)
+  // Fusion: the comm memory's (FIFO / records) registration on members 1.. whose adapter is not
+  // an earlier member's (member 0's is the comm's mem_mr), and every member's keys of it.
+  verbs::Mr mem_mr_more[kMaxConnMembers];
+  uint32_t mem_lkey[kMaxConnMembers] = {};
+  uint32_t mem_rkey[kMaxConnMembers] = {};
   uint32_t remote_qpn[wire::kMaxQps] = {};
   uint32_t max_inline = 0;
   bool split = false;  // NCCL_IB_SPLIT_DATA_ON_QPS of the connector (both ends follow it)

@@ -133,6 +133,11 @@ class Engine {
   // that names no device.
   std::vector<Device*> members_of(int dev) const;
   std::vector<uint32_t> weights_of(int dev) const;
+  // TEST ONLY (until make_vdevice lands, issue 24's "rails" part): appends a fused device of
+  // `members` with `weights` (no property merge, no refusal rules beyond indices) and returns its
+  // index. Used by the core rdma tests; no production caller.
+  Status test_add_vdevice(const std::vector<int>& members, const std::vector<uint32_t>& weights,
+                          int* out);
 
   std::atomic<int> open_comms{0};
   // Stops and joins the async-event threads (idempotent). NCCL may dlclose us after the last

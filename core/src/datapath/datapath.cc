@@ -263,6 +263,7 @@ void retire_comm(Conn& c, const std::string& why) {
   release_deferred_mrs(c.dev->adapter, reinterpret_cast<uintptr_t>(c.owner),
                        nullptr);  // nothing of the comm touches memory now
   for (auto& m : c.members) m.cq.reset();
+  for (auto& mr : c.mem_mr_more) mr.reset();
   c.cm.reset();  // rdmacm mode: the QPs' rdma_cm ids and event channel
   if (c.fd >= 0) close(c.fd);
   c.fd = -1;

@@ -295,6 +295,8 @@ Status irecv(RecvComm* r, int n, void* const* data, const size_t* sizes, const i
   *out = nullptr;
   if (r == nullptr || r->kind != CommKind::kRecv)
     return Status(Code::kInvalidArgument, "irecv: not a receive comm");
+  if (r->c.npaths > 1) [[unlikely]]
+    return Status(Code::kInvalidUsage, dp::kFusedNotYet);
   if (n < 1 || n > wire::kEntriesPerSlot) {
     return Status(Code::kInvalidArgument, "irecv: n = " + std::to_string(n) + " outside 1.." +
                                               std::to_string(wire::kEntriesPerSlot));
