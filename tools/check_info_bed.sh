@@ -45,6 +45,9 @@ for dev in $devs; do
   printf '%s\n' "$text" | grep -Eq "^  $dev: ECE " || { echo "FAIL: no ECE line for $dev"; exit 1; }
   printf '%s\n' "$text" | grep -Eq "^  $dev:[0-9]+: adaptive routing (on|off): NCCL_IB_ADAPTIVE_ROUTING" ||
     { echo "FAIL: no adaptive-routing decision for $dev"; exit 1; }
+  # SLUICE_FLOW_LABEL (issue 24), per port: the bed's ports are RoCE, the default is auto
+  printf '%s\n' "$text" | grep -Eq "^  $dev:[0-9]+: flow labels (auto|off|seed 0x[0-9a-f]+|do not apply)(:| )" ||
+    { echo "FAIL: no flow-label line for $dev"; exit 1; }
   case "$dev" in rxe*)  # rxe: the probe registers with the optional flag; no ECE (EOPNOTSUPP)
     printf '%s\n' "$text" | grep -q "^  $dev: PCIe relaxed ordering on: " ||
       { echo "FAIL: $dev: relaxed ordering should be on (the probe registers on rxe)"; exit 1; }

@@ -21,6 +21,7 @@
 
 #include "sluice/core/base/config.h"
 #include "sluice/core/base/fabric.h"
+#include "sluice/core/base/flow_label.h"
 #include "sluice/core/base/net_addr.h"
 #include "sluice/core/base/verbs.h"
 #include "sluice/core/base/verbs_ext.h"
@@ -465,7 +466,9 @@ int main(int argc, char** argv) {
     RelaxedOrdering ro;
     EceQuery ece;
     std::vector<std::pair<int, AdaptiveRouting>> ar;  // per port
+    std::vector<std::pair<int, std::string>> flow;    // per port: SLUICE_FLOW_LABEL's effect
   };
+  const auto flow_policy = flow::parse_policy(cfg.flow_label);
   std::vector<FabricRow> fabric_rows;
   for (const auto& d : devices) {
     if (!d.probed) continue;
@@ -476,6 +479,9 @@ int main(int argc, char** argv) {
           p.num, decide_adaptive_routing(cfg.adaptive_routing, cfg.ar_threshold,
                                          p.link_layer == "Ethernet" ? IBV_LINK_LAYER_ETHERNET
                                                                     : IBV_LINK_LAYER_INFINIBAND));
+      r.flow.emplace_back(
+          p.num, flow::port_text(flow_policy.is_ok() ? flow_policy.value() : flow::Policy{},
+                                 p.link_layer == "Ethernet"));
     }
     fabric_rows.push_back(std::move(r));
   }
@@ -734,6 +740,8 @@ int main(int argc, char** argv) {
       << "\n";
     for (const auto& [port, ar] : r.ar)
       o << "  " << r.name << ":" << port << ": adaptive routing " << ar.why << "\n";
+    for (const auto& [port, text] : r.flow)
+      o << "  " << r.name << ":" << port << ": flow labels " << text << "\n";
   }
   o << "Locked-memory limit (ulimit -l): " << memlock_str(rl) << "\n";
   o << "\nWarnings: " << (warnings.empty() ? "none" : std::to_string(warnings.size())) << "\n";

@@ -101,6 +101,7 @@ TEST(Config, EveryParameterReachesItsField) {
       {"NCCL_IB_MQP_RETRY_ALL", "1"},
       {"NCCL_IB_MQP_RETRY_CNT", "3"},
       {"NCCL_IB_MQP_RETRY_SLEEP_MSEC", "7"},
+      {"SLUICE_FLOW_LABEL", "0x2a"},
       {"SLUICE_CONNECT_TIMEOUT_MS", "5000"},
       {"SLUICE_CLOSE_TIMEOUT_MS", "0"},
       {"SLUICE_HANDSHAKE_TIMEOUT_MS", "1500"},
@@ -147,6 +148,7 @@ TEST(Config, EveryParameterReachesItsField) {
   EXPECT_TRUE(c.mqp_retry_all);
   EXPECT_EQ(c.mqp_retry_cnt, 3);
   EXPECT_EQ(c.mqp_retry_sleep_ms, 7);
+  EXPECT_EQ(c.flow_label, "0x2a");
   EXPECT_EQ(c.pci_relaxed_ordering, 1);
   EXPECT_EQ(c.connect_timeout_ms, 5000);
   EXPECT_EQ(c.close_timeout_ms, 0);
@@ -393,6 +395,16 @@ TEST(Config, HcaAndIfnameListsAreValidated) {
             0u);
 }
 
+TEST(Config, FlowLabelIsAutoOffOrASeed) {
+  EXPECT_EQ(Config{}.flow_label, "auto");
+  EXPECT_EQ(load_ok({{"SLUICE_FLOW_LABEL", " off "}}).flow_label, "off");
+  EXPECT_EQ(load_ok({{"SLUICE_FLOW_LABEL", "12345"}}).flow_label, "12345");
+  const Status bad = load_error({{"SLUICE_FLOW_LABEL", "sometimes"}});
+  EXPECT_EQ(bad.message().rfind("SLUICE_FLOW_LABEL=\"sometimes\" is not valid", 0), 0u)
+      << bad.message();
+  EXPECT_NE(bad.message().find("auto|off|<seed>"), std::string::npos) << bad.message();
+}
+
 TEST(Config, FreeStringsAreKeptTrimmed) {
   const Config c = load_ok({{"SLUICE_GPU_NIC_MAP", " anything goes "}, {"SLUICE_TOPO_FILE", "x"}});
   EXPECT_EQ(c.gpu_nic_map, "anything goes");
@@ -444,7 +456,7 @@ TEST(Config, LogLevelForTheLoggerUsesTheTableRow) {
 
 TEST(ParamDocs, OneRowPerParameterWithEverythingFilledIn) {
   const auto& docs = param_docs();
-  EXPECT_EQ(docs.size(), 43u);
+  EXPECT_EQ(docs.size(), 44u);
   std::set<std::string> names;
   for (const ParamDoc& d : docs) {
     SCOPED_TRACE(d.name);

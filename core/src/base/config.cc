@@ -15,6 +15,7 @@
 #include <utility>
 #include <variant>
 
+#include "sluice/core/base/flow_label.h"
 #include "sluice/core/base/hca_filter.h"
 #include "sluice/core/base/log.h"
 #include "sluice/core/base/net_addr.h"
@@ -54,6 +55,9 @@ Status check_hca_list(std::string_view v) {
 }
 Status check_cidr(std::string_view v) {
   return Cidr::parse(v).status();
+}
+Status check_flow_label(std::string_view v) {
+  return flow::parse_policy(v).status();
 }
 
 const std::vector<Choice> kFamilies = {{"AF_INET", AF_INET}, {"AF_INET6", AF_INET6}};
@@ -136,6 +140,11 @@ const std::vector<Param>& table() {
     {.name = "NCCL_IB_MQP_RETRY_SLEEP_MSEC", .type = Type::kInt, .field = &Config::mqp_retry_sleep_ms,
      .min = 0, .max = 10000,
      .doc = "Sleep before modify-QP retry k: k times this many milliseconds (linear backoff)"},
+    {.name = "SLUICE_FLOW_LABEL", .type = Type::kString, .field = &Config::flow_label,
+     .check = check_flow_label, .allowed_text = "auto|off|<seed> (decimal or 0x hex, 64 bits; 0 = off)",
+     .doc = "RoCE v2 flow labels per QP: auto or a seed = the QPs of a connection get a spread set "
+            "of labels, hence evenly spread UDP source ports for ECMP; off = the provider's own "
+            "(the kernel hashes the QP numbers; rdma_cm's route hashes its ports). Not on InfiniBand"},
     // Connections
     {.name = "SLUICE_CONNECT_TIMEOUT_MS", .type = Type::kInt, .field = &Config::connect_timeout_ms,
      .min = 100, .max = 3600000,

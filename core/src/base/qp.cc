@@ -146,7 +146,7 @@ Status qp_to_rtr(ibv_qp* qp, const RtrParams& p) {
     a.ah_attr.grh.sgid_index = p.sgid_index;
     a.ah_attr.grh.hop_limit = p.hop_limit;
     a.ah_attr.grh.traffic_class = p.traffic_class;
-    a.ah_attr.grh.flow_label = 0;
+    a.ah_attr.grh.flow_label = p.flow_label & 0xFFFFFu;
   } else {
     a.ah_attr.is_global = 0;
     a.ah_attr.dlid = p.dlid;

@@ -25,6 +25,7 @@
 #include "health/liveness.h"
 #include "health/progress.h"
 #include "sluice/core/api.h"
+#include "sluice/core/base/flow_label.h"
 #include "sluice/core/base/verbs.h"
 #include "sluice/core/base/wire.h"
 
@@ -203,6 +204,8 @@ struct Conn {
   bool split = false;  // NCCL_IB_SPLIT_DATA_ON_QPS of the connector (both ends follow it)
   Ece ece_local;       // ibv_query_ece of QP 0 (fabric.h); unsupported where the provider has none
   Ece ece;             // what both ends offer, set on every QP before RTR (agree_ece)
+  flow::LabelSet
+      flow;  // RoCE v2 flow label of each QP (choose_flow_labels); empty = the provider's
   CommCounters stats;
   ProfilerHook prof;  // attached profiler (wr_events.h); prof.start == nullptr: none
   // Receive WRs posted on each QP and not yet completed (recv.cc), for the drain at close.

@@ -90,13 +90,21 @@ Status modify_qp(const CmLink& l, rdma_cm_id* id, Conn& c, int q, ibv_qp_state s
     a.min_rnr_timer = static_cast<uint8_t>(cfg.min_rnr_timer);
     a.ah_attr.grh.traffic_class = l.tc;
     a.ah_attr.sl = l.sl;
+    // SLUICE_FLOW_LABEL: ours replaces the one rdma_cm's route hashed from its ports.
+    const uint32_t cm_label = a.ah_attr.grh.flow_label;
+    if (a.ah_attr.is_global && c.flow.count() > 0) {
+      a.ah_attr.grh.flow_label = c.flow.label(static_cast<uint32_t>(q));
+    }
     GidBytes g;
     std::memcpy(g.data(), a.ah_attr.grh.dgid.raw, 16);
     if (a.ah_attr.is_global) c.remote_gid = gid_to_string(g);
     if (q == 0) {
-      SLUICE_INFO(kSubNet, "rdma_cm route for %s: source GID index %u, peer GID %s, path MTU %d",
+      SLUICE_INFO(kSubNet,
+                  "rdma_cm route for %s: source GID index %u, peer GID %s, path MTU %d, flow "
+                  "label 0x%05x (the route's 0x%05x%s)",
                   c.describe_qp(q).c_str(), a.ah_attr.grh.sgid_index, c.remote_gid.c_str(),
-                  128 << a.path_mtu);
+                  128 << a.path_mtu, a.ah_attr.grh.flow_label, cm_label,
+                  c.flow.count() > 0 ? ", replaced: SLUICE_FLOW_LABEL" : "");
     }
   } else {
     a.timeout = static_cast<uint8_t>(cfg.ib_timeout);

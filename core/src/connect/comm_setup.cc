@@ -4,7 +4,9 @@
 #include <infiniband/verbs.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <string>
 
@@ -109,6 +111,47 @@ Status set_agreed_ece(Conn& c, int q) {
                                         "); NCCL_IB_ECE_ENABLE=0 connects without ECE");
 }
 
+void choose_flow_labels(Conn& c, const wire::Meta& local, const wire::Meta& remote) {
+  const Device& d = *c.dev;
+  c.flow = flow::LabelSet();
+  auto pol = flow::parse_policy(engine()->config().flow_label);  // validated at load
+  const flow::Policy p = pol.is_ok() ? pol.value() : flow::Policy{};
+  if (!d.roce) {
+    static std::atomic<bool> said{false};
+    if (p.on && !said.exchange(true)) {
+      SLUICE_INFO(kSubInit | kSubNet,
+                  "%s: SLUICE_FLOW_LABEL=%s does not apply on InfiniBand (no UDP source port; "
+                  "the subnet manager's routes and adaptive routing spread the QPs)",
+                  d.name.c_str(), flow::policy_text(p).c_str());
+    }
+    return;
+  }
+  const int n = std::min<int>({c.nqps, local.nqps, remote.nqps});
+  if (n <= 0) return;
+  if (p.on) {
+    c.flow = flow::LabelSet(p.seed, flow::conn_key(local.qps[0].qpn, remote.qps[0].qpn),
+                            static_cast<uint32_t>(n));
+  }
+  std::string text;
+  for (int q = 0; q < n; ++q) {
+    const uint32_t l = c.flow.label(static_cast<uint32_t>(q));
+    char buf[96];
+    if (p.on) {
+      std::snprintf(buf, sizeof buf, "%sqpn %u->%u label 0x%05x sport %u", q ? ", " : "",
+                    local.qps[q].qpn, remote.qps[q].qpn, l, flow::label_to_udp_sport(l));
+    } else {  // what the kernel's QPN hash gives (oob; rdma_cm's route brings its own label)
+      std::snprintf(buf, sizeof buf, "%sqpn %u->%u sport %u", q ? ", " : "", local.qps[q].qpn,
+                    remote.qps[q].qpn,
+                    flow::kernel_udp_sport(0, local.qps[q].qpn, remote.qps[q].qpn));
+    }
+    text += buf;
+  }
+  SLUICE_INFO(kSubNet, "flow labels for %s -> %s at %s (SLUICE_FLOW_LABEL=%s%s): %s",
+              c.local_desc.c_str(), c.remote_dev.c_str(), c.peer.c_str(),
+              flow::policy_text(p).c_str(),
+              p.on ? "" : ", the QPN hash where no connection manager sets one", text.c_str());
+}
+
 Status accept_peer_meta(Conn& c, const wire::Meta& local, const wire::Meta& remote) {
   SLUICE_RETURN_IF_ERROR(wire::check_peer_meta(local, remote, c.dev->name));
   GidBytes rg;
@@ -116,6 +159,7 @@ Status accept_peer_meta(Conn& c, const wire::Meta& local, const wire::Meta& remo
   c.remote_gid = gid_to_string(rg);
   c.remote_dev = remote.dev_name;
   agree_ece(c, remote);
+  choose_flow_labels(c, local, remote);
   return Status::ok();
 }
 
@@ -142,6 +186,7 @@ Status connect_qps(Conn& c, const wire::Meta& local, const wire::Meta& remote,
     r.sgid_index = me.gid_index;
     r.hop_limit = 255;
     r.traffic_class = tc;
+    r.flow_label = c.flow.label(static_cast<uint32_t>(q));
     r.dlid = peer.lid;
     r.sl = sl;
     r.retry = mqp_retry_from(cfg);

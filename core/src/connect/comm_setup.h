@@ -18,6 +18,9 @@ void fill_local_meta(const Device& d, uint8_t role, uint64_t nonce, wire::Meta* 
 // Creates the CQ and `nqps` RC QPs at INIT and records their QPN/PSN in `m`.
 Status create_qps(Conn& c, int nqps, const QpCaps& caps, int cqe, wire::Meta* m);
 // Checks the peer's metadata against ours (wire::check_peer_meta) and records its device and GID.
+// SLUICE_FLOW_LABEL: gives c.flow a spread set over the connection's QPs (RoCE; on InfiniBand one
+// INFO per process says it does not apply) and logs the labels and ports, one INFO line.
+void choose_flow_labels(Conn& c, const wire::Meta& local, const wire::Meta& remote);
 Status accept_peer_meta(Conn& c, const wire::Meta& local, const wire::Meta& remote);
 // RTR and RTS for every QP against the peer's metadata (accept_peer_meta first). Each QP's RTR
 // uses its path's members (wire.h): the local member's port and GID index, the remote member's

@@ -39,6 +39,7 @@ struct Config {
   bool mqp_retry_all = false;    // NCCL_IB_MQP_RETRY_ALL: retry ibv_modify_qp on every error
   int mqp_retry_cnt = 34;        // NCCL_IB_MQP_RETRY_CNT: retries of ibv_modify_qp
   int mqp_retry_sleep_ms = 100;  // NCCL_IB_MQP_RETRY_SLEEP_MSEC: backoff unit (retry k sleeps k x)
+  std::string flow_label = "auto";  // SLUICE_FLOW_LABEL: auto | off | seed (flow_label.h)
   // Connections
   int connect_timeout_ms = 120000;   // SLUICE_CONNECT_TIMEOUT_MS: bound on connection setup
   int close_timeout_ms = 2000;       // SLUICE_CLOSE_TIMEOUT_MS: bound on draining at close

@@ -68,7 +68,8 @@ struct RtrParams {
   uint8_t sgid_index = 0;
   uint8_t hop_limit = 255;
   uint8_t traffic_class = 0;
-  uint16_t dlid = 0;  // IB
+  uint32_t flow_label = 0;  // 20 bits; 0 = none (RoCE v2: the kernel hashes the QP numbers)
+  uint16_t dlid = 0;        // IB
   uint8_t sl = 0;
   MqpRetry retry;
 };
