@@ -472,7 +472,7 @@ int main(int argc, char** argv) {
   std::vector<FabricRow> fabric_rows;
   for (const auto& d : devices) {
     if (!d.probed) continue;
-    FabricRow r{d.name, decide_relaxed_ordering(cfg.pci_relaxed_ordering, d.ro), d.ece, {}};
+    FabricRow r{d.name, decide_relaxed_ordering(cfg.pci_relaxed_ordering, d.ro), d.ece, {}, {}};
     for (const auto& p : d.ports) {
       if (!p.active) continue;
       r.ar.emplace_back(

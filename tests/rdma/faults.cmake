@@ -65,17 +65,18 @@ sluice_add_rdma_test(NAME core_faults COMMAND $<TARGET_FILE:core_faults_test> TI
 set_property(TEST core_faults APPEND PROPERTY LABELS faults)
 set_property(TEST core_faults APPEND PROPERTY ENVIRONMENT SLUICE_CONNECT_TIMEOUT_MS=2000)
 # Two VMs, one run (label bed: VMs only), two processes a host: phase "stream" sends 4 KiB .. 4 MiB
-# messages verified without and with `tc netem loss 5% delay 5ms` on both ends (NCCL_IB_RETRY_CNT=7,
-# infinite on rxe: under 5 % loss a retry count of 6 with a 134 ms timer was exhausted, measured;
+# messages verified without and with `tc netem loss 5% delay 5ms` on both ends, and a 16 MiB one
+# under loss (SLUICE_TEST_LOSSY_MAX_MIB; 80 s measured, so the per-wait deadline is 300 s)
+# (NCCL_IB_RETRY_CNT=7, infinite on rxe: under 5 % loss a retry count of 6 with a 134 ms timer was exhausted, measured;
 # SLUICE_HEARTBEAT_MS=5000: this phase does not test liveness and the bed's host is loaded), then
 # phase "poweroff" powers host1's VM off (scripts/bed/poweroff, no FIN) with an idle receive and a
 # send in flight on host0: keepalive bound 5 x SLUICE_HEARTBEAT_MS + 1 s, RC bound 4.096 us x
 # 2^NCCL_IB_TIMEOUT x (NCCL_IB_RETRY_CNT + 1) (rxe treats a retry count of 7 as infinite, so 6
 # there) + 2 s. The watchdog runs at its default (SLUICE_PROGRESS_TIMEOUT_MS unset): its bound grows
-# 10 s per MiB outstanding on the QP (core/src/health/progress.h), so a 4 MiB message under 5 % loss,
-# which takes longer than the per-packet bound (1.8 s at NCCL_IB_TIMEOUT=14) while it progresses,
-# is not failed (issue 19). The same test then drops every RoCE packet on both VMs with a send in
-# flight ("told"): host1's watchdog fails its comm and host0's pending receive must fail within one
+# 10 s per MiB of the run its next completion covers, a progress WR signaled every MiB
+# (core/src/health/progress.h), so a 16 MiB message under 5 % loss, which takes far longer than the
+# per-packet bound (1.8 s at NCCL_IB_TIMEOUT=14) while it progresses, is not failed (issue 19).
+# The same test then drops every RoCE packet on both VMs with a send in flight ("told"): host1's watchdog fails its comm and host0's pending receive must fail within one
 # liveness poll, quoting host1's reason.
 add_executable(plugin_lossy_two_host_test ${CMAKE_CURRENT_LIST_DIR}/plugin_lossy_two_host_test.cc)
 target_include_directories(plugin_lossy_two_host_test PRIVATE ${CMAKE_CURRENT_LIST_DIR})
@@ -101,13 +102,14 @@ add_test(NAME plugin_lossy_two_host
 # plugin_faults_two_host and plugin_faults, and loss recovery itself is the NIC's.
 set_tests_properties(plugin_lossy_two_host PROPERTIES LABELS "rdma;faults;bed;nosan" TIMEOUT 600
                      SKIP_RETURN_CODE 77   # 77: nested inside a VM bed, cannot boot VMs there
-                     ENVIRONMENT "SLUICE_LIVENESS_POLL_MS=100;SLUICE_HEARTBEAT_MS=1000;SLUICE_TEST_DEADLINE_S=180")
+                     ENVIRONMENT "SLUICE_LIVENESS_POLL_MS=100;SLUICE_HEARTBEAT_MS=1000;SLUICE_TEST_DEADLINE_S=300")
 # The progress watchdog (labels rdma, faults, bed: it drops the bed's RoCE packets with tc): every
 # RoCE v2 packet dropped with a send in flight, NCCL_IB_RETRY_CNT=7 (infinite on rxe): the sender
 # fails within 4.096 us x 2^14 x 8 x 1.5 + 1 s = 1806 ms (+ two polls + 3 s margin), the waiting
 # receiver does not, another comm works once the path is back, nothing leaks; the same drop before
 # a receive is posted (only its clear-to-send is lost): the receiver fails within the same bound,
-# after one probe; and the control: a healthy stream of 1 MiB messages for 3 bounds raises
+# after one probe; a 16 MiB send with every packet dropped fails within one 1 MiB run's bound
+# (1806 + 10000 ms; it waited 161.8 s before progress signals); and the control: a healthy stream of 1 MiB messages for 3 bounds raises
 # nothing and posts no probe (WRs counted), the idle receive beside it exactly one.
 add_executable(plugin_stall_test ${CMAKE_CURRENT_LIST_DIR}/plugin_stall_test.cc)
 target_include_directories(plugin_stall_test PRIVATE ${CMAKE_CURRENT_LIST_DIR})
@@ -116,7 +118,13 @@ target_link_libraries(plugin_stall_test PRIVATE sluice_nccl_abi GTest::gtest Thr
 target_compile_definitions(plugin_stall_test PRIVATE
                            SLUICE_PLUGIN_PATH="$<TARGET_FILE:nccl-net-sluice>")
 add_dependencies(plugin_stall_test nccl-net-sluice)
-sluice_add_rdma_test(NAME plugin_stall COMMAND $<TARGET_FILE:plugin_stall_test> TIMEOUT 300)
+# Then, in the same bed, a second pass (Slow.*): a 16 MiB message on a link slowed by `tc netem
+# rate 4mbit` (~34 s) with a 1 s base bound (SLUICE_PROGRESS_TIMEOUT_MS; one 1 MiB run is allowed
+# 11 s) and a 2.1 s RC timer (NCCL_IB_TIMEOUT=19: netem's queue delays packets past 67 ms): it
+# completes verified, with one sender completion per MiB (the progress signal), and nothing fails.
+sluice_add_rdma_test(NAME plugin_stall
+  COMMAND sh -c "\"$0\" --gtest_filter=-Slow.* && SLUICE_PROGRESS_TIMEOUT_MS=1000 NCCL_IB_TIMEOUT=19 SLUICE_TEST_DEADLINE_S=180 \"$0\" --gtest_filter=Slow.*"
+          $<TARGET_FILE:plugin_stall_test> TIMEOUT 480)
 set_property(TEST plugin_stall APPEND PROPERTY LABELS faults bed)
 set_property(TEST plugin_stall APPEND PROPERTY ENVIRONMENT NCCL_IB_TIMEOUT=14 NCCL_IB_RETRY_CNT=7
                                                         SLUICE_LIVENESS_POLL_MS=100

@@ -4,7 +4,7 @@
 // on the real link between the two kernels:
 //  1. Stream: host1 sends host0 messages of 4 KiB .. 4 MiB (a window of kWindow in flight); host0
 //     verifies every byte. Time and throughput.
-//  2. The same stream (its largest message 4 MiB) with `tc qdisc ... netem loss 5% delay 5ms`
+//  2. The same stream (and a 16 MiB message last) with `tc qdisc ... netem loss 5% delay 5ms`
 //     (SLUICE_TEST_NETEM) on eth0 of both VMs (sch_netem loaded in the VM), NCCL_IB_TIMEOUT=14
 //     and the watchdog at its default: every message completes, every byte verifies, no comm
 //     fails, and netem dropped packets (read back from `tc -s qdisc`). Time and throughput.
@@ -43,6 +43,16 @@ constexpr uint16_t kSidePort = 47124;
 constexpr int kTag = 21;
 constexpr int kWindow = 4;
 constexpr size_t kMaxMsg = size_t{4} << 20;
+// Phase 1's longest message, SLUICE_TEST_LOSSY_MAX_MIB (16; 4 = no longer message than the
+// stream's own): a long message under loss is judged per 1 MiB run by the watchdog (progress WRs,
+// core/src/health/progress.h), so it must complete at the default bound however long it takes.
+size_t lossy_max() {
+  return static_cast<size_t>(std::max(4L, env_long("SLUICE_TEST_LOSSY_MAX_MIB", 16))) << 20;
+}
+// Bytes of one window slot of the stream buffers.
+size_t slot_bytes() {
+  return std::max(kMaxMsg, lossy_max());
+}
 constexpr size_t kInFlight = size_t{16} << 20;  // phase 3's send: long enough to be cut mid-way
 
 #define CHECK_OR(rc, cond, ...)                               \
@@ -66,12 +76,12 @@ double ms_since(Clock::time_point t) {
 }
 
 // The stream: sizes in order, SLUICE_TEST_STREAM_ROUNDS (1) times 16 x 4 KiB, 8 x 64 KiB,
-// 4 x 1 MiB and 2 x 4 MiB (12.6 MiB a round); under netem (phase 1) one 4 MiB message (8.6 MiB):
-// at 5 % loss it runs ~10x slower (measured) and CI time counts. Phase 1 runs at the watchdog's
-// default bound (SLUICE_PROGRESS_TIMEOUT_MS unset): a slow link that moves bytes must not be
-// failed by it. A 16 MiB message under 5 % loss did not complete on rxe within 171 s (go-back-N
-// resends everything after each lost packet, so a long WRITE's goodput collapses), so the stream
-// stops at 4 MiB; the watchdog had not fired on it by then (its bound: 1.8 s + 160 s).
+// 4 x 1 MiB and 2 x 4 MiB (12.6 MiB a round); under netem (phase 1) one 4 MiB message and then
+// one of lossy_max() (16 MiB; 24.6 MiB in all): at 5 % loss it runs ~30x slower (measured) and CI
+// time counts. Phase 1 runs at the watchdog's default bound (SLUICE_PROGRESS_TIMEOUT_MS unset): a
+// slow link that moves bytes must not be failed by it. Its bound is per 1 MiB run (base 1.8 s +
+// 10 s), the 16 MiB message completing a progress WR every MiB; measured: the 16 MiB message took
+// 80 s under 5 % loss (before progress signals, one 16 MiB WRITE had not completed within 171 s).
 std::vector<size_t> stream_sizes(int phase) {
   std::vector<size_t> v;
   const long rounds = env_long("SLUICE_TEST_STREAM_ROUNDS", 1);
@@ -80,6 +90,7 @@ std::vector<size_t> stream_sizes(int phase) {
     for (int i = 0; i < 8; ++i) v.push_back(65536);
     for (int i = 0; i < 4; ++i) v.push_back(size_t{1} << 20);
     for (int i = 0; i < (phase == 1 ? 1 : 2); ++i) v.push_back(kMaxMsg);
+    if (phase == 1 && lossy_max() > kMaxMsg) v.push_back(lossy_max());
   }
   return v;
 }
@@ -99,10 +110,10 @@ int receive_stream(Net& n, void* comm, RegBuf& buf, int phase, double* ms, size_
     CHECK_OR(20, ms_since(t0) < wait_limit().count(), "phase %d: message %zu of %zu not received",
              phase, done_n, sizes.size());
     while (posted < sizes.size() && posted - done_n < kWindow) {
-      void* data = buf.data() + (posted % kWindow) * kMaxMsg;
+      void* data = buf.data() + (posted % kWindow) * slot_bytes();
       std::memset(data, 0, sizes[posted]);
       void* mh = buf.mh();
-      size_t cap = kMaxMsg;
+      size_t cap = slot_bytes();
       int tag = kTag;
       void** r = &reqs[posted % kWindow];
       CHECK_OR(21,
@@ -118,8 +129,8 @@ int receive_stream(Net& n, void* comm, RegBuf& buf, int phase, double* ms, size_
     if (!done) continue;
     CHECK_OR(23, size == static_cast<int>(sizes[done_n]),
              "phase %d: message %zu: %d bytes, sent %zu", phase, done_n, size, sizes[done_n]);
-    const std::string bad = check_pattern(buf.data() + (done_n % kWindow) * kMaxMsg, sizes[done_n],
-                                          seed_of(phase, done_n, sizes[done_n]));
+    const std::string bad = check_pattern(buf.data() + (done_n % kWindow) * slot_bytes(),
+                                          sizes[done_n], seed_of(phase, done_n, sizes[done_n]));
     CHECK_OR(24, bad.empty(), "phase %d: message %zu (%zu bytes) corrupt: %s", phase, done_n,
              sizes[done_n], bad.c_str());
     *bytes += sizes[done_n];
@@ -142,7 +153,7 @@ int send_stream(Net& n, void* comm, RegBuf& buf, int phase) {
     CHECK_OR(30, ms_since(t0) < wait_limit().count(), "phase %d: send %zu of %zu not done", phase,
              done_n, sizes.size());
     while (posted < sizes.size() && posted - done_n < kWindow) {
-      uint8_t* data = buf.data() + (posted % kWindow) * kMaxMsg;
+      uint8_t* data = buf.data() + (posted % kWindow) * slot_bytes();
       fill_pattern(data, sizes[posted], seed_of(phase, posted, sizes[posted]));
       void** r = &reqs[posted % kWindow];
       CHECK_OR(31,
@@ -347,7 +358,7 @@ int host0_stream(int side) {
   n.close_listen(lc);
   CHECK_OR(4, rc != nullptr, "no comm from host1");
   RegBuf buf;
-  CHECK_OR(4, buf.allocate(&n, rc, kWindow * kMaxMsg), "regMr");
+  CHECK_OR(4, buf.allocate(&n, rc, kWindow * slot_bytes()), "regMr");
 
   // Phase 1 and 2: the stream without, then with, netem on both ends.
   double ms[2] = {};
@@ -543,7 +554,7 @@ int host1_stream(int side) {
     CHECK_OR(4, n.connect(0, handle, &sc) == ncclSuccess, "connect: %s", last_warn().c_str());
   CHECK_OR(4, sc != nullptr, "no comm to host0");
   RegBuf buf;
-  CHECK_OR(4, buf.allocate(&n, sc, kWindow * kMaxMsg), "regMr");
+  CHECK_OR(4, buf.allocate(&n, sc, kWindow * slot_bytes()), "regMr");
   if (int r = send_stream(n, sc, buf, 0)) return r;
   char b = 0;
   CHECK_OR(10, read_full(side, &b, 1, wait_limit()) && b == 'N', "no netem request");

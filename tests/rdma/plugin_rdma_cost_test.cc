@@ -223,6 +223,70 @@ TEST_F(Cost, AdaptiveRoutingCostsOneWrPerDataLaneAboveTheThreshold) {
   }
 }
 
+// The watchdog's progress signal (core/src/health/progress.h, cts::plan_lane): a message's bytes
+// on a lane go as WRITEs of at most 1 MiB, each but the chain's close signaled when the next would
+// take its run past 1 MiB, so a lane carrying L bytes (up to 16 MiB) costs ceil(L / 1 MiB) WRs
+// (one more with adaptive routing's separate close) and ceil(L / 1 MiB) completions, still one
+// doorbell; up to 1 MiB on a lane nothing changes (the counts of the tests above). Counted from
+// the sender's sluiceExt_v2 member counters (wrs, completions), for 1, 4 and 16 MiB messages.
+const sluiceExt_v2_t* ext2() {
+  static const auto* e =
+      static_cast<const sluiceExt_v2_t*>(dlsym(Lib::get().handle, SLUICE_EXT_V2_SYMBOL));
+  return e;
+}
+
+TEST_F(Cost, LongMessagesCostOneWrAndOneCompletionPerMiB) {
+  ASSERT_NE(ext2(), nullptr) << "sluiceExt_v2 not exported";
+  constexpr size_t kMiB = size_t{1} << 20;
+  constexpr int kN = 2;
+  RegBuf sbig, rbig;
+  ASSERT_TRUE(sbig.allocate(&net(), conn_.send, 16 * kMiB));
+  ASSERT_TRUE(rbig.allocate(&net(), conn_.recv, 16 * kMiB));
+  const auto member = [](void* comm) {
+    sluiceCommStats_v2_t st{};
+    st.size = sizeof st;
+    EXPECT_EQ(ext2()->commStatsV2(comm, &st), 0);
+    return st.members[0];
+  };
+  for (size_t sz : {kMiB, 4 * kMiB, 16 * kMiB}) {
+    // Expected per message, lane by lane (chunks as cts::chunk_of; 1 MiB WRITEs).
+    const int nl = lanes();
+    const size_t chunk = nl == 1 ? sz : ((sz + nl - 1) / nl + 127) / 128 * 128;
+    uint64_t wrs = 0, cqes = 0;
+    for (int lane = 0; lane < nl; ++lane) {
+      const size_t off = static_cast<size_t>(lane) * chunk;
+      const size_t len = off < sz ? std::min(chunk, sz - off) : 0;
+      const uint64_t writes = (len + kMiB - 1) / kMiB;
+      const bool separate = len == 0 || (ar_on() && sz > ar_threshold());
+      wrs += writes + (separate ? 1 : 0);
+      cqes += writes == 0 ? 1 : writes;
+    }
+    const auto m0 = member(conn_.send);
+    const auto s0 = stats(conn_.send);
+    for (int i = 0; i < kN; ++i) {
+      fill_pattern(sbig.data(), sz, pattern_seed(sz, i, 3));
+      int got = -1;
+      ASSERT_TRUE(send_recv(net(), conn_, sbig, sz, rbig, sz, 11, &got));
+      ASSERT_EQ(got, static_cast<int>(sz));
+      ASSERT_EQ(check_pattern(rbig.data(), sz, pattern_seed(sz, i, 3)), "") << sz << " bytes";
+    }
+    const auto m1 = member(conn_.send);
+    const auto s1 = stats(conn_.send);
+    const double mib = double(kN) * double(sz) / double(kMiB);
+    std::fprintf(stderr,
+                 "[cost] progress signal: %zu MiB, %d QP(s), split %d%s: sender %.2f WRs %.2f "
+                 "completions %.2f doorbells per MiB (%.0f / %.0f / %.0f per message)\n",
+                 sz / kMiB, qps(), split() ? 1 : 0, ar_on() ? ", adaptive routing" : "",
+                 double(m1.wrs - m0.wrs) / mib, double(m1.completions - m0.completions) / mib,
+                 double(s1.doorbells - s0.doorbells) / mib, double(m1.wrs - m0.wrs) / kN,
+                 double(m1.completions - m0.completions) / kN,
+                 double(s1.doorbells - s0.doorbells) / kN);
+    EXPECT_EQ(m1.wrs - m0.wrs, kN * wrs) << sz << " bytes";
+    EXPECT_EQ(m1.completions - m0.completions, kN * cqes) << sz << " bytes";
+    EXPECT_EQ(s1.doorbells - s0.doorbells, uint64_t(kN) * nl) << "still one post per lane";
+  }
+}
+
 // NCCL's pattern: a burst of receives (fewer than the coalescing bound), then tests of them
 // before any send. The first test publishes the whole burst in one write; nothing waits forever.
 TEST_F(Cost, BurstOfReceivesThenTestsPublishesOnce) {

@@ -23,6 +23,7 @@
 // The control: a healthy link under load (a stream of 1 MiB messages, several in flight, and an
 // idle receive) for several bounds raises nothing; the busy receive comm posts no probe (its WRs
 // counted), the idle one exactly one, which completes.
+#include <dlfcn.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -123,6 +124,41 @@ class RoceDrop {
     return ok;
   }
   ~RoceDrop() { remove(); }
+
+ private:
+  std::vector<std::string> devs_;
+};
+
+// Slows the bed's path: `tc qdisc ... root netem rate R` on the egress of `lo` and of the test
+// ports' netdevs (rxe between two local addresses goes through `lo`). netem's queue limit is set
+// far above what rxe keeps in flight, so nothing is dropped at egress (see RoceDrop: an egress
+// drop makes rxe resend at once); the packets are only late.
+class RoceRate {
+ public:
+  ::testing::AssertionResult install(const char* rate) {
+    const auto pair = sluice::rdmatest::test_pair();
+    std::set<std::string> devs{"lo"};
+    for (const auto& p : pair.ports) {
+      const std::string nd = read_line("/sys/class/infiniband/" + p.dev + "/ports/" +
+                                       std::to_string(p.port) + "/gid_attrs/ndevs/0");
+      if (nd.empty()) return ::testing::AssertionFailure() << "no netdev for " << p.label();
+      devs.insert(nd);
+    }
+    if (run("modprobe sch_netem") != 0) return ::testing::AssertionFailure() << "no sch_netem";
+    for (const auto& d : devs) {
+      if (run("tc qdisc add dev " + d + " root netem rate " + rate + " limit 100000") != 0)
+        return ::testing::AssertionFailure() << "tc netem on " << d << " failed";
+      devs_.push_back(d);
+    }
+    return ::testing::AssertionSuccess();
+  }
+  bool remove() {
+    bool ok = true;
+    for (const auto& d : devs_) ok = run("tc qdisc del dev " + d + " root") == 0 && ok;
+    devs_.clear();
+    return ok;
+  }
+  ~RoceRate() { remove(); }
 
  private:
   std::vector<std::string> devs_;
@@ -346,6 +382,143 @@ TEST(Stall, LostClearToSendFailsTheReceiverWithinTheBound) {
     sluice::rdmatest::ExpectWarns expect;  // the failed comm's close may name what it left
     EXPECT_TRUE(close_conn(net(), &a));
   }
+  expect_released(before);
+}
+
+// ---- A long send that moves nothing: failed within one run's bound, not its size's
+// ----------------------------------------------------------------------------------------------
+// A 16 MiB send goes as 16 WRITEs of 1 MiB with a progress WR signaled every MiB
+// (cts::plan_lane), so the watchdog waits for one 1 MiB run: base + 10 s, not base + 160 s (the
+// bound before progress signals, when the bytes term counted every byte outstanding).
+
+TEST(Stall, LongSendThatMovesNothingFailsWithinOneRunsBound) {
+  REQUIRE_BED();
+  require_root_in_bed();
+  if (HasFatalFailure()) return;
+  constexpr size_t kLong = size_t{16} << 20;
+  const long long bound = sender_bound_ms(size_t{1} << 20);  // one 1 MiB run
+  const Counts before = Counts::now();
+  Conn a;
+  ASSERT_TRUE(open_conn(net(), bed().dev_a, bed().dev_b, &a));
+  {
+    RegBuf s, r;
+    ASSERT_TRUE(s.allocate(&net(), a.send, kLong));
+    ASSERT_TRUE(r.allocate(&net(), a.recv, 2 * kLong));
+    fill_pattern(s.data(), kLong, 41);
+    // Two receives published together; a small send completes the first, so the second's
+    // clear-to-send is at the sender before the path goes away (as in the first test).
+    void* data[2] = {r.data(), r.data() + kLong};
+    void* rq[2] = {};
+    for (int i = 0; i < 2; ++i) {
+      void* mh = r.mh();
+      size_t cap = kLong;
+      int tag = kTag;
+      ASSERT_TRUE(post_until("irecv", &rq[i], [&](void** q) {
+        return net().irecv(a.recv, 1, &data[i], &cap, &tag, &mh, q);
+      }));
+    }
+    void* s1 = nullptr;
+    ASSERT_TRUE(post_until("isend", &s1, [&](void** q) {
+      return net().isend(a.send, s.data(), 4096, kTag, s.mh(), q);
+    }));
+    ASSERT_TRUE(wait_done(net(), "send 1", s1, nullptr));
+    ASSERT_TRUE(wait_done(net(), "recv 1", rq[0], nullptr));
+    RoceDrop drop;
+    ASSERT_TRUE(drop.install());
+    sluice::rdmatest::ExpectWarns expect;
+    const auto posted = Clock::now();
+    void* s2 = nullptr;
+    ASSERT_TRUE(post_until("isend", &s2, [&](void** q) {
+      return net().isend(a.send, s.data(), kLong, kTag, s.mh(), q);
+    }));
+    ncclResult_t res = ncclSuccess;
+    int done = 0;
+    const auto limit = milliseconds(2 * (bound + 2 * poll_ms() + kSlackMs));
+    while (res == ncclSuccess && !done && Clock::now() - posted < limit) {
+      res = net().test(s2, &done, nullptr);
+      usleep(500);
+    }
+    const long long took = duration_cast<milliseconds>(Clock::now() - posted).count();
+    const std::string w = last_warn();
+    std::fprintf(stderr,
+                 "16 MiB send with every packet dropped failed after %lld ms (bound %lld ms; "
+                 "before progress signals: %lld ms): %s\n",
+                 took, bound, sender_bound_ms(kLong), w.c_str());
+    EXPECT_GT(drop.dropped(), 0) << "the filter dropped nothing: the test did not cut the path";
+    EXPECT_EQ(done, 0) << "the send completed although its packets were dropped";
+    EXPECT_EQ(res, ncclRemoteError) << "not failed within " << took << " ms";
+    EXPECT_GE(took, bound) << "fired before the bound";
+    EXPECT_LE(took, bound + 2 * poll_ms() + kSlackMs);
+    EXPECT_TRUE(contains(w, "no progress on qpn ")) << w;
+    EXPECT_TRUE(contains(w, "with no completion, bound " + std::to_string(bound) + " ms")) << w;
+    EXPECT_TRUE(contains(w, "for up to 1048576 bytes before the QP's next signaled completion"))
+        << w;
+    EXPECT_TRUE(drop.remove());
+    int d = 0;
+    (void)net().test(rq[1], &d, nullptr);  // fails (the peer's notice) or still pending
+  }
+  {
+    sluice::rdmatest::ExpectWarns expect;
+    EXPECT_TRUE(close_conn(net(), &a));
+  }
+  expect_released(before);
+}
+
+// ---- A slow link that moves bytes: never failed, however long the message takes
+// ----------------------------------------------------------------------------------------------
+// Run on its own (plugin_stall's second pass, faults.cmake) with a short base bound
+// (SLUICE_PROGRESS_TIMEOUT_MS) and a long RC timer (NCCL_IB_TIMEOUT: netem's queue makes packets
+// late, and a timer shorter than that would resend them): `tc netem rate` makes a 16 MiB message
+// take several times one run's bound (base + 10 s). It completes and verifies, nothing fails, and
+// the sender polled a completion per MiB (the progress WRs that kept the watchdog's clock fresh).
+
+TEST(Slow, SixteenMiBOnARateLimitedLinkCompletes) {
+  REQUIRE_BED();
+  require_root_in_bed();
+  if (HasFatalFailure()) return;
+  const long long base = env_long("SLUICE_PROGRESS_TIMEOUT_MS", 0);
+  if (base <= 0) GTEST_SKIP() << "run with SLUICE_PROGRESS_TIMEOUT_MS set (faults.cmake)";
+  constexpr size_t kLong = size_t{16} << 20;
+  const long long run_bound = base + 10000;  // one 1 MiB run (progress.h)
+  const int warns0 = g_warns.load();
+  const Counts before = Counts::now();
+  Conn a;
+  ASSERT_TRUE(open_conn(net(), bed().dev_a, bed().dev_b, &a));
+  {
+    RegBuf s, r;
+    ASSERT_TRUE(s.allocate(&net(), a.send, kLong));
+    ASSERT_TRUE(r.allocate(&net(), a.recv, kLong));
+    fill_pattern(s.data(), kLong, 43);
+    const auto* ext2 =
+        static_cast<const sluiceExt_v2_t*>(dlsym(Lib::get().handle, SLUICE_EXT_V2_SYMBOL));
+    ASSERT_NE(ext2, nullptr);
+    sluiceCommStats_v2_t st0{}, st1{};
+    st0.size = st1.size = sizeof st0;
+    ASSERT_EQ(ext2->commStatsV2(a.send, &st0), 0);
+    RoceRate rate;
+    const char* r_env = std::getenv("SLUICE_TEST_SLOW_RATE");
+    ASSERT_TRUE(rate.install(r_env != nullptr ? r_env : "4mbit"));
+    const auto start = Clock::now();
+    int got = -1;
+    ASSERT_TRUE(send_recv(net(), a, s, kLong, r, kLong, kTag, &got)) << last_warn();
+    const long long took = duration_cast<milliseconds>(Clock::now() - start).count();
+    EXPECT_TRUE(rate.remove());
+    ASSERT_EQ(ext2->commStatsV2(a.send, &st1), 0);
+    const uint64_t cqes = st1.members[0].completions - st0.members[0].completions;
+    std::fprintf(stderr,
+                 "16 MiB at a limited rate: %lld ms (%.2f MiB/s), %llu sender completions; one "
+                 "run's bound %lld ms, base %lld ms; before progress signals a 16 MiB message "
+                 "was allowed %lld ms\n",
+                 took, 16000.0 / static_cast<double>(took), static_cast<unsigned long long>(cqes),
+                 run_bound, base, base + 160000);
+    EXPECT_EQ(got, static_cast<int>(kLong));
+    EXPECT_EQ(check_pattern(r.data(), kLong, 43), "");
+    EXPECT_EQ(cqes, 16u) << "one completion per MiB: 15 progress WRs and the close";
+    EXPECT_GE(took, 2 * run_bound)
+        << "the rate limit did not slow the message past two runs' bounds: the test shows nothing";
+    EXPECT_EQ(g_warns.load(), warns0) << last_warn();
+  }
+  EXPECT_TRUE(close_conn(net(), &a));
   expect_released(before);
 }
 

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 
 namespace {
@@ -202,3 +203,159 @@ TEST(Lanes, WholeMessagesRoundRobinOrSplitIn128ByteChunks) {
 }
 
 }  // namespace
+
+// ---- Progress signals inside long chains (cts::plan_lane; health/progress.h) ------------------
+
+namespace sluice {
+namespace {
+
+constexpr size_t kMiB = size_t{1} << 20;
+
+// Checks what every chain must satisfy and returns its progress WRs: the last WR is the close
+// (never a progress WR); the WRs cover each message's lane bytes exactly once, in order; no run
+// between signals moves more than max(1 MiB, its largest WRITE); the tail and the runs of the
+// progress WRs add up to the whole chain (what poll_send frees); the count is group_wrs().
+int check_chain(const size_t* sizes, int n, int lane, int nlanes, size_t ar = SIZE_MAX) {
+  cts::LaneWr w[cts::kMaxLaneWrs];
+  uint32_t tail_w = 0;
+  uint64_t tail_b = 0, seg = 0;
+  const uint32_t nw = cts::plan_lane(sizes, n, lane, nlanes, ar, w, &tail_w, &tail_b, &seg);
+  EXPECT_EQ(nw, cts::group_wrs(sizes, n, lane, nlanes, ar));
+  EXPECT_LE(nw, cts::kMaxLaneWrs);
+  EXPECT_FALSE(w[nw - 1].progress) << "the close is signaled as the message's own completion";
+  int progress = 0;
+  uint64_t run = 0, run_w = 0, freed_w = 0, freed_b = 0, biggest = 0, seg_seen = 0;
+  size_t next_off[wire::kEntriesPerSlot] = {};
+  for (int i = 0; i < n; ++i)
+    next_off[i] = static_cast<size_t>(lane) * cts::chunk_of(sizes[i], nlanes);
+  for (uint32_t k = 0; k < nw; ++k) {
+    if (w[k].msg >= 0) {
+      EXPECT_EQ(w[k].off, next_off[w[k].msg]) << "WR " << k << ": bytes in order, none skipped";
+      next_off[w[k].msg] += w[k].len;
+      EXPECT_GT(w[k].len, 0u);
+      const size_t chunk = cts::chunk_of(sizes[w[k].msg], nlanes);
+      const size_t len = std::min(chunk, sizes[w[k].msg] - static_cast<size_t>(lane) * chunk);
+      EXPECT_LE(w[k].len, cts::piece_bytes(len)) << "WR " << k;
+      EXPECT_LE(w[k].len,
+                std::max(cts::kProgressChunk, len / cts::kMaxPieces + cts::kProgressChunk));
+    } else {
+      EXPECT_EQ(k, nw - 1) << "only the close has no message bytes";
+      EXPECT_EQ(w[k].len, 0u);
+    }
+    run += w[k].len;
+    ++run_w;
+    biggest = std::max<uint64_t>(biggest, w[k].len);
+    seg_seen = std::max(seg_seen, run);
+    if (w[k].progress) {
+      ++progress;
+      freed_w += run_w;
+      freed_b += run;
+      run = run_w = 0;
+    }
+  }
+  uint64_t lane_total = 0;
+  for (int i = 0; i < n; ++i) {
+    const size_t chunk = cts::chunk_of(sizes[i], nlanes);
+    const size_t off = static_cast<size_t>(lane) * chunk;
+    const size_t len = off < sizes[i] ? std::min(chunk, sizes[i] - off) : 0;
+    EXPECT_EQ(next_off[i], off + len) << "message " << i << " fully covered";
+    lane_total += len;
+  }
+  EXPECT_EQ(freed_b + tail_b, lane_total) << "the bytes freed add up to the lane's bytes";
+  EXPECT_EQ(tail_w, run_w);
+  EXPECT_EQ(tail_b, run);
+  EXPECT_EQ(freed_w + tail_w, nw) << "the room freed adds up to the WRs posted";
+  EXPECT_EQ(seg, seg_seen);
+  EXPECT_LE(seg, std::max<uint64_t>(cts::kProgressChunk, biggest));
+  return progress;
+}
+
+TEST(ProgressSignals, SmallMessagesKeepTheirChain) {
+  // Up to 1 MiB on a lane: one WRITE (the close itself), no progress WR: the cost tests' counts.
+  for (size_t sz : {size_t{0}, size_t{8}, size_t{4096}, size_t{65537}, kMiB}) {
+    const size_t one[1] = {sz};
+    EXPECT_EQ(cts::group_wrs(one, 1, 0, 1), 1u) << sz;
+    EXPECT_EQ(check_chain(one, 1, 0, 1), 0) << sz;
+  }
+  // A group of small messages within 1 MiB: one WRITE each plus the record's close, no signal.
+  const size_t group[4] = {8, 300 * 1024, 0, 700 * 1024};
+  EXPECT_EQ(cts::group_wrs(group, 4, 0, 1), 4u);
+  EXPECT_EQ(check_chain(group, 4, 0, 1), 0);
+  // Adaptive routing's separate close adds its WR, no signal.
+  const size_t big[1] = {kMiB};
+  EXPECT_EQ(cts::group_wrs(big, 1, 0, 1, 8192), 2u);
+  EXPECT_EQ(check_chain(big, 1, 0, 1, 8192), 0);
+}
+
+TEST(ProgressSignals, LongMessagesSignalEveryMiB) {
+  EXPECT_EQ(cts::piece_bytes(kMiB + 1), kMiB);
+  EXPECT_EQ(cts::pieces(kMiB + 1), 2u);
+  EXPECT_EQ(cts::pieces(16 * kMiB), 16u);
+  // 16 MiB on one QP: 16 WRITEs of 1 MiB, the first 15 signaled, the 16th carries the immediate.
+  const size_t m16[1] = {16 * kMiB};
+  cts::LaneWr w[cts::kMaxLaneWrs];
+  ASSERT_EQ(cts::plan_lane(m16, 1, 0, 1, SIZE_MAX, w), 16u);
+  for (int k = 0; k < 16; ++k) {
+    EXPECT_EQ(w[k].msg, 0);
+    EXPECT_EQ(w[k].off, k * kMiB);
+    EXPECT_EQ(w[k].len, kMiB);
+    EXPECT_EQ(w[k].progress, k < 15) << k;
+  }
+  EXPECT_EQ(check_chain(m16, 1, 0, 1), 15);
+  // With adaptive routing all 16 data WRITEs stay and a zero-length close follows: the 16th
+  // WRITE is not signaled (its run ends at exactly 1 MiB with the close): 15 progress WRs again.
+  EXPECT_EQ(cts::group_wrs(m16, 1, 0, 1, 8192), 17u);
+  EXPECT_EQ(check_chain(m16, 1, 0, 1, 8192), 15);
+  // 1 MiB + 1: two WRITEs (1 MiB signaled, then 1 byte with the immediate).
+  const size_t odd[1] = {kMiB + 1};
+  EXPECT_EQ(cts::group_wrs(odd, 1, 0, 1), 2u);
+  EXPECT_EQ(check_chain(odd, 1, 0, 1), 1);
+  // Split over 4 QPs: 16 MiB is 4 MiB per lane, four WRITEs, three progress WRs each.
+  for (int lane = 0; lane < 4; ++lane) {
+    EXPECT_EQ(cts::group_wrs(m16, 1, lane, 4), 4u) << lane;
+    EXPECT_EQ(check_chain(m16, 1, lane, 4), 3) << lane;
+  }
+  // 4 MiB split: 1 MiB per lane, one WRITE each, no signal (the small-message path per lane).
+  const size_t m4[1] = {4 * kMiB};
+  for (int lane = 0; lane < 4; ++lane) EXPECT_EQ(check_chain(m4, 1, lane, 4), 0) << lane;
+}
+
+TEST(ProgressSignals, GroupsSignalBeforeARunPassesOneMiB) {
+  // 3 x 600 KiB on one lane: the first WRITE's run would pass 1 MiB with the second: signaled;
+  // likewise the second; the third closes with the record's WRITE_WITH_IMM.
+  const size_t g[3] = {600 * 1024, 600 * 1024, 600 * 1024};
+  cts::LaneWr w[cts::kMaxLaneWrs];
+  ASSERT_EQ(cts::plan_lane(g, 3, 0, 1, SIZE_MAX, w), 4u);
+  EXPECT_TRUE(w[0].progress);
+  EXPECT_TRUE(w[1].progress);
+  EXPECT_FALSE(w[2].progress) << "its run (600 KiB) plus the close's 0 bytes stays under 1 MiB";
+  EXPECT_EQ(w[3].msg, -1);
+  EXPECT_EQ(check_chain(g, 3, 0, 1), 2);
+  // Mixed: small ones ride along, long ones are cut; every run stays within 1 MiB.
+  const size_t mix[5] = {8, 3 * kMiB + 5, 0, 512 * 1024, 2 * kMiB};
+  check_chain(mix, 5, 0, 1);
+  for (int lane = 0; lane < 4; ++lane) check_chain(mix, 5, lane, 4);
+}
+
+TEST(ProgressSignals, TheLargestGroupFitsTheSendQueue) {
+  // Past 16 MiB on a lane a message keeps 16 WRITEs of whole MiB: 1 GiB (maxP2pBytes) -> 64 MiB.
+  EXPECT_EQ(cts::piece_bytes(16 * kMiB + 1), 2 * kMiB);
+  EXPECT_EQ(cts::pieces(16 * kMiB + 1), 9u);
+  EXPECT_EQ(cts::piece_bytes(wire::kMaxMessageBytes), 64 * kMiB);
+  EXPECT_EQ(cts::pieces(wire::kMaxMessageBytes), 16u);
+  size_t g[wire::kEntriesPerSlot];
+  for (size_t& x : g) x = wire::kMaxMessageBytes;
+  EXPECT_EQ(cts::group_wrs(g, wire::kEntriesPerSlot, 0, 1), cts::kMaxLaneWrs);
+  const int progress = check_chain(g, wire::kEntriesPerSlot, 0, 1);
+  EXPECT_EQ(progress, wire::kEntriesPerSlot * 16) << "every 64 MiB WRITE is signaled";
+  // Every size from 0 to 40 MiB in odd steps, alone and split: the invariants hold.
+  for (size_t sz = 0; sz <= 40 * kMiB; sz += 777 * 1024 + 13) {
+    const size_t one[1] = {sz};
+    check_chain(one, 1, 0, 1);
+    check_chain(one, 1, 0, 1, 8192);
+    for (int lane = 0; lane < 4; ++lane) check_chain(one, 1, lane, 4);
+  }
+}
+
+}  // namespace
+}  // namespace sluice

@@ -270,10 +270,13 @@ TEST(ProgressCheck, EachQpGetsItsBytesTerm) {
 }
 
 TEST(ProgressReason, NamesTheBytesTerm) {
-  const std::string m = progress_reason("qpn 17", "isend RDMA WRITE / WRITE_WITH_IMM", 170000, 1806,
-                                        14, 7, false, uint64_t{16} << 20);
-  EXPECT_NE(m.find("waited 170000 ms with no completion, bound 161806 ms (1806 ms + 160000 ms for "
-                   "the 16777216 bytes outstanding on the QP at 10000 ms per MiB; RC retry bound"),
+  // A 16 MiB send waits for one 1 MiB run at a time (progress WRs, cts::plan_lane): check_progress
+  // passes min(bytes outstanding, largest run) = 1 MiB.
+  const std::string m = progress_reason("qpn 17", "isend RDMA WRITE / WRITE_WITH_IMM", 12000, 1806,
+                                        14, 7, false, uint64_t{1} << 20);
+  EXPECT_NE(m.find("waited 12000 ms with no completion, bound 11806 ms (1806 ms + 10000 ms for "
+                   "up to 1048576 bytes before the QP's next signaled completion at 10000 ms per "
+                   "MiB; RC retry bound"),
             std::string::npos)
       << m;
 }

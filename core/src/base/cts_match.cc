@@ -1,5 +1,6 @@
 #include "base/cts_match.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstring>
@@ -120,12 +121,91 @@ size_t chunk_of(size_t size, int nlanes) {
   return ((size + n - 1) / n + kSplitAlign - 1) / kSplitAlign * kSplitAlign;
 }
 
+namespace {
+// Bytes of message `size` on `lane` (0: none there).
+size_t lane_len(size_t size, int lane, int nlanes) {
+  const size_t chunk = chunk_of(size, nlanes);
+  const size_t off = static_cast<size_t>(lane) * chunk;
+  return off < size ? std::min(chunk, size - off) : 0;
+}
+}  // namespace
+
 uint32_t group_wrs(const size_t* sizes, int n, int lane, int nlanes, size_t ar_threshold) {
   uint32_t w = 0;
-  for (int i = 0; i < n; ++i)
-    if (static_cast<size_t>(lane) * chunk_of(sizes[i], nlanes) < sizes[i]) ++w;
-  if (n == 1 && w == 1) return sizes[0] > ar_threshold ? 2 : 1;
+  for (int i = 0; i < n; ++i) w += pieces(lane_len(sizes[i], lane, nlanes));
+  // A single message with bytes on the lane: its last WRITE carries the immediate, unless adaptive
+  // routing closes it with its own WR. Otherwise a separate close (zero-length or the record).
+  if (n == 1 && w > 0) return sizes[0] > ar_threshold ? w + 1 : w;
   return w + 1;
+}
+
+size_t piece_bytes(size_t len) {
+  if (len <= kProgressChunk) return len;
+  const size_t chunks = (len + kProgressChunk - 1) / kProgressChunk;
+  return (chunks + kMaxPieces - 1) / kMaxPieces * kProgressChunk;
+}
+
+uint32_t pieces(size_t len) {
+  if (len == 0) return 0;
+  const size_t p = piece_bytes(len);
+  return static_cast<uint32_t>((len + p - 1) / p);
+}
+
+uint32_t plan_lane(const size_t* sizes, int n, int lane, int nlanes, size_t ar_threshold,
+                   LaneWr* out, uint32_t* tail_wrs, uint64_t* tail_bytes, uint64_t* seg_max) {
+  LaneWr scratch;  // counts only: every WR is built here and forgotten
+  uint32_t nw = 0;
+  // The WR before the current one, held back until the next WR's size decides its signal.
+  LaneWr prev;
+  bool have_prev = false;
+  uint64_t acc = 0, seg = 0, tail_b = 0;
+  uint32_t tail_w = 0;
+  const auto emit = [&](const LaneWr& w, size_t next_len) {
+    LaneWr x = w;
+    acc += x.len;
+    // Signal when this WR ends a run that the next WR would push past kProgressChunk.
+    x.progress = acc + next_len > kProgressChunk;
+    seg = std::max<uint64_t>(seg, acc);
+    ++tail_w;
+    tail_b += x.len;
+    if (x.progress) acc = 0, tail_w = 0, tail_b = 0;
+    (out != nullptr ? out[nw] : scratch) = x;
+    ++nw;
+  };
+  for (int i = 0; i < n; ++i) {
+    const size_t len = lane_len(sizes[i], lane, nlanes);
+    if (len == 0) continue;
+    const size_t base = static_cast<size_t>(lane) * chunk_of(sizes[i], nlanes);
+    const size_t p = piece_bytes(len);
+    for (size_t off = 0; off < len; off += p) {
+      LaneWr w;
+      w.msg = i;
+      w.off = base + off;
+      w.len = std::min(p, len - off);
+      if (have_prev) emit(prev, w.len);
+      prev = w;
+      have_prev = true;
+    }
+  }
+  const bool separate_close = !(n == 1 && have_prev) || sizes[0] > ar_threshold;
+  if (separate_close) {
+    if (have_prev) emit(prev, 0);
+    prev = LaneWr{};
+    have_prev = true;
+  }
+  // The close: signaled anyway (never a progress WR), the end of the chain's last run.
+  LaneWr close = prev;
+  close.progress = false;
+  acc += close.len;
+  seg = std::max<uint64_t>(seg, acc);
+  ++tail_w;
+  tail_b += close.len;
+  (out != nullptr ? out[nw] : scratch) = close;
+  ++nw;
+  if (tail_wrs != nullptr) *tail_wrs = tail_w;
+  if (tail_bytes != nullptr) *tail_bytes = tail_b;
+  if (seg_max != nullptr) *seg_max = seg;
+  return nw;
 }
 
 }  // namespace sluice::cts

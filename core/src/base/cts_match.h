@@ -69,4 +69,39 @@ size_t chunk_of(size_t size, int nlanes);
 uint32_t group_wrs(const size_t* sizes, int n, int lane, int nlanes,
                    size_t ar_threshold = SIZE_MAX);
 
+// ---- Progress signals inside long chains (the watchdog's view, health/progress.h) -------------
+// A message's bytes on a lane travel as WRITEs of at most piece_bytes(len) bytes: the whole `len`
+// up to kProgressChunk (the small-message path: one WRITE, as before), else kProgressChunk, or,
+// past kMaxPieces chunks, the smallest multiple of kProgressChunk that keeps the message at
+// kMaxPieces WRITEs (so one group always fits the send queue: kMaxLaneWrs). Along a lane's chain a
+// WRITE is signaled ("progress" WR) when the bytes since the previous signal, its own included,
+// plus the next WR's would exceed kProgressChunk; the closing WR is signaled anyway. So no chain
+// moves more than max(kProgressChunk, its largest WRITE) bytes between two signaled completions,
+// and a chain of messages at most kProgressChunk long each gets no extra WR, and no extra
+// completion unless its lane carries more than kProgressChunk in all (a group).
+// 1 MiB: a completion per MiB costs one CQE poll (~0.1 us) against ~40 us of wire time at
+// 200 Gb/s, and WRITEs of 1 MiB still run at line rate; the watchdog then sees progress every MiB.
+inline constexpr size_t kProgressChunk = size_t{1} << 20;
+inline constexpr uint32_t kMaxPieces = 16;
+inline constexpr uint32_t kMaxLaneWrs = wire::kEntriesPerSlot * kMaxPieces + 1;
+size_t piece_bytes(size_t len);
+uint32_t pieces(size_t len);  // WRITEs for `len` bytes of one message (0 for none)
+
+// One WR of a lane's chain (plan_lane): bytes [off, off + len) of message `msg` (-1: the separate
+// closing WRITE_WITH_IMM, no data bytes of a message), signaled as a progress WR or not.
+struct LaneWr {
+  int msg = -1;
+  size_t off = 0;
+  size_t len = 0;
+  bool progress = false;
+};
+// The lane's chain in order: the WRITEs, then the separate close where there is one (the last WR
+// is the close either way; group_wrs() WRs in all). Also, when not null: *tail_wrs / *tail_bytes,
+// the WRs and data bytes after the last progress WR (what the closing completion frees), and
+// *seg_max, the most data bytes between two signaled completions of the chain. out: kMaxLaneWrs
+// entries, or null for the counts only.
+uint32_t plan_lane(const size_t* sizes, int n, int lane, int nlanes, size_t ar_threshold,
+                   LaneWr* out, uint32_t* tail_wrs = nullptr, uint64_t* tail_bytes = nullptr,
+                   uint64_t* seg_max = nullptr);
+
 }  // namespace sluice::cts

@@ -35,8 +35,10 @@ namespace sluice {
 // group that would not fit (isend returns "again" until completions free room), so the send queue
 // need not hold the worst case of kFifoSlots grouped sends of kEntriesPerSlot + 1 WRs each.
 // Depths are 2^k - 1: providers (rxe, mlx5) round a queue up to the next power of two above the
-// requested depth, so 2^k would double the memory.
-inline constexpr uint32_t kSendSqDepth = 47;
+// requested depth, so 2^k would double the memory. 255: a group of the largest messages, cut
+// into WRITEs of at most 1 MiB with a progress signal each (cts::plan_lane: kMaxLaneWrs = 129 WRs
+// on one lane), must fit an empty send queue, or isend would wait for room forever.
+inline constexpr uint32_t kSendSqDepth = 255;
 // wr_id of the marker WR that Conn::drain_at_close posts on each send queue in ERROR: its flushed
 // completion comes after every earlier WR's (send-queue order). Distinct from the data path's
 // wr_id bits (datapath_internal.h: 1 << 63, 62, 61; pool indexes below 256).
@@ -53,6 +55,7 @@ static_assert(kCtsBudget >= 2, "a publication may need two writes (FIFO wrap)");
 // Inline CTS: one entry (the common, ungrouped receive); grouped receives post from staging memory.
 inline constexpr uint32_t kCtsInlineBytes = sizeof(wire::CtsEntry);
 static_assert(kSendSqDepth >= 2 * (wire::kEntriesPerSlot + 1), "two full groups must fit");
+static_assert(kSendSqDepth >= cts::kMaxLaneWrs, "a group of the largest messages fits");
 static_assert(kCtsBudget + kCtsSignalEvery <= kRecvSqDepth);
 // The watchdog's CTS probe (progress.h) is posted only when no signaled CTS write is outstanding,
 // so behind at most kCtsSignalEvery - 1 unsignaled ones: it always fits the CTS budget.
@@ -250,6 +253,9 @@ class SendComm : public CommBase {
   uint32_t sq_used[wire::kMaxQps] = {};  // WRs posted on each QP and not yet completed
   uint64_t sq_bytes[wire::kMaxQps] =
       {};  // data bytes of those WRs (the watchdog's bound, progress.h)
+  // The most data bytes between two signaled completions of a chain posted on the QP since it was
+  // last idle (cts::plan_lane's seg_max): what the watchdog waits for at most (progress.h).
+  uint64_t sq_seg[wire::kMaxQps] = {};
   // Adaptive routing (fabric.h): a message larger than this closes with a separate zero-length
   // WRITE_WITH_IMM; SIZE_MAX = off (the device's decision, taken at connect).
   size_t ar_threshold = SIZE_MAX;

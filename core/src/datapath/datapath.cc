@@ -59,9 +59,11 @@ Status check_progress(Conn& c) {
   if (c.owner->kind == CommKind::kSend) {
     auto& s = *static_cast<SendComm*>(c.owner);
     SLUICE_RETURN_IF_ERROR(poll_send(s));
+    // The next completion on a QP needs at most one run of its chains (a progress WR every
+    // ~1 MiB: cts::plan_lane), not every byte outstanding: the bytes term is that run's.
     for (int q = 0; q < c.nqps; ++q) {
       outstanding[q] = s.sq_used[q] > 0;
-      bytes[q] = s.sq_bytes[q];
+      bytes[q] = std::min(s.sq_bytes[q], s.sq_seg[q]);
       extra[q] = progress_bytes_ms(bytes[q]);
     }
     what = "isend RDMA WRITE / WRITE_WITH_IMM";

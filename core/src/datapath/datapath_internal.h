@@ -13,7 +13,14 @@ inline constexpr uint64_t kWrUnsignaled = 1ull
                                           << 63;  // data WRITE: only seen when flushed in error
 inline constexpr uint64_t kWrCts = 1ull << 62;    // signaled CTS write: | qp << 32 | writes covered
 inline constexpr uint64_t kWrReject = 1ull << 61;  // oversize notice: one WR on its QP
-static_assert((kWrDrainMarker & (kWrUnsignaled | kWrCts | kWrReject)) == 0 &&
+// A progress WR inside a long chain (cts::plan_lane): | WRs of its run << 40 | data bytes of its
+// run.
+inline constexpr uint64_t kWrProgress = 1ull << 59;
+inline constexpr int kWrProgressWrsShift = 40;
+inline constexpr uint64_t kWrProgressBytesMask = (1ull << kWrProgressWrsShift) - 1;
+static_assert(cts::kMaxLaneWrs <= 0xffff && wire::kMaxMessageBytes <= kWrProgressBytesMask,
+              "a run's WR and byte counts fit their fields");
+static_assert((kWrDrainMarker & (kWrUnsignaled | kWrCts | kWrReject | kWrProgress)) == 0 &&
                   kWrDrainMarker > SendComm::kPool,
               "close's drain marker (comm.h) is told apart from every data-path wr_id");
 inline constexpr size_t kMaxMessage = wire::kMaxMessageBytes;

@@ -1,6 +1,8 @@
 // The send side: isend snapshots the clear-to-send slot at the FIFO's head once, matches sends
 // against that copy (cts_match.cc), and posts a whole group at once: per lane one linked list of
-// RDMA WRITEs closed by a signaled WRITE_WITH_IMM whose immediate completes the receive. With
+// RDMA WRITEs closed by a signaled WRITE_WITH_IMM whose immediate completes the receive. A message
+// longer than 1 MiB on a lane is cut into WRITEs of 1 MiB, one signaled every MiB (a progress WR,
+// cts::plan_lane) so the watchdog sees the chain move (health/progress.h). With
 // NCCL_IB_SPLIT_DATA_ON_QPS=0 (default) a group travels whole on QP seq % nqps; with 1 every
 // message is cut over all QPs. No allocation, lock or log here (errors build a message once, when
 // the comm fails).
@@ -61,53 +63,62 @@ Status post_group(SendComm& s) {
     r.bad_index = 0;
     r.seq = s.head + 1;
   }
+  size_t sizes[wire::kEntriesPerSlot];
+  for (int i = 0; i < nreqs; ++i) sizes[i] = s.slot_reqs[i]->size;
   for (int lane = 0; lane < nlanes; ++lane) {
     const int q = cts::qp_of_lane(s.c.split, s.c.nqps, s.head, lane);
-    ibv_send_wr wrs[wire::kEntriesPerSlot + 1];
-    ibv_sge sges[wire::kEntriesPerSlot + 1];
-    std::memset(wrs, 0, sizeof wrs);
-    int nw = 0;
-    uint64_t lane_bytes = 0;
-    for (int i = 0; i < nreqs; ++i) {
-      const SendReq* r = s.slot_reqs[i];
-      const size_t chunk = cts::chunk_of(r->size, nlanes);
-      size_t off = static_cast<size_t>(lane) * chunk;
-      if (off >= r->size) continue;
-      size_t len = std::min(chunk, r->size - off);
-      sges[nw] = {reinterpret_cast<uintptr_t>(r->data + off), static_cast<uint32_t>(len), r->lkey};
-      ibv_send_wr& w = wrs[nw];
+    // The lane's chain as cts::plan_lane lays it out: WRITEs of at most 1 MiB each where a message
+    // is longer, a progress WR signaled every ~1 MiB (progress.h), the close last. A chain of
+    // small messages is what it always was: one WRITE per message, closed by a WRITE_WITH_IMM.
+    cts::LaneWr plan[cts::kMaxLaneWrs];
+    uint64_t seg = 0;
+    const int nw = static_cast<int>(
+        cts::plan_lane(sizes, nreqs, lane, nlanes, s.ar_threshold, plan, nullptr, nullptr, &seg));
+    ibv_send_wr wrs[cts::kMaxLaneWrs];
+    ibv_sge sges[cts::kMaxLaneWrs];
+    uint64_t lane_bytes = 0, run_bytes = 0, run_wrs = 0;
+    for (int k = 0; k < nw; ++k) {
+      const cts::LaneWr& p = plan[k];
+      ibv_send_wr& w = wrs[k];
+      w = ibv_send_wr{};
       w.wr_id = kWrUnsignaled;
-      w.sg_list = &sges[nw];
-      w.num_sge = 1;
       w.opcode = IBV_WR_RDMA_WRITE;
-      w.wr.rdma.remote_addr = e[i].addr + off;
-      w.wr.rdma.rkey = e[i].rkey;
-      ++nw;
-      lane_bytes += len;
+      if (p.msg >= 0) {
+        const SendReq* r = s.slot_reqs[p.msg];
+        sges[k] = {reinterpret_cast<uintptr_t>(r->data + p.off), static_cast<uint32_t>(p.len),
+                   r->lkey};
+        w.sg_list = &sges[k];
+        w.num_sge = 1;
+        w.wr.rdma.remote_addr = e[p.msg].addr + p.off;
+        w.wr.rdma.rkey = e[p.msg].rkey;
+      }
+      lane_bytes += p.len;
+      run_bytes += p.len;
+      ++run_wrs;
+      if (p.progress) {  // frees its run of WRs and bytes when it completes (poll_send)
+        w.send_flags = IBV_SEND_SIGNALED;
+        w.wr_id = kWrProgress | run_wrs << kWrProgressWrsShift | run_bytes;
+        run_bytes = run_wrs = 0;
+      }
     }
-    ibv_send_wr* close;
-    bool ar_imm = false;  // adaptive routing: this lane's data WRITE is closed by its own WR
+    ibv_send_wr* close = &wrs[nw - 1];
+    const bool separate = plan[nw - 1].msg < 0;  // else the last data WRITE carries the immediate
+    bool ar_imm = false;  // adaptive routing: this lane's data WRITEs are closed by their own WR
     if (nreqs == 1) {
-      const uint32_t imm = static_cast<uint32_t>(s.slot_reqs[0]->size);
-      ar_imm = nw > 0 && s.slot_reqs[0]->size > s.ar_threshold;
-      if (nw > 0 && !ar_imm) {
-        close = &wrs[nw - 1];  // the last data WRITE itself carries the immediate
-      } else {  // no data on this lane, or above NCCL_IB_AR_THRESHOLD: a zero-length one
-        close = &wrs[nw++];
+      ar_imm = separate && nw > 1;
+      if (separate) {  // no data on this lane, or above NCCL_IB_AR_THRESHOLD: a zero-length one
         close->wr.rdma.remote_addr = e[0].addr;
         close->wr.rdma.rkey = e[0].rkey;
       }
-      close->imm_data = htonl(imm);
+      close->imm_data = htonl(static_cast<uint32_t>(s.slot_reqs[0]->size));
     } else {
-      close = &wrs[nw];
-      sges[nw] = {reinterpret_cast<uintptr_t>(&s.records[slot]), sizeof(wire::DoneRecord),
-                  s.mem_mr->lkey};
-      close->sg_list = &sges[nw];
+      sges[nw - 1] = {reinterpret_cast<uintptr_t>(&s.records[slot]), sizeof(wire::DoneRecord),
+                      s.mem_mr->lkey};
+      close->sg_list = &sges[nw - 1];
       close->num_sge = lane == 0 ? 1 : 0;  // the record travels once; other lanes only signal
       close->wr.rdma.remote_addr = s.remote_records + slot * sizeof(wire::DoneRecord);
       close->wr.rdma.rkey = s.remote_records_rkey;
       close->imm_data = htonl(wire::kImmRecord | slot);
-      ++nw;
     }
     close->opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
     close->send_flags = IBV_SEND_SIGNALED;
@@ -116,6 +127,7 @@ Status post_group(SendComm& s) {
       prof_send_chain(s, lane, q, wrs, nw);
     if (Status st = post_chain(s, q, wrs, nw); !st.is_ok()) return fail(s.c, st);
     s.sq_bytes[q] += lane_bytes;
+    s.sq_seg[q] = std::max(s.sq_seg[q], seg);
     if (ar_imm) s.c.stats.ar_imm_writes.add(1);
   }
   for (int i = 0; i < nreqs; ++i) s.slot_reqs[i]->posted = true;
@@ -264,6 +276,13 @@ Status poll_send_cq(SendComm& s, ibv_cq* cq) {
     if (wc[k].wr_id & kWrUnsignaled) continue;
     const int q = qp_index(s.c, wc[k].qp_num);
     if (q >= 0) s.c.progress.since_ns[q] = 0;  // progress on that QP (progress.h)
+    if (wc[k].wr_id & kWrProgress) {  // inside a long chain: its run of WRs completed (progress.h)
+      if (q >= 0) {
+        s.sq_used[q] -= static_cast<uint32_t>(wc[k].wr_id >> kWrProgressWrsShift & 0xffff);
+        s.sq_bytes[q] -= std::min(wc[k].wr_id & kWrProgressBytesMask, s.sq_bytes[q]);
+      }
+      continue;  // never a message's closing completion
+    }
     if (wc[k].wr_id & kWrReject) {
       if (q >= 0) s.sq_used[q] -= 1;
       continue;
@@ -275,18 +294,18 @@ Status poll_send_cq(SendComm& s, ibv_cq* cq) {
     SendReq* leader = &s.pool[wc[k].wr_id];
     // This closing WR completed, so every WR of the group before it on that QP did too. In split
     // mode the lane is the QP; otherwise the group had one lane.
+    // Its progress WRs (if any) completed before it and freed their runs: it frees the rest.
     if (q >= 0) {
       size_t sizes[wire::kEntriesPerSlot];
       const int lane = s.c.split ? q : 0;
-      uint64_t bytes = 0;
-      for (int i = 0; i < leader->group_n; ++i) {
-        sizes[i] = s.pool[leader->group[i]].size;
-        const size_t chunk = cts::chunk_of(sizes[i], nlanes);
-        const size_t off = static_cast<size_t>(lane) * chunk;
-        if (off < sizes[i]) bytes += std::min(chunk, sizes[i] - off);
-      }
-      s.sq_used[q] -= cts::group_wrs(sizes, leader->group_n, lane, nlanes, s.ar_threshold);
-      s.sq_bytes[q] -= std::min<uint64_t>(bytes, s.sq_bytes[q]);
+      for (int i = 0; i < leader->group_n; ++i) sizes[i] = s.pool[leader->group[i]].size;
+      uint32_t tail_wrs = 0;
+      uint64_t tail_bytes = 0;
+      (void)cts::plan_lane(sizes, leader->group_n, lane, nlanes, s.ar_threshold, nullptr, &tail_wrs,
+                           &tail_bytes);
+      s.sq_used[q] -= tail_wrs;
+      s.sq_bytes[q] -= std::min(tail_bytes, s.sq_bytes[q]);
+      if (s.sq_used[q] == 0) s.sq_seg[q] = 0;
       if (s.c.prof.start != nullptr) [[unlikely]]
         prof_send_done(s, *leader, lane);
     }

@@ -1,6 +1,8 @@
 // Profiler events of the data path (wr_events.h).
 #include "datapath/wr_events.h"
 
+#include <algorithm>
+
 #include "datapath/datapath_internal.h"
 #include "datapath/flush.h"
 
@@ -38,9 +40,13 @@ void prof_send_chain(SendComm& s, int lane, int q, const ibv_send_wr* wrs, int n
     SendReq* r = s.slot_reqs[i];
     r->ev[lane] = nullptr;
     const size_t chunk = cts::chunk_of(r->size, nlanes);
-    if (static_cast<size_t>(lane) * chunk >= r->size || k >= nw) continue;  // no WRITE here
-    r->ev[lane] = start(s.c, r->parent, wrs[k], qpn, wr_bytes(wrs[k]));
-    ++k;
+    const size_t off = static_cast<size_t>(lane) * chunk;
+    if (off >= r->size || k >= nw) continue;  // no WRITE here
+    // One event per message and lane, from its first WRITE, for all its bytes on the lane (a
+    // message longer than 1 MiB is several WRITEs: cts::plan_lane).
+    const size_t len = std::min(chunk, r->size - off);
+    r->ev[lane] = start(s.c, r->parent, wrs[k], qpn, len);
+    k += static_cast<int>(cts::pieces(len));
   }
   // A separate closing WRITE_WITH_IMM (grouped receive, or an empty message): the leader's.
   leader->close_ev[lane] =

@@ -72,11 +72,12 @@ std::string progress_reason(const std::string& qp, const char* what, long long w
   char rc[32];
   std::snprintf(rc, sizeof rc, "%.1f", rc_retry_bound_ms(ib_timeout, retry_cnt));
   const long long extra = progress_bytes_ms(bytes);
-  const std::string data =
-      bytes == 0 ? std::string()
-                 : std::to_string(bound_ms) + " ms + " + std::to_string(extra) + " ms for the " +
-                       std::to_string(bytes) + " bytes outstanding on the QP at " +
-                       std::to_string(kProgressMsPerMiB) + " ms per MiB; ";
+  const std::string data = bytes == 0
+                               ? std::string()
+                               : std::to_string(bound_ms) + " ms + " + std::to_string(extra) +
+                                     " ms for up to " + std::to_string(bytes) +
+                                     " bytes before the QP's next signaled completion at " +
+                                     std::to_string(kProgressMsPerMiB) + " ms per MiB; ";
   return std::string("no progress on ") + qp + ": the oldest posted " + what + " waited " +
          std::to_string(waited_ms) + " ms with no completion, bound " +
          std::to_string(bound_ms + extra) + " ms (" + data +

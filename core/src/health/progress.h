@@ -6,9 +6,10 @@
 // lost never completes nor errors, while the peer host (and so the TCP liveness socket) is fine.
 // The watchdog bounds that wait. Watched: work this side put on the wire and asked a completion
 // for, per QP of a comm in use: the sender's signaled WRITE_WITH_IMM that closes each group (and
-// the WRITEs before it), the reject notice, and the receiver's signaled clear-to-send WRITEs.
-// A receiver waiting for data it has published buffers for is not watched (the peer may simply be
-// slow to send), once the clear-to-send of that data is known to have reached the peer.
+// the WRITEs before it; in a long chain also its progress WRs, one every MiB), the reject notice,
+// and the receiver's signaled clear-to-send WRITEs. A receiver waiting for data it has published
+// buffers for is not watched (the peer may simply be slow to send), once the clear-to-send of that
+// data is known to have reached the peer.
 //
 // The receiver's unsignaled CTS writes after its last signaled one report no completion, so the
 // watchdog cannot see them complete; yet if the last of them is lost for good, the sender never
@@ -32,17 +33,24 @@
 // work that completed while nobody called is never taken for stuck. Checks run at the liveness
 // poll cadence (SLUICE_LIVENESS_POLL_MS, rate-limited like liveness.cc: no syscall per test).
 // A QP whose clock ran past its bound fails its comm:
-//   bound = base + 10 s x (MiB of data still outstanding on the QP)
+//   bound = base + 10 s x (MiB of the run the QP's next completion covers, at most 1 MiB)
 //   base  = 4.096 us x 2^NCCL_IB_TIMEOUT x (NCCL_IB_RETRY_CNT + 1) x 1.5 + 1 s
-// (a retry count of 7 counts as 7), or base = SLUICE_PROGRESS_TIMEOUT_MS when set. The base is a
-// per-packet bound (RC's); the bytes term lets a transfer that moves bytes finish however large
-// its messages (up to maxP2pBytes): a completion is seen per work request, not per packet, so a
-// chain of WRITEs is given time at a floor rate of 0.1 MiB/s (kProgressMsPerMiB) on top of the
-// base. Any completion on the QP restarts its clock, and only the bytes still outstanding count,
-// so a stream of messages is judged by its progress, never by the age of one message. Nothing is
-// added to the wire (no extra WR or CQE). A transfer that moves nothing fails once its clock ran
-// base + 10 s per outstanding MiB (a 16 MiB message: base + 160 s; the largest, 1 GiB, maxP2pBytes:
-// base + 2.8 h; NCCL's own messages are its buffer chunks, a few MiB). The receiver's watched work
+// (a retry count of 7 counts as 7), or base = SLUICE_PROGRESS_TIMEOUT_MS when set. Progress is
+// made visible inside long chains: a message's bytes on a QP go as WRITEs of at most 1 MiB
+// (cts::kProgressChunk), and a WRITE is signaled whenever the chain would otherwise run past
+// 1 MiB without one (cts::plan_lane), so a transfer that moves bytes completes a signaled WR at
+// least every 1 MiB, each completion restarting the clock, however large the message. The base is
+// a per-packet bound (RC's), and a run of 1 MiB is hundreds of packets: the bytes term gives the
+// run time at a floor rate of 0.1 MiB/s (kProgressMsPerMiB), applied to one run, never to all the
+// bytes outstanding (min(sq_bytes, sq_seg): the largest run posted since the QP was last idle).
+// So a live transfer is judged per MiB, at a floor of 1 MiB per (base + 10 s) whatever its total
+// size, and one that moves nothing fails within base + 10 s for any message up to 16 MiB per QP
+// (a smaller one: base + 10 s x its MiB). Past 16 MiB on one QP a message keeps 16 WRITEs
+// (cts::kMaxPieces, so a group fits the send queue) of whole MiB each: a 1 GiB one (maxP2pBytes)
+// signals every 64 MiB and its bound is base + 640 s. Cost: messages up to 1 MiB on a lane get no
+// extra WR, CQE or doorbell; longer ones one WR and one CQE per MiB (still one doorbell per lane).
+// Before that (no signals) a message moving nothing waited base + 10 s per MiB outstanding
+// (16 MiB: base + 160 s). The receiver's watched work
 // (clear-to-send writes, probes) carries no data: its bound is the base. The clock starts at most
 // one poll period after the work was posted (or last completed) and fires at the first check past
 // the bound: the comm fails at its next test/isend/irecv within bound + two poll periods.
@@ -72,7 +80,7 @@ struct ProgressWatch {
 double rc_retry_bound_ms(int ib_timeout, int retry_cnt);
 long long progress_bound_ms(int ib_timeout, int retry_cnt);
 
-// The bytes term: kProgressMsPerMiB per MiB outstanding (rounded up to a millisecond).
+// The bytes term: kProgressMsPerMiB per MiB of the run awaited (rounded up to a millisecond).
 // 10 s: the two-VM bed moved 16 MiB under 5 % loss and 5 ms delay at ~3 s per MiB (TCG), so the
 // floor keeps a 3x margin over the slowest live transfer measured.
 inline constexpr long long kProgressMsPerMiB = 10000;
@@ -119,7 +127,8 @@ bool cts_tail_check(const CtsTail& t, uint64_t completed_hi, bool received, int6
 // least bound - cts_probe_after_ms before it fires (a check that came late).
 int64_t cts_probe_posted(int64_t since_ns, int64_t now_ns, long long bound_ms);
 
-// bytes: data outstanding on the QP (its bound is bound_ms + progress_bytes_ms(bytes)).
+// bytes: the data the QP's next signaled completion covers at most (its bound is bound_ms +
+// progress_bytes_ms(bytes)).
 std::string progress_reason(const std::string& qp, const char* what, long long waited_ms,
                             long long bound_ms, int ib_timeout, int retry_cnt,
                             bool from_knob = false, uint64_t bytes = 0);
