@@ -88,5 +88,40 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string dev = m.dev_name;
   FUZZ_CHECK(dev.size() < sizeof m.dev_name, "device name");
   FUZZ_CHECK(verbs::link_layer_name(m.link_layer) != nullptr, "link layer name");
+
+  // NIC fusion: with kMetaFeatureMembers the bytes after the control byte are the peer's
+  // MetaMembers (the handshake reads them right after its Meta). Accepted: 1..kMaxMetaMembers
+  // members, npaths from the member count to kMaxMetaMembers, npaths * qps_per_path = nqps, every
+  // QP on a member it has, one link layer, member 0 = the Meta's own, some weight non-zero.
+  if ((m.features & wire::kMetaFeatureMembers) == 0) return 0;
+  wire::MetaMembers x{};
+  const size_t at = sizeof m + 1;
+  if (size > at) std::memcpy(&x, data + at, std::min(size - at, sizeof x));
+  const Status mx = wire::validate_members(m, x);
+  if (!mx.is_ok()) {
+    FUZZ_CHECK(!mx.message().empty(), "members rejection without a reason");
+    return 0;
+  }
+  FUZZ_CHECK(x.nmembers >= 1 && x.nmembers <= wire::kMaxMetaMembers, "%u members", x.nmembers);
+  FUZZ_CHECK(x.npaths >= x.nmembers && x.npaths <= wire::kMaxMetaMembers, "%u paths", x.npaths);
+  FUZZ_CHECK(x.qps_per_path >= 1 && x.npaths * x.qps_per_path == m.nqps, "QP layout");
+  bool weight = false;
+  for (int q = 0; q < m.nqps; ++q)
+    FUZZ_CHECK(wire::qp_member(q, x.qps_per_path, x.nmembers) < x.nmembers, "QP off its members");
+  for (int i = 0; i < x.nmembers; ++i) {
+    FUZZ_CHECK(x.members[i].link_layer == m.link_layer, "mixed link layers accepted");
+    FUZZ_CHECK(x.members[i].mtu >= IBV_MTU_256 && x.members[i].mtu <= IBV_MTU_4096, "member MTU");
+    weight = weight || x.members[i].weight > 0;
+  }
+  FUZZ_CHECK(weight, "no member carries bytes");
+  FUZZ_CHECK(x.members[0].buf_rkey == m.buf_rkey && x.members[0].port == m.port, "member 0");
+  // Against this side: one member (ctl bit 16) or two, with the paths both sides must count.
+  wire::MetaMembers mine{};
+  const int nl = (ctl & 16) ? 1 : 2;
+  const int want = std::max<int>(nl, x.nmembers);
+  wire::init_members(&mine, nl, want, x.qps_per_path);
+  const Status agree = wire::check_peer_members(mine, x);
+  FUZZ_CHECK(agree.is_ok() == (x.npaths == want), "paths %u accepted against %d: %s", x.npaths,
+             want, agree.message().c_str());
   return 0;
 }

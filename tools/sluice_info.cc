@@ -778,11 +778,12 @@ int main(int argc, char** argv) {
   o << "NIC fusion (makeVDevice; " << fusion.policy << "): "
     << (fusion.groups.empty() ? "nothing to fuse"
                               : std::to_string(fusion.groups.size()) + " group(s)")
-    << "\n";
+    << "\n  not offered to NCCL yet: the shipped tables leave makeVDevice NULL until fused comms "
+       "carry data, so NCCL fuses none of these (docs/fusion.md)\n";
   for (const auto& g : fusion.groups) {
     std::string names;
     for (const auto& m : g.members) names += (names.empty() ? "" : "+") + m;
-    o << "  " << names << ": " << (g.nccl_default ? "fused by NCCL by default" : "would-be fusion")
+    o << "  " << names << ": " << (g.nccl_default ? "NCCL's default fusion" : "would-be fusion")
       << ", " << g.why << "\n";
     if (!g.refusal.empty()) o << "    refused: " << g.refusal << "\n";
     o << "    weights" << (g.gpu.empty() ? " (no GPU)" : " for " + g.gpu) << ":\n";

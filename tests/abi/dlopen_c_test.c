@@ -9,6 +9,7 @@
 #include <dlfcn.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "sluice/nccl_net_abi.h"
@@ -114,13 +115,20 @@ static void check_validation_v12(const ncclNet_v12_t* t) {
 
 /* init on this machine: success only with a usable RDMA device; a failure leaves ctx NULL and the
  * NCCL 2.28 sequence init-fails-then-finalize(ctx) must be harmless. */
+/* The shipped plugin has no makeVDevice yet (plugin/src/tables.cc says why); its test build
+ * (nccl-net-sluice-fusion) has, and runs this program with SLUICE_EXPECT_MAKE_VDEVICE=1. */
+static int expect_make_vdevice(void) {
+  const char* e = getenv("SLUICE_EXPECT_MAKE_VDEVICE");
+  return e != NULL && strcmp(e, "1") == 0;
+}
+
 static void check_init_v12(const ncclNet_v12_t* t) {
   void* ctx = (void*)0x1;
   ncclNetCommConfig_v12_t cfg = {NCCL_NET_TRAFFIC_CLASS_UNDEF};
   int ndev = -1;
   ncclResult_t r;
   CHECK(t->devices(&ndev) == ncclInvalidUsage); /* before init */
-  {
+  if (t->makeVDevice != NULL) {
     ncclNetVDeviceProps_v12_t vp = {2, {0, 1}};
     int d = -1;
     CHECK(t->makeVDevice(&d, &vp) == ncclInvalidUsage); /* before init */
@@ -201,15 +209,15 @@ int main(int argc, char** argv) {
 
   CHECK_COMMON(v8);
   CHECK_COMMON(v9);
-  CHECK(v9->makeVDevice != NULL); /* NIC fusion from v9 (v8 has no such member) */
+  CHECK((v9->makeVDevice != NULL) == expect_make_vdevice()); /* v9+; v8 has none */
   CHECK_COMMON(v10);
-  CHECK(v10->makeVDevice != NULL); /* NIC fusion from v9 (v8 has no such member) */
+  CHECK((v10->makeVDevice != NULL) == expect_make_vdevice()); /* v9+; v8 has none */
   CHECK_COMMON(v11);
-  CHECK(v11->makeVDevice != NULL); /* NIC fusion from v9 (v8 has no such member) */
+  CHECK((v11->makeVDevice != NULL) == expect_make_vdevice()); /* v9+; v8 has none */
   CHECK(v11->finalize != NULL);
   CHECK(v11->setNetAttr != NULL);
   CHECK_COMMON(v12);
-  CHECK(v12->makeVDevice != NULL); /* NIC fusion from v9 (v8 has no such member) */
+  CHECK((v12->makeVDevice != NULL) == expect_make_vdevice()); /* v9+; v8 has none */
   CHECK(v12->finalize != NULL);
   CHECK(v12->setNetAttr != NULL);
 

@@ -32,3 +32,14 @@ add_executable(core_listener_test ${CMAKE_CURRENT_LIST_DIR}/core_listener_test.c
 target_link_libraries(core_listener_test PRIVATE sluice_core GTest::gtest_main Threads::Threads)
 sluice_add_rdma_test(NAME core_listener COMMAND $<TARGET_FILE:core_listener_test> TIMEOUT 300)
 set_property(TEST core_listener APPEND PROPERTY ENVIRONMENT SLUICE_HANDSHAKE_TIMEOUT_MS=1000)
+
+# NIC fusion's connection (issue 24): a fused device of the bed's two ports to a fused device and
+# to a single port, both directions; QPs laid over the members' paths; no verbs object left behind.
+add_executable(core_fusion_test ${CMAKE_CURRENT_LIST_DIR}/core_fusion_test.cc)
+target_include_directories(core_fusion_test PRIVATE ${PROJECT_SOURCE_DIR}/core/src)
+target_link_libraries(core_fusion_test PRIVATE sluice_core GTest::gtest_main)
+sluice_add_rdma_test(NAME core_fusion COMMAND $<TARGET_FILE:core_fusion_test> TIMEOUT 600)
+set_property(TEST core_fusion APPEND PROPERTY ENVIRONMENT SLUICE_CM=oob)
+sluice_add_rdma_test(NAME core_fusion_qps4 COMMAND $<TARGET_FILE:core_fusion_test> TIMEOUT 600)
+set_property(TEST core_fusion_qps4 APPEND PROPERTY ENVIRONMENT SLUICE_CM=auto
+             NCCL_IB_QPS_PER_CONNECTION=4)

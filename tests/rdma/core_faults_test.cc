@@ -230,7 +230,7 @@ constexpr uint64_t kPeerWrId = 0x7065657277726974ull;  // "peerwrit"
   const auto t0 = Clock::now();
   while (ms_since(t0) < 10000) {
     ibv_wc wc{};
-    const int got = ibv_poll_cq(r->c.cq.get(), 1, &wc);
+    const int got = ibv_poll_cq(r->c.members[0].cq.get(), 1, &wc);
     if (got < 0) return ::testing::AssertionFailure() << "ibv_poll_cq failed";
     if (got == 0) {
       usleep(100);
@@ -573,11 +573,11 @@ TEST_F(CoreFaults, CqErrorEventFailsTheCommThatOwnsTheCq) {
   ASSERT_EQ(done, 0);
   // The event thread WARNs as soon as the CQ overruns.
   auto expecting = std::make_unique<rdmatest::ExpectWarns>();
-  int rc = ibv_resize_cq(r->c.cq.get(), 1);
+  int rc = ibv_resize_cq(r->c.members[0].cq.get(), 1);
   if (rc != 0) {
     ADD_FAILURE() << "ibv_resize_cq(1) failed (" << rc << "): cannot overrun the CQ on this NIC";
   } else {
-    std::printf("the receive comm's CQ now holds %d entries\n", r->c.cq.get()->cqe);
+    std::printf("the receive comm's CQ now holds %d entries\n", r->c.members[0].cq.get()->cqe);
     for (int i = 0; i < 4; ++i) {
       // wr_id: as if a signaled clear-to-send write covering none: harmless.
       ASSERT_EQ(post_fifo_write(r, dp::kWrCts, nullptr), 0);

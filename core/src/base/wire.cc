@@ -41,6 +41,11 @@ Status validate_handle(const Handle& h) {
         "connection handle has an unknown rdma_cm address family " + std::to_string(h.cm_family));
   }
   if (h.port == 0) return Status(Code::kInvalidArgument, "connection handle has port 0");
+  if (h.members > kMaxMetaMembers) {
+    return Status(Code::kInvalidArgument, "connection handle names " + std::to_string(h.members) +
+                                              " member devices (at most " +
+                                              std::to_string(kMaxMetaMembers) + ")");
+  }
   return Status::ok();
 }
 
@@ -52,9 +57,10 @@ std::string version_mismatch(const char* what, unsigned theirs) {
 }
 
 Handle encode_handle(const sockaddr_storage& sa, uint32_t listen_dev, uint64_t nonce,
-                     uint16_t cm_port, const sockaddr_storage* cm_addr) {
+                     uint16_t cm_port, const sockaddr_storage* cm_addr, uint16_t members) {
   Handle h{};
   h.cm_port = cm_port;
+  h.members = members;
   h.magic = kHandleMagic;
   h.version = kVersion;
   h.family = sa.ss_family;
@@ -210,6 +216,90 @@ Status check_peer_meta(const Meta& local, const Meta& remote, const std::string&
                                           std::to_string(local.nqps));
   }
   return Status::ok();
+}
+
+void init_members(MetaMembers* ext, int nmembers, int npaths, int qps_per_path) {
+  std::memset(ext, 0, sizeof *ext);
+  ext->magic = kMembersMagic;
+  ext->version = kMembersVersion;
+  ext->nmembers = static_cast<uint8_t>(nmembers);
+  ext->npaths = static_cast<uint8_t>(npaths);
+  ext->qps_per_path = static_cast<uint8_t>(qps_per_path);
+}
+
+Status validate_members(const Meta& m, const MetaMembers& x) {
+  const auto bad = [](const std::string& what) {
+    return Status(Code::kRemoteError, "peer's member metadata (fused device) " + what);
+  };
+  if (x.magic != kMembersMagic) return bad("has a bad magic");
+  if (x.version != kMembersVersion) {
+    return bad("has version " + std::to_string(x.version) + ", this Sluice reads " +
+               std::to_string(kMembersVersion) + ": run the same Sluice release on every host");
+  }
+  if (x.nmembers < 1 || x.nmembers > kMaxMetaMembers)
+    return bad("has " + std::to_string(x.nmembers) + " members (1.." +
+               std::to_string(kMaxMetaMembers) + ")");
+  if (x.npaths < x.nmembers || x.npaths > kMaxMetaMembers)
+    return bad("has " + std::to_string(x.npaths) + " paths for " + std::to_string(x.nmembers) +
+               " members (members.." + std::to_string(kMaxMetaMembers) + ")");
+  if (x.qps_per_path < 1 || x.npaths * x.qps_per_path != m.nqps)
+    return bad("has " + std::to_string(x.npaths) + " paths of " + std::to_string(x.qps_per_path) +
+               " QPs, but the connection has " + std::to_string(m.nqps) + " QPs");
+  for (uint8_t b : x.reserved)
+    if (b != 0) return bad("has non-zero reserved bytes");
+  bool any_weight = false;
+  for (int i = 0; i < kMaxMetaMembers; ++i) {
+    const MemberInfo& e = x.members[i];
+    if (i >= x.nmembers) {  // unused records are zero, so a later version can use them
+      static const MemberInfo zero{};
+      if (std::memcmp(&e, &zero, sizeof e) != 0)
+        return bad("has bytes in the record of member " + std::to_string(i) + " it does not have");
+      continue;
+    }
+    const std::string who = "member " + std::to_string(i);
+    if (e.mtu < 1 || e.mtu > 5)
+      return bad("gives " + who + " an invalid path MTU code " + std::to_string(e.mtu));
+    if (e.link_layer != m.link_layer)
+      return bad("mixes link layers: " + who + " is " + verbs::link_layer_name(e.link_layer) +
+                 ", member 0 " + verbs::link_layer_name(m.link_layer));
+    if (e.reserved != 0) return bad("has non-zero reserved bytes in " + who);
+    any_weight = any_weight || e.weight > 0;
+  }
+  const MemberInfo& z = x.members[0];
+  if (std::memcmp(z.gid, m.gid, 16) != 0 || z.lid != m.lid || z.port != m.port || z.mtu != m.mtu ||
+      z.gid_index != m.gid_index || z.buf_rkey != m.buf_rkey)
+    return bad("disagrees with its own metadata about member 0");
+  if (!any_weight) return bad("gives every member weight 0");
+  return Status::ok();
+}
+
+Status check_peer_members(const MetaMembers& local, const MetaMembers& remote) {
+  const int want = std::max(local.nmembers, remote.nmembers);
+  if (local.npaths != want || remote.npaths != want || local.qps_per_path != remote.qps_per_path) {
+    return Status(Code::kRemoteError,
+                  "fused connection: the peer has " + std::to_string(remote.nmembers) +
+                      " member(s) and " + std::to_string(remote.npaths) + " path(s) of " +
+                      std::to_string(remote.qps_per_path) + " QP(s), we have " +
+                      std::to_string(local.nmembers) + " and " + std::to_string(local.npaths) +
+                      " of " + std::to_string(local.qps_per_path) + " (expected " +
+                      std::to_string(want) + " paths on both sides)");
+  }
+  return Status::ok();
+}
+
+MetaMembers members_of_meta(const Meta& m) {
+  MetaMembers x;
+  init_members(&x, 1, 1, m.nqps);
+  MemberInfo& z = x.members[0];
+  std::memcpy(z.gid, m.gid, 16);
+  z.lid = m.lid;
+  z.port = m.port;
+  z.mtu = m.mtu;
+  z.gid_index = m.gid_index;
+  z.link_layer = m.link_layer;
+  z.weight = 1;
+  z.buf_rkey = m.buf_rkey;
+  return x;
 }
 
 Status validate_cm_token(const void* data, size_t len, uint64_t nonce, CmToken* out) {

@@ -55,7 +55,9 @@ NumaBuffer::~NumaBuffer() {
 std::string Conn::describe_qp(int q) const {
   std::string s = "qpn ";
   s += (q >= 0 && q < nqps && qps[q]) ? std::to_string(qps[q]->qp_num) : "?";
-  s += " on " + local_desc + " -> qpn " +
+  // A fused comm names the QP's own member ("rxe1:1"); a one-member comm its local_desc.
+  const Device* md = (nmembers > 1 && q >= 0 && q < nqps) ? members[qp_member[q]].dev : nullptr;
+  s += " on " + (md ? md->name + ":" + std::to_string(md->port) : local_desc) + " -> qpn " +
        ((q >= 0 && q < nqps) ? std::to_string(remote_qpn[q]) : std::string("?")) + " on " +
        remote_dev + " (gid " + remote_gid + ") at " + peer;
   return s;
@@ -68,7 +70,7 @@ void Conn::drain_at_close() {
     moved[q] = qps[q] && qp_to_error(qps[q].get()).is_ok();
     any = any || moved[q];
   }
-  if (!any || !cq) return;
+  if (!any || nmembers == 0 || !members[0].cq) return;
   // Flushed work completes quickly once the QPs are in ERROR; the bound is for a provider or a
   // device that does not flush.
   using Clock = std::chrono::steady_clock;
@@ -79,6 +81,20 @@ void Conn::drain_at_close() {
   enum Marker : uint8_t { kNone, kPosted, kBack, kUnpostable };
   Marker marker[wire::kMaxQps] = {};
   ibv_wc wc[16];
+  const auto take = [&](int n) {
+    for (int k = 0; k < n; ++k) {
+      int q = 0;
+      while (q < nqps && !(qps[q] && qps[q]->qp_num == wc[k].qp_num)) ++q;
+      if (q == nqps) continue;
+      if (wc[k].wr_id == (kWrDrainMarker | static_cast<uint64_t>(q))) {
+        marker[q] = kBack;
+      } else if (wc[k].wr_id < wire::kFifoSlots && rq_outstanding[q] > 0) {
+        // Receive WRs carry their FIFO slot; the send comm, whose small wr_ids are send-queue
+        // group leaders, posts no receive WRs.
+        --rq_outstanding[q];
+      }
+    }
+  };
   bool drained = false;
   for (;;) {
     drained = true;
@@ -98,20 +114,14 @@ void Conn::drain_at_close() {
           drained && (marker[q] == kBack || marker[q] == kUnpostable) && rq_outstanding[q] == 0;
     }
     if (drained || Clock::now() >= deadline) break;
-    const int n = ibv_poll_cq(cq.get(), 16, wc);
-    if (n < 0) break;
-    for (int k = 0; k < n; ++k) {
-      int q = 0;
-      while (q < nqps && !(qps[q] && qps[q]->qp_num == wc[k].qp_num)) ++q;
-      if (q == nqps) continue;
-      if (wc[k].wr_id == (kWrDrainMarker | static_cast<uint64_t>(q))) {
-        marker[q] = kBack;
-      } else if (wc[k].wr_id < wire::kFifoSlots && rq_outstanding[q] > 0) {
-        // Receive WRs carry their FIFO slot; the send comm, whose small wr_ids are send-queue
-        // group leaders, posts no receive WRs.
-        --rq_outstanding[q];
-      }
+    // Every member's CQ (one for a one-member comm); a failed poll ends the drain.
+    int n = 0;
+    for (int mi = 0; mi < nmembers && n >= 0; ++mi) {
+      if (!members[mi].cq) continue;
+      n = ibv_poll_cq(members[mi].cq.get(), 16, wc);
+      if (n > 0) take(n);
     }
+    if (n < 0) break;
   }
   if (!drained) {
     std::string left;
@@ -142,7 +152,7 @@ Conn::~Conn() {
   liveness_stop(*this);  // out of the async-event registry; goodbye to the peer
   drain_at_close();
   for (int q = 0; q < nqps; ++q) qps[q].reset();
-  cq.reset();
+  for (auto& m : members) m.cq.reset();
   if (fd >= 0) close(fd);
 }
 

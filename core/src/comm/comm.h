@@ -173,18 +173,35 @@ struct CmLinkDeleter {
   void operator()(CmLink* l) const;
 };
 
+// NIC fusion: the physical devices a comm runs over (Engine::members_of). Four, as
+// CommStatsV2::members holds; a fused device of more members is refused at connect/accept.
+inline constexpr int kMaxConnMembers = kMaxMembers;
+struct ConnMember {
+  Device* dev = nullptr;
+  verbs::Cq cq;  // its own: members on different adapters cannot share a CQ (nor a PD)
+};
+
 // State shared by both comm directions.
 struct Conn {
-  Device* dev = nullptr;
+  Device* dev = nullptr;  // member 0's device (the one a one-member comm runs on)
+  int nmembers = 0;       // set by create_qps: 1 until devices are fused
+  // Verbs objects in dependency order: the members' CQs before the QPs, so QPs are destroyed
+  // first.
+  ConnMember members[kMaxConnMembers];
   int nqps = 0;
   std::string peer;        // "10.0.0.2:4711"
   std::string remote_dev;  // the peer's device name
   std::string local_desc;  // "rxe0:1"
   std::string remote_gid;  // text
   int fd = -1;             // the out-of-band socket, kept for the comm's lifetime
-  // Verbs objects in dependency order: CQ before QPs, so QPs are destroyed first.
-  verbs::Cq cq;
   verbs::Qp qps[wire::kMaxQps];
+  uint8_t qp_member[wire::kMaxQps] = {};  // the member each QP lives on (its CQ, PD and port)
+  int npaths = 1;                         // fusion: QP q is on path q / (nqps / npaths) (wire.h)
+  // Fusion: the comm memory's (FIFO / records) registration on members 1.. whose adapter is not
+  // an earlier member's (member 0's is the comm's mem_mr), and every member's keys of it.
+  verbs::Mr mem_mr_more[kMaxConnMembers];
+  uint32_t mem_lkey[kMaxConnMembers] = {};
+  uint32_t mem_rkey[kMaxConnMembers] = {};
   uint32_t remote_qpn[wire::kMaxQps] = {};
   uint32_t max_inline = 0;
   bool split = false;  // NCCL_IB_SPLIT_DATA_ON_QPS of the connector (both ends follow it)

@@ -531,6 +531,28 @@ Status make_vdevice(const int* devs, int n, int* out_dev, int max_members) {
   return e->make_vdevice(devs, n, max_members, out_dev);
 }
 
+Status Engine::test_add_vdevice(const std::vector<int>& members,
+                                const std::vector<uint32_t>& weights, int* out) {
+  if (members.size() < 2 || members.size() > static_cast<size_t>(kMaxConnMembers) ||
+      weights.size() != members.size())
+    return Status(
+        Code::kInvalidArgument,
+        "test_add_vdevice: 2.." + std::to_string(kMaxConnMembers) + " members, one weight each");
+  auto v = std::make_unique<VDevice>();
+  for (size_t i = 0; i < members.size(); ++i) {
+    Device* d = device(members[i]);
+    if (d == nullptr) return Status(Code::kInvalidArgument, "test_add_vdevice: no such device");
+    v->members.push_back(d);
+    v->name += (i ? "+" : "") + d->name;
+  }
+  v->weights = weights;
+  std::lock_guard<std::mutex> lk(vdev_mu_);
+  v->index = static_cast<int>(devices_.size() + vdevices_.size());
+  *out = v->index;
+  vdevices_.push_back(std::move(v));
+  return Status::ok();
+}
+
 int device_count() {
   Engine* e = engine();
   return e ? e->device_total() : 0;

@@ -145,6 +145,11 @@ class Engine {
   const DeviceProperties* properties(int dev) const;
   // The fused devices made so far (sluice-info, tests); entries stay valid while the engine lives.
   std::vector<const VDevice*> vdevices() const;
+  // TEST ONLY: appends a fused device of `members` with exactly `weights` (no property merge, no
+  // refusal rules beyond indices: make_vdevice's are tested on their own) and returns its index.
+  // Used by the core rdma tests, which choose the weights; no production caller.
+  Status test_add_vdevice(const std::vector<int>& members, const std::vector<uint32_t>& weights,
+                          int* out);
 
   std::atomic<int> open_comms{0};
   // Stops and joins the async-event threads (idempotent). NCCL may dlclose us after the last

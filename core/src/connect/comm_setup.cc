@@ -31,21 +31,30 @@ void fill_local_meta(const Device& d, uint8_t role, uint64_t nonce, wire::Meta* 
 }
 
 Status create_qps(Conn& c, int nqps, const QpCaps& caps, int cqe, wire::Meta* m) {
-  Device& d = *c.dev;
   const Config& cfg = engine()->config();
-  c.cq.reset(ibv_create_cq(d.adapter->ctx.get(), cqe, nullptr, nullptr, 0));
-  if (!c.cq) {
-    return errno_status(Code::kSystemError,
-                        "ibv_create_cq(" + std::to_string(cqe) + " entries) on " + d.name, errno);
+  if (c.nmembers == 0) {  // a one-member comm: its device
+    c.nmembers = 1;
+    c.members[0].dev = c.dev;
+  }
+  for (int mi = 0; mi < c.nmembers; ++mi) {  // one CQ per member, on its own adapter
+    const Device& md = *c.members[mi].dev;
+    c.members[mi].cq.reset(ibv_create_cq(md.adapter->ctx.get(), cqe, nullptr, nullptr, 0));
+    if (!c.members[mi].cq) {
+      return errno_status(Code::kSystemError,
+                          "ibv_create_cq(" + std::to_string(cqe) + " entries) on " + md.name,
+                          errno);
+    }
   }
   c.nqps = nqps;
   m->nqps = static_cast<uint8_t>(nqps);
   for (int q = 0; q < nqps; ++q) {
+    Device& d = *c.members[c.qp_member[q]].dev;
+    ibv_cq* cq = c.members[c.qp_member[q]].cq.get();
     QpCaps k = caps;
-    auto qp = create_rc_qp(d.adapter->pd.get(), c.cq.get(), k);
+    auto qp = create_rc_qp(d.adapter->pd.get(), cq, k);
     if (!qp.is_ok() && k.max_inline_data > 0) {
       k.max_inline_data = 0;  // the device takes no inline data of that size: post from memory
-      qp = create_rc_qp(d.adapter->pd.get(), c.cq.get(), k);
+      qp = create_rc_qp(d.adapter->pd.get(), cq, k);
     }
     if (!qp.is_ok()) return qp.status().with_context(d.name);
     c.qps[q] = std::move(qp).value();
@@ -60,6 +69,7 @@ Status create_qps(Conn& c, int nqps, const QpCaps& caps, int cqe, wire::Meta* m)
     m->qps[q].psn = random_psn();
   }
   // ECE: the QPs of one comm share device and attributes, so QP 0's answer stands for all.
+  Device& d = *c.dev;
   const EceQuery eq = query_ece(c.qps[0].get(), cfg.ece_enable);
   c.ece_local = eq.ece;
   if (eq.ece.supported &&
@@ -153,26 +163,31 @@ Status accept_peer_meta(Conn& c, const wire::Meta& local, const wire::Meta& remo
   return Status::ok();
 }
 
-Status connect_qps(Conn& c, const wire::Meta& local, const wire::Meta& remote, uint8_t tc,
+Status connect_qps(Conn& c, const wire::Meta& local, const wire::Meta& remote,
+                   const wire::MetaMembers& lx, const wire::MetaMembers& rx, uint8_t tc,
                    uint8_t sl) {
-  Device& d = *c.dev;
   const Config& cfg = engine()->config();
   SLUICE_RETURN_IF_ERROR(accept_peer_meta(c, local, remote));
+  const int qpp = c.nqps / c.npaths;
   for (int q = 0; q < c.nqps; ++q) {
+    const Device& d = *c.members[c.qp_member[q]].dev;
+    // The path's two ends (one member each side: member 0 and Meta's own fields when unfused).
+    const wire::MemberInfo& me = lx.members[c.qp_member[q]];
+    const wire::MemberInfo& peer = rx.members[wire::qp_member(q, qpp, rx.nmembers)];
     RtrParams r;
-    r.path_mtu = static_cast<ibv_mtu>(std::min(local.mtu, remote.mtu));
+    r.path_mtu = static_cast<ibv_mtu>(std::min(me.mtu, peer.mtu));
     r.dest_qpn = remote.qps[q].qpn;
     r.rq_psn = remote.qps[q].psn;
     r.max_dest_rd_atomic = 1;
     r.min_rnr_timer = static_cast<uint8_t>(cfg.min_rnr_timer);
     r.port = d.port;
     r.is_global = d.roce;
-    std::memcpy(r.dgid.raw, remote.gid, 16);
-    r.sgid_index = local.gid_index;
+    std::memcpy(r.dgid.raw, peer.gid, 16);
+    r.sgid_index = me.gid_index;
     r.hop_limit = 255;
     r.traffic_class = tc;
     r.flow_label = c.flow.label(static_cast<uint32_t>(q));
-    r.dlid = remote.lid;
+    r.dlid = peer.lid;
     r.sl = sl;
     r.retry = mqp_retry_from(cfg);
     c.remote_qpn[q] = remote.qps[q].qpn;
@@ -188,6 +203,77 @@ Status connect_qps(Conn& c, const wire::Meta& local, const wire::Meta& remote, u
     s.retry = mqp_retry_from(cfg);
     st = qp_to_rts(c.qps[q].get(), s);
     if (!st.is_ok()) return st.with_context(c.describe_qp(q));
+  }
+  return Status::ok();
+}
+
+Status set_members(Conn& c, const std::vector<Device*>& members, int npaths, int qpp) {
+  const int n = static_cast<int>(members.size());
+  if (n < 1 || n > kMaxConnMembers || npaths < n || npaths > kMaxConnMembers) {
+    return Status(Code::kInvalidUsage,
+                  "a fused device of " + std::to_string(n) + " members (" + std::to_string(npaths) +
+                      " paths): a comm runs over at most " + std::to_string(kMaxConnMembers));
+  }
+  if (qpp < 1 || npaths * qpp > wire::kMaxQps) {
+    return Status(Code::kInvalidUsage,
+                  "NCCL_IB_QPS_PER_CONNECTION=" + std::to_string(qpp) + " on each of " +
+                      std::to_string(npaths) + " paths of a fused connection makes " +
+                      std::to_string(npaths * qpp) + " QPs; at most " +
+                      std::to_string(wire::kMaxQps) + " (lower NCCL_IB_QPS_PER_CONNECTION)");
+  }
+  c.nmembers = n;
+  for (int m = 0; m < n; ++m) c.members[m].dev = members[m];
+  c.dev = members[0];
+  c.npaths = npaths;
+  for (int q = 0; q < npaths * qpp; ++q)
+    c.qp_member[q] = static_cast<uint8_t>(wire::qp_member(q, qpp, n));
+  return Status::ok();
+}
+
+void fill_local_members(const Conn& c, const wire::Meta& local,
+                        const std::vector<uint32_t>& weights, wire::MetaMembers* x) {
+  const int qpp = c.nqps / c.npaths;
+  wire::init_members(x, c.nmembers, c.npaths, qpp);
+  x->members[0] = wire::members_of_meta(local).members[0];
+  uint32_t top = 0;
+  for (uint32_t w : weights) top = std::max(top, w);
+  const uint32_t div = top / 0xffffu + 1;  // 16 bits on the wire; a non-zero weight stays so
+  for (int m = 0; m < c.nmembers; ++m) {
+    const Device& d = *c.members[m].dev;
+    wire::MemberInfo& e = x->members[m];
+    if (m > 0) {
+      std::memcpy(e.gid, d.gid.gid.data(), 16);
+      e.lid = d.attr.lid;
+      e.port = d.port;
+      e.mtu = static_cast<uint8_t>(d.attr.active_mtu);
+      e.gid_index = static_cast<uint8_t>(d.gid.index);
+      e.link_layer = d.attr.link_layer;
+      e.buf_rkey = c.mem_rkey[m];
+    }
+    const uint32_t w = m < static_cast<int>(weights.size()) ? weights[m] : 1;
+    e.weight = static_cast<uint16_t>(w == 0 ? 0 : std::max<uint32_t>(1, w / div));
+  }
+  bool any = false;
+  for (int m = 0; m < c.nmembers; ++m) any = any || x->members[m].weight > 0;
+  if (!any)
+    for (int m = 0; m < c.nmembers; ++m) x->members[m].weight = 1;  // all fallback: all equal
+}
+
+Status register_member_memory(Conn& c, NumaBuffer& mem, size_t bytes, const verbs::Mr& mr0) {
+  c.mem_lkey[0] = mr0->lkey;
+  c.mem_rkey[0] = mr0->rkey;
+  for (int m = 1; m < c.nmembers; ++m) {
+    int same = -1;  // an earlier member on the same adapter shares its registration (one PD)
+    for (int k = 0; k < m && same < 0; ++k)
+      if (c.members[k].dev->adapter == c.members[m].dev->adapter) same = k;
+    if (same >= 0) {
+      c.mem_lkey[m] = c.mem_lkey[same];
+      c.mem_rkey[m] = c.mem_rkey[same];
+      continue;
+    }
+    SLUICE_RETURN_IF_ERROR(register_comm_memory(*c.members[m].dev, mem, bytes, &c.mem_mr_more[m]));
+    c.mem_lkey[m] = c.mem_mr_more[m]->lkey;
+    c.mem_rkey[m] = c.mem_mr_more[m]->rkey;
   }
   return Status::ok();
 }

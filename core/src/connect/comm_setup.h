@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "comm/comm.h"
 #include "sluice/core/base/qp.h"
@@ -21,9 +22,22 @@ Status create_qps(Conn& c, int nqps, const QpCaps& caps, int cqe, wire::Meta* m)
 // INFO per process says it does not apply) and logs the labels and ports, one INFO line.
 void choose_flow_labels(Conn& c, const wire::Meta& local, const wire::Meta& remote);
 Status accept_peer_meta(Conn& c, const wire::Meta& local, const wire::Meta& remote);
-// RTR and RTS for every QP against the peer's metadata (accept_peer_meta first).
-Status connect_qps(Conn& c, const wire::Meta& local, const wire::Meta& remote, uint8_t tc,
+// RTR and RTS for every QP against the peer's metadata (accept_peer_meta first). Each QP's RTR
+// uses its path's members (wire.h): the local member's port and GID index, the remote member's
+// GID, LID and MTU; `lx`/`rx` are the sides' member extensions (members_of_meta for a plain Meta).
+Status connect_qps(Conn& c, const wire::Meta& local, const wire::Meta& remote,
+                   const wire::MetaMembers& lx, const wire::MetaMembers& rx, uint8_t tc,
                    uint8_t sl);
+// Fusion: the comm's members (Engine::members_of) and its QPs laid over `npaths` paths of `qpp`
+// QPs (before create_qps). Refuses more than kMaxConnMembers members or kMaxQps QPs.
+Status set_members(Conn& c, const std::vector<Device*>& members, int npaths, int qpp);
+// This side's extension: member 0 from `local` (after the GID route's choice), the others from
+// their devices, the weights (scaled to 16 bits) and the comm memory's rkeys.
+void fill_local_members(const Conn& c, const wire::Meta& local,
+                        const std::vector<uint32_t>& weights, wire::MetaMembers* x);
+// Registers the comm memory also on every member adapter after member 0's (`mr0`), filling
+// c.mem_lkey / c.mem_rkey for every member.
+Status register_member_memory(Conn& c, NumaBuffer& mem, size_t bytes, const verbs::Mr& mr0);
 // ECE (fabric.h): what both ends offer, from our QP 0's answer and the peer's metadata (run by
 // accept_peer_meta), and ibv_set_ece of it on QP q before its RTR (a provider answering
 // EOPNOTSUPP leaves the connection without ECE, as NCCL's).

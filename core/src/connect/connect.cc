@@ -62,6 +62,13 @@ struct ConnectState {
   uint8_t tc = 0, sl = 0;
   CmConnector cm;      // SLUICE_CM's choice, and the rdma_cm ids in rdmacm mode (cm_rdmacm.h)
   RouteGid gid_route;  // oob: our GID as the route to the listener says (route_gid.h)
+  // Fusion (wire.h): our members and weights (Engine::members_of / weights_of), and whether the
+  // member extensions are exchanged (either side fused, the listener knows them).
+  std::vector<Device*> members;
+  std::vector<uint32_t> weights;
+  bool ext = false;
+  int npaths = 1;
+  wire::MetaMembers local_x{}, remote_x{};
 };
 
 int remaining_ms(const ConnectState& s) {
@@ -114,9 +121,11 @@ Status start_tcp(ConnectState& s) {
 
 Status build_send_comm(ConnectState& s) {
   Engine* e = engine();
-  Device* d = e->device(s.dev);
+  Device* d = s.members[0];
   auto comm = std::move(s.comm);
   comm->c.dev = d;
+  const int qpp = e->config().qps_per_connection;
+  SLUICE_RETURN_IF_ERROR(set_members(comm->c, s.members, s.npaths, qpp));
   comm->c.peer = s.peer;
   comm->c.local_desc = d->name + ":" + std::to_string(d->port);
   const Config& cfg = e->config();
@@ -137,6 +146,8 @@ Status build_send_comm(ConnectState& s) {
   static_assert(sizeof(wire::DoneRecord) % alignof(SendReq) == 0);
   SLUICE_RETURN_IF_ERROR(
       register_comm_memory(*d, comm->mem, fifo_bytes + rec_bytes, &comm->mem_mr));
+  SLUICE_RETURN_IF_ERROR(
+      register_member_memory(comm->c, comm->mem, fifo_bytes + rec_bytes, comm->mem_mr));
   // Requests are constructed when first handed out (datapath.cc), so pool pages a connection
   // never uses are never touched.
   for (int i = 0; i < SendComm::kPool; ++i)
@@ -144,7 +155,7 @@ Status build_send_comm(ConnectState& s) {
   comm->free_top = SendComm::kPool;
 
   fill_local_meta(*d, 0, s.handle.nonce, &s.local);
-  int nqps = cfg.qps_per_connection;
+  int nqps = s.npaths * qpp;
   QpCaps caps{kSendSqDepth, 1, 1, 1, 0};
   // Every WR can complete into the CQ when a QP is flushed in error.
   int cqe = nqps * static_cast<int>(kSendSqDepth + 1) - 1;
@@ -198,17 +209,16 @@ Status connect_step(ConnectState& s, SendComm** out) {
       case ConnectState::kCmResolve: {
         sockaddr_storage cm_addr{};  // the listener's rdma_cm address (begin: it offers one)
         wire::handle_cm_address(s.handle, &cm_addr);
-        SLUICE_RETURN_IF_ERROR(s.cm.decide(*e->device(s.dev), cm_addr, remaining_ms(s)));
+        SLUICE_RETURN_IF_ERROR(s.cm.decide(*s.members[0], cm_addr, remaining_ms(s)));
         // What rdma_cm found for the out-of-band address serves oob's GID check only when it
         // resolved that very address; otherwise kGidRoute resolves it.
         if (same_address(cm_addr, s.addr))
-          s.gid_route.reuse(*e->device(s.dev), s.addr, s.cm.facts, "connect");
+          s.gid_route.reuse(*s.members[0], s.addr, s.cm.facts, "connect");
         s.phase = s.cm.rdmacm ? ConnectState::kStart : ConnectState::kGidRoute;
         continue;
       }
       case ConnectState::kGidRoute:
-        SLUICE_RETURN_IF_ERROR(
-            s.gid_route.step(*e->device(s.dev), s.addr, remaining_ms(s), "connect"));
+        SLUICE_RETURN_IF_ERROR(s.gid_route.step(*s.members[0], s.addr, remaining_ms(s), "connect"));
         s.phase = ConnectState::kStart;
         continue;
       case ConnectState::kStart: {
@@ -216,6 +226,10 @@ Status connect_step(ConnectState& s, SendComm** out) {
         if (!s.comm->c.dev) {
           SLUICE_RETURN_IF_ERROR(build_send_comm(s));
           s.gid_route.apply(&s.local);
+          if (s.ext) {  // after the route's GID choice: member 0 is Meta's own
+            s.local.features |= wire::kMetaFeatureMembers;
+            fill_local_members(s.comm->c, s.local, s.weights, &s.local_x);
+          }
           if (s.cm.rdmacm) {
             s.local.cm = wire::kMetaCmRdmacm;
             s.cm.link->tc = s.tc;
@@ -254,17 +268,42 @@ Status connect_step(ConnectState& s, SendComm** out) {
         continue;
       }
       case ConnectState::kSendMeta: {
-        Status st = send_some(s.comm->c.fd, &s.local, sizeof s.local, &s.io, s.peer);
+        // Meta, then (fusion) the members' extension right behind it, as one byte stream.
+        const size_t n = sizeof s.local + (s.ext ? sizeof s.local_x : 0);
+        uint8_t out[sizeof s.local + sizeof s.local_x];
+        std::memcpy(out, &s.local, sizeof s.local);
+        std::memcpy(out + sizeof s.local, &s.local_x, sizeof s.local_x);
+        Status st = send_some(s.comm->c.fd, out, n, &s.io, s.peer);
         if (!st.is_ok()) return st;
         s.phase = ConnectState::kRecvMeta;
         s.io = 0;
         continue;
       }
       case ConnectState::kRecvMeta: {
-        Status st = recv_some(s.comm->c.fd, &s.remote, sizeof s.remote, &s.io, s.peer);
+        // Meta, then (fusion) the members' extension; s.io counts the bytes of both.
+        const size_t n = sizeof s.remote + (s.ext ? sizeof s.remote_x : 0);
+        Status st = s.io < sizeof s.remote
+                        ? recv_some(s.comm->c.fd, &s.remote, sizeof s.remote, &s.io, s.peer)
+                        : Status::ok();
+        if (st.is_ok() && n > sizeof s.remote) {
+          size_t io = s.io - sizeof s.remote;
+          st = recv_some(s.comm->c.fd, &s.remote_x, sizeof s.remote_x, &io, s.peer);
+          s.io = sizeof s.remote + io;
+        }
         if (!st.is_ok()) return st;
         SLUICE_RETURN_IF_ERROR(wire::validate_meta(s.remote, 1, s.handle.nonce)
                                    .with_context("accept reply from " + s.peer));
+        if (s.ext) {
+          if ((s.remote.features & wire::kMetaFeatureMembers) == 0)
+            return Status(Code::kRemoteError,
+                          "the listener at " + s.peer + " answered without its members' metadata");
+          SLUICE_RETURN_IF_ERROR(wire::validate_members(s.remote, s.remote_x)
+                                     .with_context("accept reply from " + s.peer));
+          SLUICE_RETURN_IF_ERROR(wire::check_peer_members(s.local_x, s.remote_x));
+        } else {
+          s.local_x = wire::members_of_meta(s.local);
+          s.remote_x = wire::members_of_meta(s.remote);
+        }
         SendComm& c = *s.comm;
         c.remote_records = s.remote.buf_addr;
         c.remote_records_rkey = s.remote.buf_rkey;
@@ -278,7 +317,8 @@ Status connect_step(ConnectState& s, SendComm** out) {
           continue;
         }
         s.gid_route.check_pair(*c.c.dev, s.local, s.remote, s.peer);
-        SLUICE_RETURN_IF_ERROR(connect_qps(c.c, s.local, s.remote, s.tc, s.sl));
+        SLUICE_RETURN_IF_ERROR(
+            connect_qps(c.c, s.local, s.remote, s.local_x, s.remote_x, s.tc, s.sl));
         s.phase = ConnectState::kSendReady;
         continue;
       }
@@ -310,7 +350,7 @@ Status connect(int dev, void* handle, const CommConfig& cfg, SendComm** out) {
   *out = nullptr;
   Engine* e = engine();
   if (e == nullptr) return Status(Code::kInvalidUsage, "connect called before init");
-  if (e->device(dev) == nullptr)
+  if (e->members_of(dev).empty())
     return Status(Code::kInvalidArgument, "connect: no device " + std::to_string(dev));
   wire::Handle h;
   std::memcpy(&h, handle, sizeof h);
@@ -340,7 +380,24 @@ Status connect(int dev, void* handle, const CommConfig& cfg, SendComm** out) {
     st->peer = sockaddr_text(st->addr);
     st->deadline = Clock::now() + std::chrono::milliseconds(e->config().connect_timeout_ms);
     st->comm = std::make_unique<SendComm>();
-    auto resolve = st->cm.begin(*e->device(dev), h.cm_port != 0, st->peer);
+    st->members = e->members_of(dev);
+    st->weights = e->weights_of(dev);
+    if (st->members.size() > 1 && h.members == 0) {  // a Sluice before fusion: one member
+      SLUICE_INFO(kSubNet,
+                  "connect to %s: the listener runs a Sluice without fused devices; using %s only",
+                  st->peer.c_str(), st->members[0]->name.c_str());
+      st->members.resize(1);
+      st->weights.resize(1);
+    }
+    st->ext = st->members.size() > 1 || h.members > 1;
+    st->npaths = std::max<int>(static_cast<int>(st->members.size()), h.members);
+    if (st->ext && static_cast<CmMode>(e->config().cm_mode) == CmMode::kRdmacm)
+      return Status(Code::kInvalidUsage,
+                    "connect to " + st->peer +
+                        ": SLUICE_CM=rdmacm does not yet connect fused devices; use "
+                        "SLUICE_CM=oob or auto");
+    // Fused: the out-of-band bring-up (rdma_cm's ids are per device; not yet over members).
+    auto resolve = st->cm.begin(*st->members[0], h.cm_port != 0 && !st->ext, st->peer);
     if (!resolve.is_ok()) return resolve.status().with_context("connect to " + st->peer);
     st->phase = resolve.value() ? ConnectState::kCmResolve : ConnectState::kGidRoute;
     uint64_t id = g.next_id++;
@@ -368,7 +425,7 @@ Status connect(int dev, void* handle, const CommConfig& cfg, SendComm** out) {
   std::memcpy(handle, &h, sizeof h);
   if (!st.is_ok()) {
     *out = nullptr;
-    const Device& d = *e->device(dev);
+    const Device& d = *e->members_of(dev)[0];
     ibv_port_attr pa{};  // a port that went down explains any failure above best
     std::string down;
     if (ibv_query_port(d.adapter->ctx.get(), d.port, &pa) == 0) {

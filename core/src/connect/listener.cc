@@ -35,7 +35,9 @@ class ListenComm : public CommBase {
  public:
   ListenComm() : CommBase(CommKind::kListen) {}
   ~ListenComm();
-  Device* dev = nullptr;
+  Device* dev = nullptr;         // member 0's
+  std::vector<Device*> members;  // the listened device's members (Engine::members_of)
+  std::vector<uint32_t> weights;
   int fd = -1;
   uint64_t nonce = 0;
   std::string addr_text;
@@ -78,7 +80,7 @@ uint64_t random_u64() {
 }  // namespace
 
 struct ListenComm::Pending {
-  enum Phase { kRecvMeta, kGidRoute, kSendMeta, kRecvReady } phase = kRecvMeta;
+  enum Phase { kRecvMeta, kRecvMembers, kGidRoute, kSendMeta, kRecvReady } phase = kRecvMeta;
   bool identified =
       false;  // its metadata passed wire::validate_meta: a Sluice peer of this listener
   int fd = -1;
@@ -87,6 +89,7 @@ struct ListenComm::Pending {
   Clock::time_point deadline;
   std::unique_ptr<RecvComm> comm;
   wire::Meta local{}, remote{};
+  wire::MetaMembers local_x{}, remote_x{};  // fusion: exchanged when the connector sent one
   size_t io = 0;
   uint8_t ready = 0;
   std::unique_ptr<CmLink> cm;  // the connector chose rdmacm: its QPs' ids (cm_rdmacm.h)
@@ -109,6 +112,20 @@ Status build_recv_comm(ListenComm& l, ListenComm::Pending& p) {
   const Config& cfg = e->config();
   auto comm = std::make_unique<RecvComm>();
   comm->c.dev = d;
+  // Fusion: the connector sent its members (it knew ours from the handle) and laid out the paths;
+  // without an extension the peer is one member (or a Sluice before fusion): member 0 only.
+  const bool ext = (p.remote.features & wire::kMetaFeatureMembers) != 0;
+  std::vector<Device*> members = l.members;
+  if (!ext && members.size() > 1) {
+    SLUICE_INFO(kSubNet,
+                "accept from %s: the connector sent no members' metadata (a Sluice "
+                "without fused devices); using %s only",
+                p.peer.c_str(), d->name.c_str());
+    members.resize(1);
+  }
+  const int npaths = ext ? p.remote_x.npaths : 1;
+  SLUICE_RETURN_IF_ERROR(
+      set_members(comm->c, members, npaths, ext ? p.remote_x.qps_per_path : p.remote.nqps));
   comm->c.peer = p.peer;
   comm->c.local_desc = d->name + ":" + std::to_string(d->port);
   size_t stage_bytes = sizeof(wire::CtsEntry) * wire::kFifoSlots * wire::kEntriesPerSlot;
@@ -124,6 +141,8 @@ Status build_recv_comm(ListenComm& l, ListenComm::Pending& p) {
   static_assert(std::is_trivially_destructible_v<RecvReq>, "lives in raw comm memory");
   SLUICE_RETURN_IF_ERROR(
       register_comm_memory(*d, comm->mem, stage_bytes + rec_bytes, &comm->mem_mr));
+  SLUICE_RETURN_IF_ERROR(
+      register_member_memory(comm->c, comm->mem, stage_bytes + rec_bytes, comm->mem_mr));
   // Requests are constructed on first use (datapath.cc).
   fill_local_meta(*d, 1, l.nonce, &p.local);
   p.gid_route.apply(&p.local);
@@ -141,6 +160,16 @@ Status build_recv_comm(ListenComm& l, ListenComm::Pending& p) {
   p.local.buf_rkey = comm->mem_mr->rkey;
   p.local.split_data = p.remote.split_data;  // the connector decides, as for nqps
   comm->c.split = p.remote.split_data != 0;
+  if (ext) {
+    p.local.features |= wire::kMetaFeatureMembers;
+    fill_local_members(comm->c, p.local, l.weights, &p.local_x);
+    SLUICE_RETURN_IF_ERROR(wire::check_peer_members(p.local_x, p.remote_x));
+  } else {
+    p.local_x = wire::members_of_meta(p.local);
+    p.remote_x = wire::members_of_meta(p.remote);
+  }
+  if (ext && p.remote.cm == wire::kMetaCmRdmacm)
+    return Status(Code::kRemoteError, "the connector chose rdmacm for a fused connection");
   if (p.remote.cm == wire::kMetaCmRdmacm) {  // QPs to RTR/RTS as the CM requests arrive
     if (!l.cm) return Status(Code::kRemoteError, "the connector chose rdmacm; no rdma_cm here");
     SLUICE_RETURN_IF_ERROR(accept_peer_meta(comm->c, p.local, p.remote));
@@ -148,7 +177,8 @@ Status build_recv_comm(ListenComm& l, ListenComm::Pending& p) {
     p.local.cm = wire::kMetaCmRdmacm;
   } else {
     p.gid_route.check_pair(*d, p.local, p.remote, p.peer);
-    SLUICE_RETURN_IF_ERROR(connect_qps(comm->c, p.local, p.remote, tc, p.remote.service_level));
+    SLUICE_RETURN_IF_ERROR(
+        connect_qps(comm->c, p.local, p.remote, p.local_x, p.remote_x, tc, p.remote.service_level));
   }
   comm->remote_fifo = p.remote.buf_addr;
   comm->remote_fifo_rkey = p.remote.buf_rkey;
@@ -161,13 +191,16 @@ Status build_recv_comm(ListenComm& l, ListenComm::Pending& p) {
 Status listen(int dev, void* handle, ListenComm** out) {
   Engine* e = engine();
   if (e == nullptr) return Status(Code::kInvalidUsage, "listen called before init");
-  Device* d = e->device(dev);
+  const std::vector<Device*> members = e->members_of(dev);
+  Device* d = members.empty() ? nullptr : members[0];
   if (d == nullptr)
     return Status(Code::kInvalidArgument, "listen: no device " + std::to_string(dev));
   reap_abandoned_connects(false);
   reap_listens(false);
   auto l = std::make_unique<ListenComm>();
   l->dev = d;
+  l->members = members;
+  l->weights = e->weights_of(dev);
   l->nonce = random_u64() | 1;
   sockaddr_storage sa = e->oob_interface().addr;
   l->fd = socket(sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -189,7 +222,12 @@ Status listen(int dev, void* handle, ListenComm** out) {
 
   const auto knob = static_cast<CmMode>(e->config().cm_mode);
   sockaddr_storage cm_sa{};
-  if (knob != CmMode::kOob) {
+  if (members.size() > 1 && knob == CmMode::kRdmacm) {
+    return Status(Code::kInvalidUsage, "listen on a fused device (" + d->name +
+                                           " and more): SLUICE_CM=rdmacm does not yet connect "
+                                           "fused devices; use SLUICE_CM=oob or auto");
+  }
+  if (knob != CmMode::kOob && members.size() == 1) {  // fused: oob bring-up (connect.cc)
     // The rdma_cm listener binds an IP address of the device's own interface: the out-of-band
     // address where that is on the device, else one of its family (choose_cm_address).
     std::string why;
@@ -215,7 +253,8 @@ Status listen(int dev, void* handle, ListenComm** out) {
     }
   }
   const wire::Handle h = wire::encode_handle(sa, static_cast<uint32_t>(dev), l->nonce,
-                                             l->cm ? l->cm->port : uint16_t{0}, &cm_sa);
+                                             l->cm ? l->cm->port : uint16_t{0}, &cm_sa,
+                                             static_cast<uint16_t>(members.size()));
   std::memset(handle, 0, kHandleSize);
   std::memcpy(handle, &h, sizeof h);
   SLUICE_INFO(kSubNet, "listening on %s for %s", l->addr_text.c_str(), d->name.c_str());
@@ -273,6 +312,20 @@ Step step(ListenComm& l, ListenComm::Pending& p, Clock::time_point now, RecvComm
           return Step::kDrop;
         }
         p.identified = true;
+        p.io = 0;
+        p.phase = (p.remote.features & wire::kMetaFeatureMembers) != 0
+                      ? ListenComm::Pending::kRecvMembers
+                      : ListenComm::Pending::kGidRoute;
+        continue;
+      }
+      case ListenComm::Pending::kRecvMembers: {  // fusion: the extension right behind Meta
+        Status st = recv_some(p.fd, &p.remote_x, sizeof p.remote_x, &p.io, p.peer);
+        if (st.is_again()) break;
+        if (st.is_ok()) st = wire::validate_members(p.remote, p.remote_x);
+        if (!st.is_ok()) {
+          *why = st;
+          return Step::kDrop;
+        }
         p.phase = ListenComm::Pending::kGidRoute;
         continue;
       }
@@ -294,7 +347,13 @@ Step step(ListenComm& l, ListenComm::Pending& p, Clock::time_point now, RecvComm
         continue;
       }
       case ListenComm::Pending::kSendMeta: {
-        Status st = send_some(p.fd, &p.local, sizeof p.local, &p.io, p.peer);
+        // Meta, then (fusion) our members' extension right behind it, as one byte stream.
+        const bool ext = (p.local.features & wire::kMetaFeatureMembers) != 0;
+        uint8_t out[sizeof p.local + sizeof p.local_x];
+        std::memcpy(out, &p.local, sizeof p.local);
+        std::memcpy(out + sizeof p.local, &p.local_x, sizeof p.local_x);
+        Status st =
+            send_some(p.fd, out, sizeof p.local + (ext ? sizeof p.local_x : 0), &p.io, p.peer);
         if (st.is_again()) break;
         if (!st.is_ok()) {
           *why = st;

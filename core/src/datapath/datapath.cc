@@ -34,6 +34,8 @@ Status fail(Conn& c, Status st) {
 Status check_device(Conn& c, bool new_work) {
   if (c.failed()) return c.failure;  // a retired comm has no device any more
   Adapter* a = c.dev->adapter;
+  for (int m = 1; m < c.nmembers && !a->fatal.load(std::memory_order_relaxed); ++m)
+    a = c.members[m].dev->adapter;  // any member's adapter lost fails the comm
   if (!a->fatal.load(std::memory_order_relaxed)) {
     SLUICE_RETURN_IF_ERROR(liveness_check(c, new_work));
     return c.progress.due ? check_progress(c) : Status::ok();
@@ -262,7 +264,8 @@ void retire_comm(Conn& c, const std::string& why) {
   for (int q = 0; q < c.nqps; ++q) c.qps[q].reset();
   release_deferred_mrs(c.dev->adapter, reinterpret_cast<uintptr_t>(c.owner),
                        nullptr);  // nothing of the comm touches memory now
-  c.cq.reset();
+  for (auto& m : c.members) m.cq.reset();
+  for (auto& mr : c.mem_mr_more) mr.reset();
   c.cm.reset();  // rdmacm mode: the QPs' rdma_cm ids and event channel
   if (c.fd >= 0) close(c.fd);
   c.fd = -1;

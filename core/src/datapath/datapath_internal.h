@@ -26,6 +26,14 @@ static_assert((kWrDrainMarker & (kWrUnsignaled | kWrCts | kWrReject | kWrProgres
 inline constexpr size_t kMaxMessage = wire::kMaxMessageBytes;
 static_assert(kMaxMessage < wire::kImmRecord, "a single-receive size must fit the immediate");
 inline constexpr int kPollBatch = 16;
+// Issue 24 in progress: a fused comm connects (its QPs on every member at RTS, the metadata and
+// the comm memory per member exchanged), but its data path (memory keys per member, striping,
+// completion over every member's chain) has not landed: isend/irecv refuse it rather than post
+// a member-0 key on another member's QP.
+inline constexpr const char* kFusedNotYet =
+    "the data path over a fused device is not implemented yet (issue 24): the comm is connected "
+    "over its members, but isend/irecv run only on comms of one path (both ends one physical "
+    "device)";
 
 Status fail(Conn& c, Status st);
 // A fatal device, an async-event failure, or (rate limited, liveness.h) a peer that is gone.

@@ -221,9 +221,11 @@ void unregister_recv(RecvComm& r) {
   r.registered = false;
 }
 
-Status poll_recv(RecvComm& r) {
+namespace {
+
+Status poll_recv_cq(RecvComm& r, ibv_cq* cq) {
   ibv_wc wc[kPollBatch];
-  int n = ibv_poll_cq(r.c.cq.get(), kPollBatch, wc);
+  int n = ibv_poll_cq(cq, kPollBatch, wc);
   if (n < 0)
     return fail(r.c, Status(Code::kSystemError, "ibv_poll_cq failed on " + r.c.describe_qp(0)));
   if (n > 0) r.c.stats.completions.add(static_cast<uint64_t>(n));
@@ -277,6 +279,15 @@ Status poll_recv(RecvComm& r) {
   return Status::ok();
 }
 
+}  // namespace
+
+// Every member's CQ in turn (a one-member comm polls one, as before fusion).
+Status poll_recv(RecvComm& r) {
+  for (int m = 0; m < r.c.nmembers; ++m)
+    SLUICE_RETURN_IF_ERROR(poll_recv_cq(r, r.c.members[m].cq.get()));
+  return Status::ok();
+}
+
 }  // namespace dp
 
 Status irecv(RecvComm* r, int n, void* const* data, const size_t* sizes, const int* tags,
@@ -284,6 +295,8 @@ Status irecv(RecvComm* r, int n, void* const* data, const size_t* sizes, const i
   *out = nullptr;
   if (r == nullptr || r->kind != CommKind::kRecv)
     return Status(Code::kInvalidArgument, "irecv: not a receive comm");
+  if (r->c.npaths > 1) [[unlikely]]
+    return Status(Code::kInvalidUsage, dp::kFusedNotYet);
   if (n < 1 || n > wire::kEntriesPerSlot) {
     return Status(Code::kInvalidArgument, "irecv: n = " + std::to_string(n) + " outside 1.." +
                                               std::to_string(wire::kEntriesPerSlot));

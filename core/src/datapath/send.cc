@@ -261,9 +261,11 @@ Status isend_impl(SendComm* s, void* data, size_t size, int tag, MemHandle* mh, 
 
 }  // namespace
 
-Status poll_send(SendComm& s) {
+namespace {
+
+Status poll_send_cq(SendComm& s, ibv_cq* cq) {
   ibv_wc wc[kPollBatch];
-  int n = ibv_poll_cq(s.c.cq.get(), kPollBatch, wc);
+  int n = ibv_poll_cq(cq, kPollBatch, wc);
   if (n < 0)
     return fail(s.c, Status(Code::kSystemError, "ibv_poll_cq failed on " + s.c.describe_qp(0)));
   const int nlanes = cts::lanes(s.c.split, s.c.nqps);
@@ -316,6 +318,15 @@ Status poll_send(SendComm& s) {
   return Status::ok();
 }
 
+}  // namespace
+
+// Every member's CQ in turn (a one-member comm polls one, as before fusion).
+Status poll_send(SendComm& s) {
+  for (int m = 0; m < s.c.nmembers; ++m)
+    SLUICE_RETURN_IF_ERROR(poll_send_cq(s, s.c.members[m].cq.get()));
+  return Status::ok();
+}
+
 }  // namespace dp
 
 Status isend(SendComm* s, void* data, size_t size, int tag, MemHandle* mh, Request** out,
@@ -323,6 +334,8 @@ Status isend(SendComm* s, void* data, size_t size, int tag, MemHandle* mh, Reque
   *out = nullptr;
   if (s == nullptr || s->kind != CommKind::kSend)
     return Status(Code::kInvalidArgument, "isend: not a send comm");
+  if (s->c.npaths > 1) [[unlikely]]
+    return Status(Code::kInvalidUsage, dp::kFusedNotYet);
   Status st = dp::isend_impl(s, data, size, tag, mh, parent, out);
   // A receive posted before this send is published after the send's data went out.
   dp::publish_all();

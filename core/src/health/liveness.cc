@@ -239,8 +239,12 @@ Status fail_with(Conn& c, Status st, bool tell) {
 
 void liveness_start(Conn& c) {
   set_keepalive(c);
-  Adapter* a = c.dev ? c.dev->adapter : nullptr;
-  if (a != nullptr) {
+  // On every adapter the comm's members use, once each (members may share one).
+  for (int m = 0; m < c.nmembers; ++m) {
+    Adapter* a = c.members[m].dev ? c.members[m].dev->adapter : nullptr;
+    bool seen = a == nullptr;
+    for (int k = 0; k < m && !seen; ++k) seen = c.members[k].dev->adapter == a;
+    if (seen) continue;
     std::lock_guard<std::mutex> lk(a->comms_mu);
     a->comms.push_back(&c);
     c.watch.registered = true;
@@ -252,9 +256,11 @@ void liveness_start(Conn& c) {
 
 void liveness_stop(Conn& c) {
   if (c.watch.registered) {
-    Adapter* a = c.dev->adapter;
-    std::lock_guard<std::mutex> lk(a->comms_mu);
-    a->comms.erase(std::remove(a->comms.begin(), a->comms.end(), &c), a->comms.end());
+    for (int m = 0; m < c.nmembers; ++m) {  // erasing twice from a shared adapter is harmless
+      Adapter* a = c.members[m].dev->adapter;
+      std::lock_guard<std::mutex> lk(a->comms_mu);
+      a->comms.erase(std::remove(a->comms.begin(), a->comms.end(), &c), a->comms.end());
+    }
     c.watch.registered = false;
   }
   if (c.watch.started && c.fd >= 0 && c.watch.state == PeerWatch::kAlive) {
@@ -353,10 +359,13 @@ void liveness_async_event(Adapter& a, const ibv_async_event& ev) {
           for (int q = 0; q < c->nqps; ++q) match = match || c->qps[q].get() == ev.element.qp;
           break;
         case AsyncEventInfo::kCq:
-          match = c->cq.get() == ev.element.cq;
+          for (int m = 0; m < c->nmembers; ++m)
+            match = match || c->members[m].cq.get() == ev.element.cq;
           break;
-        case AsyncEventInfo::kPort:
-          match = c->dev->port == ev.element.port_num;
+        case AsyncEventInfo::kPort:  // a member on this adapter's port (the event's adapter)
+          for (int m = 0; m < c->nmembers; ++m)
+            match = match || (c->members[m].dev->adapter == &a &&
+                              c->members[m].dev->port == ev.element.port_num);
           break;
         case AsyncEventInfo::kDevice:
           match = true;

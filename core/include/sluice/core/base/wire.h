@@ -47,7 +47,7 @@ struct Handle {
   uint64_t nonce;       // random per listener; the connector echoes it so strays are rejected
   uint8_t cm_addr[16];  // the rdma_cm listener's address when cm_family != 0 (IPv4: first 4 bytes)
   uint16_t cm_family;   // AF_UNSPEC = the rdma_cm listener is at `addr`; AF_INET / AF_INET6
-  uint16_t reserved1;   // zero
+  uint16_t members;     // the listener's member devices (fusion); 0 = a Sluice before fusion
   uint32_t checksum;    // FNV-1a over the bytes above
   uint64_t connect_state;  // connector-private: id of its state machine (0 = not started)
   uint64_t connect_check;  // connect_state ^ nonce ^ kHandleMagic: guards against garbage
@@ -56,6 +56,7 @@ static_assert(sizeof(Handle) == 88);
 static_assert(offsetof(Handle, version) == 8, "the version stays where wire version 1 had it");
 static_assert(offsetof(Handle, cm_addr) == 48 && offsetof(Handle, cm_family) == 64);
 static_assert(offsetof(Handle, checksum) == 68, "the checksum covers the rdma_cm address");
+static_assert(offsetof(Handle, members) == 66, "the byte pair that was reserved (zero) before");
 static_assert(offsetof(Handle, connect_state) == 72);
 static_assert(sizeof(Handle) <= 128, "must fit NCCL_NET_HANDLE_MAXSIZE");
 static_assert(std::is_trivially_copyable_v<Handle>);
@@ -67,8 +68,10 @@ Status validate_handle(const Handle& h);
 // The handle of a listener bound to `sa` (AF_INET or AF_INET6) on device `listen_dev`, checksum
 // set, connector fields zero; `cm_port` (network order) = its rdma_cm listener's port, 0 = none,
 // bound to `cm_addr` (its port ignored); nullptr or the address of `sa` = at `sa` (cm_family 0).
+// `members`: the listener's member devices (1 for a physical device; fusion).
 Handle encode_handle(const sockaddr_storage& sa, uint32_t listen_dev, uint64_t nonce,
-                     uint16_t cm_port = 0, const sockaddr_storage* cm_addr = nullptr);
+                     uint16_t cm_port = 0, const sockaddr_storage* cm_addr = nullptr,
+                     uint16_t members = 1);
 // The listener's address in a validated handle, and its length for connect().
 void handle_address(const Handle& h, sockaddr_storage* sa, socklen_t* len);
 // The rdma_cm listener's address and port in a validated handle; false when it offers none.
@@ -162,6 +165,68 @@ Status validate_cm_token(const void* data, size_t len, uint64_t nonce, CmToken* 
 // The leading bytes of Meta that tell a Sluice peer: the magic, then the version.
 inline constexpr size_t kMetaHeaderBytes = offsetof(Meta, version) + sizeof(uint16_t);
 static_assert(offsetof(Meta, magic) == 0 && kMetaHeaderBytes == 10);
+// ---- NIC fusion: the members' extension of Meta -------------------------------------------------
+// A comm over a fused device runs over several member devices (ports, on one adapter or several).
+// Its QPs are laid over paths: path p joins the sender's member p % ns and the receiver's member
+// p % nr, for p < npaths = max(ns, nr) (so 2 to 1 and 1 to 2 connect), and carries
+// qps_per_path QPs (NCCL_IB_QPS_PER_CONNECTION, per member as NCCL's): QP q is on path
+// q / qps_per_path, so Meta::nqps = npaths * qps_per_path <= kMaxQps and Meta::qps stays the one
+// list of QP numbers. Versioning, so that a Sluice from before fusion still connects:
+//  * the listener says how many members it has in Handle::members (0 from an older Sluice, which
+//    is one member and knows no extension);
+//  * the connector sends MetaMembers right after its Meta, announced by kMetaFeatureMembers, when
+//    either side has more than one member (and the listener is not an older Sluice); the acceptor
+//    answers with its own extension exactly when the connector's Meta announced one;
+//  * two one-member sides exchange the plain Meta, byte for byte as before fusion.
+// Meta's own port, GID, LID and MTU are member 0's.
+inline constexpr uint8_t kMetaFeatureMembers = 0x2;
+inline constexpr int kMaxMetaMembers = 4;              // per side (= CommStatsV2's kMaxMembers)
+inline constexpr uint32_t kMembersMagic = 0x4d424d53;  // "SMBM"
+inline constexpr uint16_t kMembersVersion = 1;
+struct MemberInfo {
+  uint8_t gid[16];
+  uint16_t lid;
+  uint8_t port;
+  uint8_t mtu;  // enum ibv_mtu of the port's active MTU
+  uint8_t gid_index;
+  uint8_t link_layer;  // every member's is Meta::link_layer (a fused device does not mix them)
+  uint16_t weight;     // relative share of the bytes this member sends or receives; 0 = fallback
+  uint32_t buf_rkey;   // its registration of Meta::buf_addr (member 0's = Meta::buf_rkey)
+  uint32_t reserved;   // zero
+};
+static_assert(sizeof(MemberInfo) == 32);
+struct MetaMembers {
+  uint32_t magic;    // kMembersMagic
+  uint16_t version;  // kMembersVersion
+  uint8_t nmembers;  // 1..kMaxMetaMembers
+  uint8_t npaths;    // max(sender's, receiver's members): both sides must agree
+  uint8_t qps_per_path;
+  uint8_t reserved[7];  // zero
+  MemberInfo members[kMaxMetaMembers];
+};
+static_assert(sizeof(MetaMembers) == 16 + 32 * kMaxMetaMembers);
+static_assert(std::is_trivially_copyable_v<MetaMembers>);
+static_assert(kMaxMetaMembers * 1 <= kMaxQps, "every path has at least one QP");
+// The path's member on each side (sender member, receiver member).
+inline int path_member(int path, int nmembers) {
+  return path % nmembers;
+}
+// The local member that QP q lives on.
+inline int qp_member(int q, int qps_per_path, int nmembers) {
+  return path_member(q / qps_per_path, nmembers);
+}
+// Fills ext's header; the caller fills members[0..nmembers).
+void init_members(MetaMembers* ext, int nmembers, int npaths, int qps_per_path);
+// Checks a peer's extension against its validated Meta `m`: magic, version, 1..kMaxMetaMembers
+// members, npaths in max(nmembers, 1)..kMaxMetaMembers, npaths * qps_per_path == m.nqps, each
+// member's MTU code and link layer (= m's), member 0 = Meta's own port/GID/LID/MTU and rkey, a
+// non-zero weight somewhere, zero reserved bytes.
+Status validate_members(const Meta& m, const MetaMembers& ext);
+// Both sides' extensions agree: the same npaths = max(both member counts) and qps_per_path.
+Status check_peer_members(const MetaMembers& local, const MetaMembers& remote);
+// The one-member extension a plain Meta stands for (a peer that sent none): member 0 from m.
+MetaMembers members_of_meta(const Meta& m);
+
 // Checks the first `n` bytes that arrived of a Meta (any n, also fewer than kMetaHeaderBytes): each
 // arrived byte of the magic, and the version once it is complete. ok() = nothing wrong so far, so
 // a stray or foreign connection is refused at its first wrong byte.
