@@ -48,7 +48,11 @@ TEST(FusionRequest, RefusesTooManyWithTheVersionLimit) {
   const std::string m = refusal(devs, 5, 8, 8, 4, true);
   EXPECT_NE(m.find("5 devices"), std::string::npos) << m;
   EXPECT_NE(m.find("at most 4"), std::string::npos) << m;
+  // ndevs above the ABI's array (NCCL's devs[] holds max_members entries): refused without reading
+  // past the array (the sanitizer pass caught the read of devs[8] here).
   EXPECT_FALSE(check_fusion_request(devs, 9, 9, 9, 8, true).is_ok());
+  const std::string big = refusal(devs, 9, 9, 9, 8, true);
+  EXPECT_NE(big.find("9 devices (0,1,2,3,4,5,6,7,...)"), std::string::npos) << big;
 }
 
 TEST(FusionRequest, RefusesWhenMergeNicsIsOff) {

@@ -23,8 +23,11 @@ Status check_fusion_request(const int* devs, int n, int n_physical, int n_device
   if (devs == nullptr) return refuse("the device list is NULL");
   if (n < 1) return refuse("no device to fuse (ndevs = " + std::to_string(n) + ")");
   if (n > max_members) {
-    return refuse(std::to_string(n) + " devices (" + list(devs, n) + ") but at most " +
-                  std::to_string(max_members) + " may be fused at this net ABI version");
+    // NCCL's devs[] holds max_members entries at this ABI version: a larger ndevs is read no
+    // further.
+    return refuse(std::to_string(n) + " devices (" + list(devs, max_members) +
+                  ",...) but at most " + std::to_string(max_members) +
+                  " may be fused at this net ABI version");
   }
   if (n > 1 && !merge_nics) {
     return refuse("NCCL_IB_MERGE_NICS=0 forbids fusing devices " + list(devs, n) +
