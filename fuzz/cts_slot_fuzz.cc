@@ -13,6 +13,7 @@
 //   [434, 466)  immediates (8 x uint32)
 // Contract: never crash; every rejection is a clear error (non-empty message, expected code);
 // every acceptance is consistent with the input (checked independently here).
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -149,7 +150,15 @@ void fuzz_record(Reader& in) {
   uint32_t wrs = 0;
   for (int lane = 0; lane < nlanes; ++lane) {
     const uint32_t w = cts::group_wrs(sizes, n, lane, nlanes);
-    check(w >= 1 && w <= static_cast<uint32_t>(n) + 1, "WRs per lane");
+    // A message longer than the progress chunk on a lane goes as up to kMaxPieces WRITEs
+    // (cts::plan_lane); a chain of shorter ones is one WRITE per message and the close, as ever.
+    uint32_t most = 1;  // the close
+    for (int i = 0; i < n; ++i) {
+      const size_t chunk = cts::chunk_of(sizes[i], nlanes);
+      const size_t off = static_cast<size_t>(lane) * chunk;
+      if (off < sizes[i]) most += cts::pieces(std::min(chunk, sizes[i] - off));
+    }
+    check(w >= 1 && w <= most && w <= cts::kMaxLaneWrs, "WRs per lane");
     wrs += w;
   }
   check(wrs >= static_cast<uint32_t>(nlanes), "a lane without its closing WR");
