@@ -20,7 +20,7 @@ done
 machine=" $(tr '\n' ' ' < "$B/MACHINE_LIBS") "
 elves=0
 while IFS= read -r -d '' f; do
-  head -c4 "$f" | grep -q 'ELF' || continue
+  [ "$(head -c4 "$f" | tr -d '\0')" = $'\x7fELF' ] || continue
   elves=$((elves + 1))
   rel=${f#"$B"/}
   for n in $(readelf -d "$f" 2>/dev/null | sed -nE 's/.*\(NEEDED\).*\[(.*)\]/\1/p'); do

@@ -19,6 +19,6 @@ block=$(printf '%s\n' "$out" | awk -v d="$dev" '$1 == d {on = 1; print; next} on
 printf '%s\n' "$block"
 for want in "transport iWARP" "Sluice would use: none: $dev is an iWARP device" \
   "connection manager: rdmacm (iWARP: connections must go through rdma_cm)"; do
-  printf '%s\n' "$block" | grep -qF "$want" || { echo "iwarp_bed: sluice-info lacks: $want" >&2; exit 1; }
+  grep -qF "$want" <<<"$block" || { echo "iwarp_bed: sluice-info lacks: $want" >&2; exit 1; }
 done
 echo "iwarp_bed: sluice-info shows $dev as iWARP, rdmacm, not used"

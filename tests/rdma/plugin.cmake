@@ -141,6 +141,15 @@ add_test(NAME core_layers_catches_violation
 set_tests_properties(core_layers core_layers_catches_violation PROPERTIES LABELS "unit;abi"
                      TIMEOUT 60)
 
+# No shell script under pipefail pipes into grep -q (SIGPIPE turns a match into a random failure:
+# CI failed so on gpu_check_no_rdma_skips), and the check itself catches such a pipe.
+add_test(NAME scripts_no_pipe_into_grep_q
+         COMMAND ${SLUICE_ABI_TEST_DIR}/check_pipefail_grep.sh ${PROJECT_SOURCE_DIR})
+add_test(NAME scripts_no_pipe_into_grep_q_selftest
+         COMMAND ${SLUICE_ABI_TEST_DIR}/check_pipefail_grep.sh --selftest)
+set_tests_properties(scripts_no_pipe_into_grep_q scripts_no_pipe_into_grep_q_selftest
+                     PROPERTIES LABELS "unit;abi" TIMEOUT 60)
+
 # NIC fusion in NCCL's order of calls through the v9..v12 tables, over the bed's two ports
 # (docs/fusion.md). The connection part (FusedDevice.ConnectAndOneMessageEveryVersion) needs the
 # fused data path: once it is merged, run it with SLUICE_TEST_FUSED_DATAPATH=1 and add it here.
