@@ -726,17 +726,7 @@ inline bool contains(const std::string& s, const std::string& part) {
   return s.find(part) != std::string::npos;
 }
 
-// The first line of a (sysfs) file without its trailing newline and spaces; "" if unreadable.
-inline std::string read_line(const std::string& path) {
-  FILE* f = std::fopen(path.c_str(), "r");
-  if (f == nullptr) return {};
-  char buf[256] = {};
-  if (std::fgets(buf, sizeof buf, f) == nullptr) buf[0] = '\0';
-  std::fclose(f);
-  std::string s = buf;
-  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
-  return s;
-}
+using sluice::rdmatest::read_line;
 
 // This process's QPs, CQs and MRs per `rdma resource show` (-1 each when it is unavailable).
 struct Counts {

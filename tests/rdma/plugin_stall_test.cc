@@ -30,10 +30,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <set>
 #include <string>
 #include <vector>
 
+#include "bed_tc.h"
 #include "plugin_bed.h"
 #include "sluice/sluice_ext.h"
 
@@ -67,102 +67,9 @@ long long sender_bound_ms(size_t bytes) {
   return watchdog_bound_ms() + static_cast<long long>((bytes * 10000 + (1u << 20) - 1) >> 20);
 }
 
-int run(const std::string& cmd) {
-  std::fprintf(stderr, "+ %s\n", cmd.c_str());
-  return std::system(cmd.c_str());
-}
-
-// Drops RoCE v2 (UDP 4791, IPv4 and IPv6) arriving on `lo` and the test ports' netdevs.
-class RoceDrop {
- public:
-  ::testing::AssertionResult install() {
-    const auto pair = sluice::rdmatest::test_pair();
-    std::set<std::string> devs{"lo"};
-    for (const auto& p : pair.ports) {
-      const std::string nd = read_line("/sys/class/infiniband/" + p.dev + "/ports/" +
-                                       std::to_string(p.port) + "/gid_attrs/ndevs/0");
-      if (nd.empty()) return ::testing::AssertionFailure() << "no netdev for " << p.label();
-      devs.insert(nd);
-    }
-    for (const char* m : {"sch_ingress", "cls_u32", "act_gact"}) {
-      if (run(std::string("modprobe ") + m) != 0)
-        return ::testing::AssertionFailure() << "modprobe " << m << " failed";
-    }
-    for (const auto& d : devs) {
-      const std::string f = "tc filter add dev " + d + " ingress ";
-      if (run("tc qdisc add dev " + d + " clsact") != 0 ||
-          run(f + "protocol ipv6 prio 1 u32 match ip6 protocol 17 0xff match ip6 dport 4791 0xffff "
-                  "action drop") != 0 ||
-          run(f + "protocol ip prio 2 u32 match ip protocol 17 0xff match ip dport 4791 0xffff "
-                  "action drop") != 0) {
-        devs_.push_back(d);
-        return ::testing::AssertionFailure() << "tc filter on " << d << " failed";
-      }
-      devs_.push_back(d);
-    }
-    return ::testing::AssertionSuccess();
-  }
-  // Packets the filters dropped so far ("dropped N" of each gact action).
-  long dropped() const {
-    long sum = 0;
-    for (const auto& d : devs_) {
-      FILE* p = popen(("tc -s filter show dev " + d + " ingress 2>/dev/null").c_str(), "r");
-      if (p == nullptr) continue;
-      char line[512];
-      while (std::fgets(line, sizeof line, p) != nullptr) {
-        const char* x = std::strstr(line, "(dropped ");
-        if (x != nullptr) sum += std::strtol(x + 9, nullptr, 10);
-      }
-      pclose(p);
-    }
-    return sum;
-  }
-  bool remove() {
-    bool ok = true;
-    for (const auto& d : devs_) ok = run("tc qdisc del dev " + d + " clsact") == 0 && ok;
-    devs_.clear();
-    return ok;
-  }
-  ~RoceDrop() { remove(); }
-
- private:
-  std::vector<std::string> devs_;
-};
-
-// Slows the bed's path: `tc qdisc ... root netem rate R` on the egress of `lo` and of the test
-// ports' netdevs (rxe between two local addresses goes through `lo`). netem's queue limit is set
-// far above what rxe keeps in flight, so nothing is dropped at egress (see RoceDrop: an egress
-// drop makes rxe resend at once); the packets are only late.
-class RoceRate {
- public:
-  ::testing::AssertionResult install(const char* rate) {
-    const auto pair = sluice::rdmatest::test_pair();
-    std::set<std::string> devs{"lo"};
-    for (const auto& p : pair.ports) {
-      const std::string nd = read_line("/sys/class/infiniband/" + p.dev + "/ports/" +
-                                       std::to_string(p.port) + "/gid_attrs/ndevs/0");
-      if (nd.empty()) return ::testing::AssertionFailure() << "no netdev for " << p.label();
-      devs.insert(nd);
-    }
-    if (run("modprobe sch_netem") != 0) return ::testing::AssertionFailure() << "no sch_netem";
-    for (const auto& d : devs) {
-      if (run("tc qdisc add dev " + d + " root netem rate " + rate + " limit 100000") != 0)
-        return ::testing::AssertionFailure() << "tc netem on " << d << " failed";
-      devs_.push_back(d);
-    }
-    return ::testing::AssertionSuccess();
-  }
-  bool remove() {
-    bool ok = true;
-    for (const auto& d : devs_) ok = run("tc qdisc del dev " + d + " root") == 0 && ok;
-    devs_.clear();
-    return ok;
-  }
-  ~RoceRate() { remove(); }
-
- private:
-  std::vector<std::string> devs_;
-};
+using sluice::rdmatest::RoceDrop;
+using sluice::rdmatest::RoceNetem;
+using sluice::rdmatest::run;
 
 void* post_recv(void* rc, RegBuf& buf, size_t off) {
   void* data = buf.data() + off;
@@ -495,9 +402,9 @@ TEST(Slow, SixteenMiBOnARateLimitedLinkCompletes) {
     sluiceCommStats_v2_t st0{}, st1{};
     st0.size = st1.size = sizeof st0;
     ASSERT_EQ(ext2->commStatsV2(a.send, &st0), 0);
-    RoceRate rate;
+    RoceNetem rate;
     const char* r_env = std::getenv("SLUICE_TEST_SLOW_RATE");
-    ASSERT_TRUE(rate.install(r_env != nullptr ? r_env : "4mbit"));
+    ASSERT_TRUE(rate.install(std::string("rate ") + (r_env != nullptr ? r_env : "4mbit")));
     const auto start = Clock::now();
     int got = -1;
     ASSERT_TRUE(send_recv(net(), a, s, kLong, r, kLong, kTag, &got)) << last_warn();

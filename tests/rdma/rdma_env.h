@@ -28,6 +28,18 @@
 
 namespace sluice::rdmatest {
 
+// The first line of a (sysfs) file without its trailing newline and spaces; "" if unreadable.
+inline std::string read_line(const std::string& path) {
+  FILE* f = std::fopen(path.c_str(), "r");
+  if (f == nullptr) return {};
+  char buf[256] = {};
+  if (std::fgets(buf, sizeof buf, f) == nullptr) buf[0] = '\0';
+  std::fclose(f);
+  std::string s = buf;
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
 inline constexpr const char kTestDevicesEnv[] = "SLUICE_TEST_DEVICES";
 
 struct TestPort {
