@@ -11,12 +11,15 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <infiniband/verbs.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <thread>
 #include <vector>
 
+#include "bed_tc.h"
 #include "rdma_env.h"
 #include "sluice/core/base/config.h"
 #include "sluice/core/base/qp.h"
@@ -131,7 +134,7 @@ void expect_address_vector(const Side& self, const Side& peer) {
   }
 }
 
-void bring_up(Side& self, const Side& peer) {
+void bring_up(Side& self, const Side& peer, uint8_t timeout = 14) {
   ASSERT_TRUE(
       qp_to_init(self.qp.get(), InitParams{self.port_num, 0, IBV_ACCESS_REMOTE_WRITE, MqpRetry{}})
           .is_ok());
@@ -140,7 +143,7 @@ void bring_up(Side& self, const Side& peer) {
   ASSERT_TRUE(st.is_ok()) << st.message();
   EXPECT_EQ(qp_query_state(self.qp.get()), IBV_QPS_RTR);
   ASSERT_NO_FATAL_FAILURE(expect_address_vector(self, peer));
-  st = qp_to_rts(self.qp.get(), RtsParams{self.psn, 14, 7, 7, 1, MqpRetry{}});
+  st = qp_to_rts(self.qp.get(), RtsParams{self.psn, timeout, 7, 7, 1, MqpRetry{}});
   ASSERT_TRUE(st.is_ok()) << st.message();
   EXPECT_EQ(qp_query_state(self.qp.get()), IBV_QPS_RTS);
 }
@@ -250,6 +253,101 @@ TEST(QpBringup, RtsBeforeRtrIsRefused) {
   Status st = qp_to_rts(s.qp.get(), RtsParams{});
   ASSERT_FALSE(st.is_ok());
   EXPECT_NE(st.message().find("RTR->RTS"), std::string::npos) << st.message();
+}
+
+// ---- The fence of failover (fence_qp, health/failover.h): no late write lands ----------------
+// The sender's packets are held back by `tc netem delay` (they are in the network, not yet at the
+// receiver) when the receiver fences its QP: ERROR, then the drain marker, polled. Every byte
+// that arrives after that must be dropped: the receiver's buffer stays exactly as it was at the
+// fence. The control runs the same without the fence and must see the late bytes land, so the
+// delay really had them in flight. Needs root in the bed (tc): ctest qp_fence, label bed.
+
+constexpr size_t kFenceBytes = size_t{2} << 20;
+constexpr size_t kFenceWrite = size_t{256} << 10;
+
+// Posts kFenceBytes of WRITEs tx -> rx (the last one signaled), waits `before_ms`, fences rx's QP
+// when `fence`, then waits `after_ms` more. *landed_early: bytes of rx's buffer already written at
+// the fence point; *changed_late: bytes that changed after it.
+void late_writes(bool fence, int before_ms, int after_ms, size_t* landed_early,
+                 size_t* changed_late, size_t* wrong) {
+  auto pair = rdmatest::test_pair();
+  Side tx, rx;
+  ASSERT_NO_FATAL_FAILURE(open_side(tx, pair.a(), kFenceBytes));
+  ASSERT_NO_FATAL_FAILURE(open_side(rx, pair.b(), kFenceBytes));
+  // RC's ACK timeout above the delayed round trip: the data is sent once, not resent.
+  ASSERT_NO_FATAL_FAILURE(bring_up(tx, rx, 20));
+  ASSERT_NO_FATAL_FAILURE(bring_up(rx, tx, 20));
+  for (size_t i = 0; i < kFenceBytes; ++i) tx.buf[i] = static_cast<uint8_t>(1 + (i * 7) % 251);
+  std::fill(rx.buf.begin(), rx.buf.end(), 0);
+  constexpr int kWrites = static_cast<int>(kFenceBytes / kFenceWrite);
+  ibv_sge sges[kWrites];
+  ibv_send_wr wrs[kWrites];
+  for (int k = 0; k < kWrites; ++k) {
+    sges[k] = {reinterpret_cast<uintptr_t>(tx.buf.data() + k * kFenceWrite),
+               static_cast<uint32_t>(kFenceWrite), tx.mr->lkey};
+    wrs[k] = ibv_send_wr{};
+    wrs[k].wr_id = 100 + k;
+    wrs[k].sg_list = &sges[k];
+    wrs[k].num_sge = 1;
+    wrs[k].opcode = IBV_WR_RDMA_WRITE;
+    wrs[k].send_flags = k + 1 == kWrites ? IBV_SEND_SIGNALED : 0;
+    wrs[k].wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(rx.buf.data() + k * kFenceWrite);
+    wrs[k].wr.rdma.rkey = rx.mr->rkey;
+    wrs[k].next = k + 1 < kWrites ? &wrs[k + 1] : nullptr;
+  }
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(ibv_post_send(tx.qp.get(), wrs, &bad), 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(before_ms));
+  if (fence) {
+    constexpr uint64_t kMarker = 0xfe9ce;
+    const Status st = fence_qp(rx.qp.get(), kMarker);
+    ASSERT_TRUE(st.is_ok()) << st.message();
+    bool marker = false;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!marker && std::chrono::steady_clock::now() < deadline) {
+      ibv_wc wc{};
+      const int n = ibv_poll_cq(rx.cq.get(), 1, &wc);
+      ASSERT_GE(n, 0);
+      if (n == 1) {
+        EXPECT_EQ(wc.status, IBV_WC_WR_FLUSH_ERR) << ibv_wc_status_str(wc.status);
+        marker = is_fence_marker(wc, rx.qp->qp_num, kMarker);
+      }
+    }
+    ASSERT_TRUE(marker) << "the drain marker did not flush within 10 s";
+    EXPECT_EQ(qp_query_state(rx.qp.get()), IBV_QPS_ERR);
+  }
+  const std::vector<uint8_t> at_fence = rx.buf;
+  std::this_thread::sleep_for(std::chrono::milliseconds(after_ms));
+  *landed_early = *changed_late = *wrong = 0;
+  for (size_t i = 0; i < kFenceBytes; ++i) {
+    *landed_early += at_fence[i] != 0 ? 1 : 0;
+    *changed_late += rx.buf[i] != at_fence[i] ? 1 : 0;
+    *wrong += rx.buf[i] != 0 && rx.buf[i] != tx.buf[i] ? 1 : 0;
+  }
+}
+
+TEST(QpFence, NoLateWriteLandsAfterTheFence) {
+  auto pair = rdmatest::test_pair();
+  SLUICE_REQUIRE_PAIR(pair);
+  if (geteuid() != 0) GTEST_FAIL() << "needs root inside scripts/rdma-bed (tc netem)";
+  constexpr int kDelayMs = 400, kBeforeMs = 100, kAfterMs = 2000;
+  rdmatest::RoceNetem netem;
+  ASSERT_TRUE(netem.install("delay " + std::to_string(kDelayMs) + "ms"));
+  size_t early = 0, late = 0, wrong = 0;
+  // Control: without the fence the delayed bytes land after the snapshot point.
+  ASSERT_NO_FATAL_FAILURE(late_writes(false, kBeforeMs, kAfterMs, &early, &late, &wrong));
+  std::printf("control (no fence): %zu bytes landed in the first %d ms, %zu after\n", early,
+              kBeforeMs, late);
+  EXPECT_GT(late, kFenceBytes / 2) << "the delay did not hold the writes in flight: the test "
+                                      "shows nothing";
+  EXPECT_EQ(wrong, 0u);
+  // With the fence: nothing lands after it.
+  ASSERT_NO_FATAL_FAILURE(late_writes(true, kBeforeMs, kAfterMs, &early, &late, &wrong));
+  std::printf("fenced at %d ms: %zu bytes had landed, %zu changed in the %d ms after the fence\n",
+              kBeforeMs, early, late, kAfterMs);
+  EXPECT_EQ(late, 0u) << "bytes landed after the receiver's QP was fenced";
+  EXPECT_EQ(wrong, 0u);
+  EXPECT_LT(early, kFenceBytes) << "everything landed before the fence: it was not tested";
 }
 
 }  // namespace

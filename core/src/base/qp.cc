@@ -202,4 +202,28 @@ Status qp_to_error(ibv_qp* qp) {
   return Status::ok();
 }
 
+Status fence_qp(ibv_qp* qp, uint64_t marker) {
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_ERR;
+  if (int rc = ibv_modify_qp(qp, &a, IBV_QP_STATE); rc != 0)
+    return errno_status(Code::kSystemError,
+                        "fence: ibv_modify_qp(->ERROR) of qpn " + std::to_string(qp->qp_num), rc);
+  if (ibv_qp_state st = qp_query_state(qp); st != IBV_QPS_ERR)
+    return Status(Code::kSystemError, "fence: qpn " + std::to_string(qp->qp_num) + " is in state " +
+                                          std::to_string(st) +
+                                          " after ibv_modify_qp(->ERROR) succeeded");
+  // Posted in ERROR, it completes with IBV_WC_WR_FLUSH_ERR after every WR posted before it. No
+  // receive marker: rxe (Debian 6.1) never flushes a receive a process posts to a QP already in
+  // ERROR (user-space post_recv does not wake its responder), measured in qp_fence; the receives
+  // posted before the fence flush on their own and are the data path's to discard.
+  ibv_send_wr swr{}, *bad_s = nullptr;
+  swr.wr_id = marker;
+  swr.opcode = IBV_WR_SEND;
+  swr.send_flags = IBV_SEND_SIGNALED;
+  if (int rc = ibv_post_send(qp, &swr, &bad_s); rc != 0)
+    return errno_status(Code::kSystemError,
+                        "fence: the send marker on qpn " + std::to_string(qp->qp_num), rc);
+  return Status::ok();
+}
+
 }  // namespace sluice

@@ -89,6 +89,17 @@ Status qp_to_rts(ibv_qp* qp, const RtsParams& p);
 // Moves the QP to ERROR so outstanding work flushes (teardown). Best effort.
 Status qp_to_error(ibv_qp* qp);
 
+// The local half of failover's fence (health/failover.h, docs/failover.md): moves the QP to
+// ERROR, checks that it is there, and posts a drain marker, a zero-length signaled send with
+// wr_id `marker`. A QP in ERROR places no incoming byte (qp_fence measures it on the bed), and a
+// work queue completes in order, so once the marker has completed (flushed) the provider has
+// taken the QP into ERROR and no WR posted before it is still in progress. The caller polls the
+// QP's send CQ for it (is_fence_marker); earlier work's completions come first, flushed or not.
+Status fence_qp(ibv_qp* qp, uint64_t marker);
+inline bool is_fence_marker(const ibv_wc& wc, uint32_t qp_num, uint64_t marker) {
+  return wc.qp_num == qp_num && wc.wr_id == marker;
+}
+
 // Current state via ibv_query_qp (IBV_QPS_UNKNOWN on failure).
 ibv_qp_state qp_query_state(ibv_qp* qp);
 
