@@ -121,7 +121,12 @@ Status completion_error(Conn& c, const ibv_wc& wc, const char* side) {
 }
 
 bool valid_mh(const Conn& c, const MemHandle* mh) {
-  return mh != nullptr && mh->magic == MemHandle::kMagic && mh->adapter == c.dev->adapter;
+  if (mh == nullptr || mh->magic != MemHandle::kMagic || mh->adapter != c.dev->adapter)
+    return false;
+  // Fusion: registered on every member's adapter (a one-member comm skips the loop).
+  for (int m = 1; m < c.nmembers; ++m)
+    if (mh->on(c.members[m].dev->adapter) == nullptr) return false;
+  return true;
 }
 
 Status bad_buffer(const Conn& c, const char* call, const void* data, size_t size,
