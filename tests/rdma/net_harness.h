@@ -673,6 +673,24 @@ inline int open_fd_count() {
   return n - 1;  // the DIR's own fd
 }
 
+// "fd -> target" for every open fd but the listing's own, one per line (to name a leak).
+inline std::string open_fd_list() {
+  std::string out;
+  DIR* d = opendir("/proc/self/fd");
+  if (d == nullptr) return "(cannot list /proc/self/fd)";
+  const int own = dirfd(d);
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] == '.' || std::atoi(e->d_name) == own) continue;
+    char target[512] = {};
+    const std::string link = std::string("/proc/self/fd/") + e->d_name;
+    const ssize_t n = readlink(link.c_str(), target, sizeof target - 1);
+    out += std::string(e->d_name) + " -> " +
+           (n > 0 ? std::string(target, static_cast<size_t>(n)) : "?") + "\n";
+  }
+  closedir(d);
+  return out;
+}
+
 inline long rss_bytes() {
   FILE* f = std::fopen("/proc/self/statm", "r");
   if (f == nullptr) return -1;

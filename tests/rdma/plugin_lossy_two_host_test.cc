@@ -76,9 +76,10 @@ double ms_since(Clock::time_point t) {
 }
 
 // The stream: sizes in order, SLUICE_TEST_STREAM_ROUNDS (1) times 16 x 4 KiB, 8 x 64 KiB,
-// 4 x 1 MiB and 2 x 4 MiB (12.6 MiB a round); under netem (phase 1) one 4 MiB message and then
-// one of lossy_max() (16 MiB; 24.6 MiB in all): at 5 % loss it runs ~30x slower (measured) and CI
-// time counts. Phase 1 runs at the watchdog's default bound (SLUICE_PROGRESS_TIMEOUT_MS unset): a
+// 4 x 1 MiB and 2 x 4 MiB (12.6 MiB a round); under netem (phase 1) one 1 MiB message and then
+// one of lossy_max() (16 MiB; 17.6 MiB in all; with SLUICE_TEST_LOSSY_MAX_MIB=4, the 4 x 1 MiB and
+// one 4 MiB): at 5 % loss it runs ~30-45x slower (measured) and CI time counts (the 3 x 1 MiB and
+// the 4 MiB message it no longer sends took 29 s of the 82 s phase in a CI rehearsal). Phase 1 runs at the watchdog's default bound (SLUICE_PROGRESS_TIMEOUT_MS unset): a
 // slow link that moves bytes must not be failed by it. Its bound is per 1 MiB run (base 1.8 s +
 // 10 s), the 16 MiB message completing a progress WR every MiB; measured: the 16 MiB message took
 // 80 s under 5 % loss (before progress signals, one 16 MiB WRITE had not completed within 171 s).
@@ -88,9 +89,10 @@ std::vector<size_t> stream_sizes(int phase) {
   for (long r = 0; r < rounds; ++r) {
     for (int i = 0; i < 16; ++i) v.push_back(4096);
     for (int i = 0; i < 8; ++i) v.push_back(65536);
-    for (int i = 0; i < 4; ++i) v.push_back(size_t{1} << 20);
-    for (int i = 0; i < (phase == 1 ? 1 : 2); ++i) v.push_back(kMaxMsg);
-    if (phase == 1 && lossy_max() > kMaxMsg) v.push_back(lossy_max());
+    const bool lossy_long = phase == 1 && lossy_max() > kMaxMsg;
+    for (int i = 0; i < (lossy_long ? 1 : 4); ++i) v.push_back(size_t{1} << 20);
+    for (int i = 0; i < (lossy_long ? 0 : phase == 1 ? 1 : 2); ++i) v.push_back(kMaxMsg);
+    if (lossy_long) v.push_back(lossy_max());
   }
   return v;
 }
