@@ -179,8 +179,20 @@ class CoreFusion : public ::testing::Test {
     }
     CommStatsV2 stats;
     EXPECT_TRUE(comm_stats_v2(s, &stats).is_ok());
+    // Close drains every QP (its marker WR comes back flushed) well within the drain's bound: a
+    // QP number is per adapter, so both members' QPs may be qpn 17, and a drain that took one for
+    // the other waited out SLUICE_CLOSE_TIMEOUT_MS on every fused close.
+    const int bound_ms = engine()->config().close_timeout_ms;
+    const auto t0 = Clock::now();
     EXPECT_TRUE(close_send(s).is_ok());
+    const auto t1 = Clock::now();
     EXPECT_TRUE(close_recv(r).is_ok());
+    const auto t2 = Clock::now();
+    const auto msec = [](Clock::duration d) {
+      return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
+    };
+    EXPECT_LT(msec(t1 - t0), bound_ms) << "closeSend waited out its drain";
+    EXPECT_LT(msec(t2 - t1), bound_ms) << "closeRecv waited out its drain";
   }
 
   bool acquired_ = false;
@@ -325,6 +337,56 @@ TEST_F(CoreFusion, RegistrationCacheStaysPerAdapter) {
   EXPECT_TRUE(close_recv(fr).is_ok());
   EXPECT_TRUE(close_send(bs).is_ok());
   EXPECT_TRUE(close_recv(br).is_ok());
+}
+
+// A registration that fails on one member fails whole: member 0's part (here a hit in its
+// adapter's cache, under a one-port comm's registration) is released again, nothing is left on
+// the member that failed (a dma-buf registration of fd -1 fails there), and the error names the
+// member. The one-port comm's own registration is untouched.
+TEST_F(CoreFusion, RegistrationFailingOnOneMemberLeavesNothing) {
+  SendComm* fs = nullptr;
+  RecvComm* fr = nullptr;
+  SendComm* as = nullptr;
+  RecvComm* ar = nullptr;
+  ASSERT_NO_FATAL_FAILURE(open_pair(fused_, dev_b_, &fs, &fr));
+  ASSERT_NO_FATAL_FAILURE(open_pair(dev_a_, dev_a_, &as, &ar));
+  Adapter* a = engine()->device(dev_a_)->adapter;
+  Adapter* b = engine()->device(dev_b_)->adapter;
+  if (a == b) GTEST_SKIP() << "both ports on one adapter";
+  std::vector<char> arena(8 * 4096);
+  char* page = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(arena.data()) + 4095) &
+                                       ~static_cast<uintptr_t>(4095));
+  MemHandle* one = nullptr;
+  Status st = reg_mr(as, page, 4 * 4096, MemType::kHost, &one);
+  ASSERT_TRUE(st.is_ok()) << st.message();
+  const auto before = mr_counts();
+  MemHandle* fused = reinterpret_cast<MemHandle*>(0x1);
+  st = reg_mr_dmabuf(fs, page + 4096, 4096, MemType::kHost, 0, -1, &fused);
+  EXPECT_FALSE(st.is_ok());
+  EXPECT_EQ(fused, nullptr);
+  EXPECT_NE(st.message().find("member 1"), std::string::npos) << st.message();
+  std::printf("refused whole: %s\n", st.message().c_str());
+  EXPECT_EQ(cache_users(a, reinterpret_cast<uintptr_t>(page) + 4096, 4096, MemHandle::kMagic), 0)
+      << "member 0's cache hit stayed registered";
+  EXPECT_EQ(cache_users(a, one->base, one->len, MemHandle::kMagic), 1);
+  {
+    std::lock_guard<std::mutex> lk(b->mr_mu);
+    for (const auto& e : b->mrs) {
+      for (const auto& u : e->users) {
+        EXPECT_FALSE(u->base <= reinterpret_cast<uintptr_t>(page) + 4096 &&
+                     u->base + u->len > reinterpret_cast<uintptr_t>(page) + 4096)
+            << "member 1 kept a registration of the range";
+      }
+    }
+  }
+  if (!before.empty()) {
+    EXPECT_EQ(mr_counts(), before);
+  }
+  EXPECT_TRUE(dereg_mr(as, one).is_ok());
+  EXPECT_TRUE(close_send(fs).is_ok());
+  EXPECT_TRUE(close_recv(fr).is_ok());
+  EXPECT_TRUE(close_send(as).is_ok());
+  EXPECT_TRUE(close_recv(ar).is_ok());
 }
 
 // Reg/dereg cycles on fused comms register on both adapters while held and give every MR back.
