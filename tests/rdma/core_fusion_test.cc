@@ -17,6 +17,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "comm/comm.h"
@@ -177,8 +178,29 @@ class CoreFusion : public ::testing::Test {
       st = irecv(r, 1, data, sizes, tags, mhs, &req);
       EXPECT_EQ(st.code(), Code::kInvalidUsage) << st.message();
     }
-    CommStatsV2 stats;
-    EXPECT_TRUE(comm_stats_v2(s, &stats).is_ok());
+    // Statistics name every member with the QPs that live on it.
+    for (const auto& [comm, conn, devs] :
+         {std::tuple<void*, const Conn*, const std::vector<Device*>*>{s, &s->c, &ms},
+          std::tuple<void*, const Conn*, const std::vector<Device*>*>{r, &r->c, &mr}}) {
+      CommStatsV2 stats;
+      ASSERT_TRUE(comm_stats_v2(comm, &stats).is_ok());
+      ASSERT_EQ(stats.nmembers, static_cast<int>(devs->size()));
+      int qps = 0;
+      for (int m = 0; m < stats.nmembers; ++m) {
+        const MemberStats& st = stats.members[m];
+        EXPECT_EQ(st.dev, (*devs)[m]->index) << "member " << m;
+        ASSERT_NE(st.name, nullptr);
+        EXPECT_EQ(std::string(st.name), (*devs)[m]->name);
+        for (int k = 0; k < st.nqps; ++k) {
+          int q = 0;
+          while (q < conn->nqps && !(conn->qps[q]->qp_num == st.qpn[k] && conn->qp_member[q] == m))
+            ++q;
+          EXPECT_LT(q, conn->nqps) << "member " << m << " reports qpn " << st.qpn[k];
+        }
+        qps += st.nqps;
+      }
+      EXPECT_EQ(qps, conn->nqps) << "every QP under exactly one member";
+    }
     // Close drains every QP (its marker WR comes back flushed) well within the drain's bound: a
     // QP number is per adapter, so both members' QPs may be qpn 17, and a drain that took one for
     // the other waited out SLUICE_CLOSE_TIMEOUT_MS on every fused close.

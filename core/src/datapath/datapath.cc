@@ -242,20 +242,29 @@ Status comm_stats_v2(void* comm, CommStatsV2* out) {
   auto* b = static_cast<CommBase*>(comm);
   const Conn& c =
       b->kind == CommKind::kSend ? static_cast<SendComm*>(b)->c : static_cast<RecvComm*>(b)->c;
-  out->nmembers = 1;  // one device per comm until devices are fused
+  // One entry per member device with the QPs that live on it. The counters are the comm's, on
+  // member 0: a one-member comm's are all its own, and a fused comm carries no data yet (isend and
+  // irecv refuse it, dp::kFusedNotYet); per-member counters come with its data path.
+  static_assert(kMaxConnMembers <= kMaxMembers, "CommStatsV2 holds every member");
+  out->nmembers = std::max(1, std::min(c.nmembers, kMaxMembers));
+  for (int mi = 0; mi < out->nmembers; ++mi) {
+    MemberStats& m = out->members[mi];
+    m = MemberStats{};
+    // A retired comm's devices may be gone (finalize): none named, as before fusion.
+    const Device* d = c.retired ? nullptr : mi == 0 ? c.dev : c.members[mi].dev;
+    m.dev = d != nullptr ? d->index : -1;
+    m.name = d != nullptr ? d->name.c_str() : nullptr;
+    static_assert(sizeof m.qpn / sizeof m.qpn[0] >= wire::kMaxQps);
+    for (int q = 0; q < c.nqps && !c.retired; ++q) {
+      if (c.qps[q] && c.qp_member[q] == mi) m.qpn[m.nqps++] = c.qps[q]->qp_num;
+    }
+  }
   MemberStats& m = out->members[0];
-  m = MemberStats{};
-  m.dev = c.dev != nullptr ? c.dev->index : -1;
-  m.name = c.dev != nullptr ? c.dev->name.c_str() : nullptr;
   m.bytes = c.stats.bytes.get();
   m.wrs = c.stats.wrs.get();
   m.doorbells = c.stats.doorbells.get();
   m.completions = c.stats.completions.get();
   for (int i = 0; i < kLatencyBuckets; ++i) m.latency[i] = c.stats.latency[i].get();
-  static_assert(sizeof m.qpn / sizeof m.qpn[0] >= wire::kMaxQps);
-  for (int q = 0; q < c.nqps && !c.retired; ++q) {
-    if (c.qps[q]) m.qpn[m.nqps++] = c.qps[q]->qp_num;
-  }
   if (b->kind == CommKind::kRecv) out->flush_qpn = flush_stats(*static_cast<RecvComm*>(b)).qpn;
   return Status::ok();
 }
