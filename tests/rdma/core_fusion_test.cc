@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "comm/comm.h"
+#include "datapath/datapath_internal.h"
 #include "rdma_env.h"
 #include "sluice/core/api.h"
 #include "sluice/core/base/qp.h"
@@ -137,6 +138,9 @@ class CoreFusion : public ::testing::Test {
       EXPECT_EQ(c.qps[q]->context, members[m]->adapter->ctx.get()) << "QP " << q;
       EXPECT_EQ(c.qps[q]->send_cq, c.members[m].cq.get()) << "QP " << q;
       EXPECT_EQ(qp_query_state(c.qps[q].get()), IBV_QPS_RTS) << c.describe_qp(q);
+      // A completion's QP is found by its number on the member whose CQ delivered it: QP numbers
+      // are per adapter, and the bed's rxe0 and rxe1 hand out the same ones.
+      EXPECT_EQ(dp::qp_index(c, c.qps[q]->qp_num, m), q) << c.describe_qp(q);
     }
   }
 
@@ -157,12 +161,18 @@ class CoreFusion : public ::testing::Test {
       EXPECT_EQ(s->c.remote_qpn[q], r->c.qps[q]->qp_num) << "QP " << q;
       EXPECT_EQ(r->c.remote_qpn[q], s->c.qps[q]->qp_num) << "QP " << q;
     }
-    // Members sharing an adapter share the comm memory's registration, others have their own.
+    // Members sharing an adapter share the comm memory's registration, others have their own
+    // (keyed by it: keys are per adapter, so another adapter's may equal member 0's by chance).
     for (const Conn* c : {&s->c, &r->c}) {
       for (int m = 1; m < c->nmembers; ++m) {
         const bool shared = c->members[m].dev->adapter == c->members[0].dev->adapter;
-        EXPECT_EQ(shared, c->mem_rkey[m] == c->mem_rkey[0]) << "member " << m;
         EXPECT_EQ(shared, !c->mem_mr_more[m]) << "member " << m;
+        if (shared) {
+          EXPECT_EQ(c->mem_rkey[m], c->mem_rkey[0]) << "member " << m;
+        } else if (c->mem_mr_more[m]) {
+          EXPECT_EQ(c->mem_rkey[m], c->mem_mr_more[m]->rkey) << "member " << m;
+          EXPECT_EQ(c->mem_mr_more[m]->context, c->members[m].dev->adapter->ctx.get());
+        }
       }
     }
     if (npaths > 1) {

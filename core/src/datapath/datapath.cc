@@ -100,9 +100,9 @@ Status check_progress(Conn& c) {
                                         cfg.retry_cnt, cfg.progress_timeout_ms > 0, bytes[q])));
 }
 
-int qp_index(const Conn& c, uint32_t qpn) {
+int qp_index(const Conn& c, uint32_t qpn, int member) {
   for (int q = 0; q < c.nqps; ++q)
-    if (c.qps[q]->qp_num == qpn) return q;
+    if (c.qps[q]->qp_num == qpn && c.qp_member[q] == member) return q;
   return -1;
 }
 
@@ -110,11 +110,11 @@ Status on_qp(const Conn& c, int q, const Status& st) {
   return Status(st.code(), st.message() + " on " + c.describe_qp(q < 0 ? 0 : q));
 }
 
-Status completion_error(Conn& c, const ibv_wc& wc, const char* side) {
+Status completion_error(Conn& c, const ibv_wc& wc, const char* side, int member) {
   char vendor[16];
   std::snprintf(vendor, sizeof vendor, "0x%x", wc.vendor_err);
   std::string m = std::string(side) + " completion error on " +
-                  c.describe_qp(qp_index(c, wc.qp_num)) + ": status " +
+                  c.describe_qp(qp_index(c, wc.qp_num, member)) + ": status " +
                   ibv_wc_status_str(wc.status) + " (" + std::to_string(wc.status) +
                   "), vendor_err " + vendor + "; likely cause: " + verbs::wc_status_hint(wc.status);
   return Status(Code::kRemoteError, std::move(m));
