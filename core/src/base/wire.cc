@@ -323,9 +323,7 @@ Status validate_cm_token(const void* data, size_t len, uint64_t nonce, CmToken* 
   return Status::ok();
 }
 
-namespace {
-
-uint32_t fnv1a(const uint8_t* p, size_t n) {
+uint32_t fnv1a32(const uint8_t* p, size_t n) {
   uint32_t h = 2166136261u;
   for (size_t i = 0; i < n; ++i) {
     h ^= p[i];
@@ -333,6 +331,8 @@ uint32_t fnv1a(const uint8_t* p, size_t n) {
   }
   return h;
 }
+
+namespace {
 
 char printable(uint8_t b) {
   return b >= 0x20 && b < 0x7f ? static_cast<char>(b) : '?';
@@ -349,7 +349,7 @@ size_t encode_notice(const std::string& reason, uint8_t* out) {
   out[3] = static_cast<uint8_t>(n >> 8);
   for (size_t i = 0; i < n; ++i)
     out[kNoticeHeaderBytes + i] = static_cast<uint8_t>(printable(static_cast<uint8_t>(text[i])));
-  const uint32_t h = fnv1a(out, kNoticeHeaderBytes + n);
+  const uint32_t h = fnv1a32(out, kNoticeHeaderBytes + n);
   for (int k = 0; k < 4; ++k) out[kNoticeHeaderBytes + n + k] = static_cast<uint8_t>(h >> (8 * k));
   return kNoticeHeaderBytes + n + 4;
 }
@@ -378,7 +378,7 @@ NoticeParse decode_notice(const uint8_t* p, size_t n, std::string* text, size_t*
   uint32_t h = 0;
   for (int k = 0; k < 4; ++k)
     h |= static_cast<uint32_t>(p[kNoticeHeaderBytes + len + k]) << (8 * k);
-  if (h != fnv1a(p, kNoticeHeaderBytes + len)) {
+  if (h != fnv1a32(p, kNoticeHeaderBytes + len)) {
     *text = "failure notice with a bad checksum (corrupt)";
     return NoticeParse::kBad;
   }

@@ -288,6 +288,9 @@ inline constexpr uint32_t kImmRecord = 0x80000000u;
 // raising the version, which a reader of version 1 still decodes as the text it can quote). An
 // older Sluice that knows only the goodbye byte reads the magic as unexpected bytes and fails the
 // comm as a protocol mismatch: it fails too, never waits.
+// FNV-1a, 32 bits: the checksum of the kept socket's messages (the notice, path_msg.h).
+uint32_t fnv1a32(const uint8_t* p, size_t n);
+
 inline constexpr uint8_t kNoticeMagic = 0xf7;  // neither the goodbye (0xb7) nor ready (0x5a) byte
 inline constexpr uint8_t kNoticeVersion = 1;
 inline constexpr size_t kNoticeHeaderBytes = 4;

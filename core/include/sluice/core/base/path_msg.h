@@ -1,0 +1,78 @@
+// Path control messages: what the two ends of a multi-path comm tell each other on the comm's
+// kept out-of-band socket when one of its paths fails and when it comes back (failover, issue 20;
+// the state machine that sends and takes them is core/src/health/failover.h). They travel beside
+// the failure notice (wire.h) and are checksummed the same way. Layout, little-endian:
+//   [0] kPathMsgMagic  [1] version  [2] type  [3] path (< kMaxMetaMembers)
+//   [4..8) epoch: the path's incarnation (0 at connect, +1 at each recovery attempt)
+//   [8] nqps (1..kMaxQps): the path's QPs   [9] reserved (0)   [10..12) body bytes b
+//   [12 .. 12+b) the body   [12+b .. 16+b) FNV-1a-32 of every byte before it
+// Bodies (version 1):
+//   kFence   nqps x u64: for each of the path's QPs, the sequence number of the last message
+//            whose closing immediate this side polled on it (the receiver; kNoSeq: none yet), or
+//            the last one it posted there (the sender). Sent only once this side's QPs of the
+//            path are in ERROR and their drain markers have flushed: from then on the path can
+//            place no byte in this side's memory (health/failover.h argues the fence).
+//   kOffer   a MemberInfo (the member's address, GID re-read after the flap) then nqps x
+//   kAnswer  {u32 qpn, u32 psn}: the fresh QPs of a recovery attempt; the offer starts the
+//            attempt (its epoch is the new incarnation), the answer accepts it with the other
+//            side's QPs.
+// A later version may append body bytes (b above its type's size, up to kPathMsgMaxBytes in all)
+// inside the checksum; a version-1 reader takes the part it knows. An unknown type is refused:
+// the comm then fails as a protocol mismatch, never waits. A peer that speaks no path messages
+// never gets one (the metadata's feature bit says who does).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "sluice/core/base/wire.h"
+
+namespace sluice::wire {
+
+inline constexpr uint8_t kPathMsgMagic =
+    0xf3;  // not the goodbye (0xb7), ready (0x5a), notice (0xf7)
+inline constexpr uint8_t kPathMsgVersion = 1;
+inline constexpr size_t kPathMsgHeaderBytes = 12;
+inline constexpr size_t kPathMsgMaxBytes = 256;  // any version: what a reader may have to hold
+inline constexpr uint64_t kNoSeq = ~uint64_t{0};
+
+enum class PathMsgType : uint8_t { kFence = 1, kOffer = 2, kAnswer = 3 };
+
+struct PathQp {
+  uint32_t qpn = 0;  // 1 .. 2^24 - 1
+  uint32_t psn = 0;  // < 2^24
+};
+
+struct PathMsg {
+  PathMsgType type = PathMsgType::kFence;
+  uint8_t path = 0;
+  uint32_t epoch = 0;
+  uint8_t nqps = 0;
+  uint64_t last_seq[kMaxQps] = {};  // kFence
+  MemberInfo member = {};           // kOffer, kAnswer
+  PathQp qps[kMaxQps] = {};         // kOffer, kAnswer
+};
+
+// The body size of version 1 for a type and QP count.
+size_t path_msg_body_bytes(PathMsgType type, int nqps);
+static_assert(kPathMsgHeaderBytes + sizeof(MemberInfo) + sizeof(PathQp) * kMaxQps + 4 <=
+                  kPathMsgMaxBytes,
+              "the largest version-1 message fits what a reader holds");
+static_assert(kPathMsgHeaderBytes + 8 * kMaxQps + 4 <= kPathMsgMaxBytes);
+static_assert(sizeof(PathQp) == 8);
+
+// Encodes m (version 1) into out[0..kPathMsgMaxBytes); returns the bytes written, or 0 when m
+// itself is not valid (a path, QP count or address that decode_path_msg would refuse).
+size_t encode_path_msg(const PathMsg& m, uint8_t* out);
+
+// Decodes the first n bytes a peer sent (starting with kPathMsgMagic). kIncomplete: a valid prefix,
+// more bytes needed; kBad: not a valid path message (*why says why); kOk: *out holds it and *used
+// is its length.
+enum class PathMsgParse { kIncomplete, kBad, kOk };
+PathMsgParse decode_path_msg(const uint8_t* p, size_t n, PathMsg* out, std::string* why,
+                             size_t* used);
+
+const char* path_msg_type_name(PathMsgType t);
+
+}  // namespace sluice::wire
