@@ -176,3 +176,96 @@ TEST(StripePaths, UnequalWeightsSplitInProportion) {
 }
 
 }  // namespace
+
+namespace {
+
+// Every (path, lane) chain of a group: each byte of each message written exactly once, at its
+// own offset, only by chains of the receive's paths; every such chain ends with its close, and no
+// chain overflows a send queue's worth of WRs. The receiver's closes() counts those chains.
+void check_chains(const Paths& p, uint32_t mask, const std::vector<size_t>& sizes, bool split,
+                  int qpp) {
+  const int n = static_cast<int>(sizes.size());
+  const int nl = stripe::lanes_per_path(split, qpp);
+  std::vector<std::vector<uint8_t>> hit(sizes.size());
+  for (size_t i = 0; i < sizes.size(); ++i) hit[i].assign(sizes[i], 0);
+  int chains = 0;
+  for (int path = 0; path < p.npaths; ++path) {
+    for (int lane = 0; lane < nl; ++lane) {
+      cts::LaneWr plan[cts::kMaxLaneWrs];
+      const uint32_t nw =
+          stripe::plan_path(p, mask, sizes.data(), n, path, lane, nl, SIZE_MAX, plan);
+      if ((mask & (1u << path)) == 0) {
+        EXPECT_EQ(nw, 0u) << "path " << path << " is not the receive's";
+        continue;
+      }
+      ASSERT_GE(nw, 1u);
+      ASSERT_LE(nw, cts::kMaxLaneWrs);
+      ++chains;
+      const uint32_t want =
+          stripe::plan_path(p, mask, sizes.data(), n, path, lane, nl, SIZE_MAX, nullptr);
+      EXPECT_EQ(nw, want) << "the count without a plan differs";
+      for (uint32_t k = 0; k < nw; ++k) {
+        if (plan[k].msg < 0) {
+          EXPECT_EQ(k, nw - 1) << "a separate close is the chain's last WR";
+          continue;
+        }
+        ASSERT_LT(plan[k].msg, n);
+        auto& h = hit[static_cast<size_t>(plan[k].msg)];
+        ASSERT_LE(plan[k].off + plan[k].len, h.size());
+        for (size_t b = plan[k].off; b < plan[k].off + plan[k].len; ++b) ++h[b];
+      }
+    }
+  }
+  EXPECT_EQ(chains, stripe::closes(mask, split, qpp));
+  for (size_t i = 0; i < hit.size(); ++i) {
+    size_t wrong = 0;
+    for (uint8_t c : hit[i]) wrong += c != 1;
+    EXPECT_EQ(wrong, 0u) << "message " << i << " of " << sizes[i] << " bytes: bytes not written "
+                         << "exactly once";
+  }
+}
+
+TEST(StripeChains, EveryByteOnceOverPathsAndLanes) {
+  const uint16_t w2[2] = {3, 1}, w1[1] = {1};
+  const Paths two = stripe::path_weights(w2, 2, w2, 2);
+  const Paths two_one = stripe::path_weights(w2, 2, w1, 1);
+  std::mt19937 rng(2024);
+  const std::vector<size_t> singles = {0, 1, 128, 4099, 65536, (1u << 20) + 5, (8u << 20) + 3};
+  for (const Paths* p : {&two, &two_one}) {
+    for (bool split : {false, true}) {
+      for (int qpp : {1, 4}) {
+        for (size_t size : singles) {
+          check_chains(*p, 0b11u, {size}, split, qpp);
+          check_chains(*p, 0b10u, {size}, split, qpp);
+        }
+        for (int g = 0; g < 6; ++g) {  // grouped receives of 2..8 messages
+          std::vector<size_t> group(2 + rng() % 7);
+          for (auto& s : group) s = rng() % 3 == 0 ? 0 : rng() % (1u << 19);
+          check_chains(*p, 0b11u, group, split, qpp);
+          check_chains(*p, 0b01u, group, split, qpp);
+        }
+      }
+    }
+  }
+}
+
+TEST(StripeChains, QpsOfAPathStayOnThePath) {
+  for (int qpp : {1, 2, 4}) {
+    for (int path = 0; path < 4; ++path) {
+      for (uint64_t seq = 0; seq < 9; ++seq) {
+        for (int lane = 0; lane < qpp; ++lane) {
+          const int q = stripe::qp_of(path, lane, true, qpp, seq);
+          EXPECT_EQ(q / qpp, path);
+          EXPECT_EQ(q % qpp, lane);
+        }
+        const int q = stripe::qp_of(path, 0, false, qpp, seq);
+        EXPECT_EQ(q / qpp, path);
+        EXPECT_EQ(q % qpp, static_cast<int>(seq % static_cast<uint64_t>(qpp)));
+      }
+    }
+  }
+  EXPECT_EQ(stripe::closes(0b101u, true, 4), 8);
+  EXPECT_EQ(stripe::closes(0b101u, false, 4), 2);
+}
+
+}  // namespace

@@ -4,8 +4,6 @@
 #include <algorithm>
 #include <bit>
 
-#include "base/cts_match.h"
-
 namespace sluice::stripe {
 namespace {
 
@@ -89,6 +87,26 @@ void part_of(const Paths& p, uint32_t mask, size_t size, int path, size_t* off, 
   const size_t end = end_of(path);
   *off = begin;
   *len = end > begin ? end - begin : 0;
+}
+
+uint32_t plan_path(const Paths& p, uint32_t mask, const size_t* sizes, int n, int path, int lane,
+                   int nlanes, size_t ar_threshold, cts::LaneWr* out, uint32_t* tail_wrs,
+                   uint64_t* tail_bytes, uint64_t* seg_max) {
+  if (tail_wrs != nullptr) *tail_wrs = 0;
+  if (tail_bytes != nullptr) *tail_bytes = 0;
+  if (seg_max != nullptr) *seg_max = 0;
+  if (path < 0 || path >= p.npaths || (mask & (1u << path)) == 0 || n < 1 ||
+      n > wire::kEntriesPerSlot)
+    return 0;
+  size_t off[wire::kEntriesPerSlot], len[wire::kEntriesPerSlot];
+  for (int i = 0; i < n; ++i) part_of(p, mask, sizes[i], path, &off[i], &len[i]);
+  const uint32_t nw =
+      cts::plan_lane(len, n, lane, nlanes, ar_threshold, out, tail_wrs, tail_bytes, seg_max);
+  if (out != nullptr) {
+    for (uint32_t k = 0; k < nw; ++k)
+      if (out[k].msg >= 0) out[k].off += off[out[k].msg];
+  }
+  return nw;
 }
 
 }  // namespace sluice::stripe

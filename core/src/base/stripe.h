@@ -29,6 +29,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "cts_match.h"  // same folder (base)
 #include "sluice/core/base/wire.h"
 
 namespace sluice::stripe {
@@ -63,5 +64,29 @@ uint32_t paths_of(const Paths& p, uint64_t seq, size_t posted_total, size_t thre
 // paths are `mask` (paths_of). One path in the mask: all of it. *len = 0 for a path outside the
 // mask or one the cuts leave empty.
 void part_of(const Paths& p, uint32_t mask, size_t size, int path, size_t* off, size_t* len);
+
+// Chains. A receive's paths each carry `lanes` chains (NCCL_IB_SPLIT_DATA_ON_QPS per member:
+// split = every QP of the path, lanes = qps_per_path; otherwise one, on the path's QP
+// seq % qps_per_path), each closed by its own WRITE_WITH_IMM; the receiver expects closes() of
+// them before the receive completes.
+inline int lanes_per_path(bool split, int qps_per_path) {
+  return split ? qps_per_path : 1;
+}
+inline int closes(uint32_t mask, bool split, int qps_per_path) {
+  return __builtin_popcount(mask) * lanes_per_path(split, qps_per_path);
+}
+// The QP (Conn::qps index) of chain `lane` of `path` for receive `seq`.
+inline int qp_of(int path, int lane, bool split, int qps_per_path, uint64_t seq) {
+  return path * qps_per_path +
+         (split ? lane : static_cast<int>(seq % static_cast<uint64_t>(qps_per_path)));
+}
+// The chain of `lane` of `path` for a group sizes[0..n) whose receive's paths are `mask`:
+// cts::plan_lane over the path's parts of the messages (part_of), with offsets into the whole
+// message (LaneWr::off), so a chain of every path in the mask ends with its close even where its
+// part is empty. 0 WRs for a path outside the mask. out: cts::kMaxLaneWrs entries or null; the
+// tail/seg outputs as plan_lane's.
+uint32_t plan_path(const Paths& p, uint32_t mask, const size_t* sizes, int n, int path, int lane,
+                   int nlanes, size_t ar_threshold, cts::LaneWr* out, uint32_t* tail_wrs = nullptr,
+                   uint64_t* tail_bytes = nullptr, uint64_t* seg_max = nullptr);
 
 }  // namespace sluice::stripe
