@@ -7,13 +7,18 @@
 //    bytes (version 1) - so a reason is quoted exactly as the peer sent it;
 //  * feed_peer_bytes, with the input cut into pieces at the first byte's choice, reaches the same
 //    verdict and text as feeding it whole, never keeps more than kNoticeMaxBytes, and answers
-//    kNotice only with the decoder's text.
+//    kNotice only with the decoder's text;
+//  * decode_path_msg (path_msg.h, failover's messages on the same socket) on every prefix: the
+//    same prefix rules as the notice; an accepted message is at most kPathMsgMaxBytes, its path,
+//    QP count and (offer, answer) QP numbers and PSNs are in range, and a version-1 message
+//    encodes again to the same bytes.
 #include <algorithm>
 #include <cstring>
 #include <string>
 
 #include "fuzz_check.h"
 #include "health/liveness.h"
+#include "sluice/core/base/path_msg.h"
 #include "sluice/core/base/wire.h"
 
 using namespace sluice;
@@ -54,6 +59,47 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       FUZZ_CHECK(used == accepted_at && text == accepted_text, "longer input changed the notice");
     } else {
       FUZZ_CHECK(accepted_at == 0 && !refused, "incomplete after a verdict at %zu", k);
+    }
+  }
+
+  // Failover's path messages.
+  {
+    bool pm_refused = false;
+    size_t pm_at = 0;
+    for (size_t k = 0; k <= std::min(n, wire::kPathMsgMaxBytes + 8); ++k) {
+      wire::PathMsg m;
+      std::string why;
+      size_t used = 0;
+      const wire::PathMsgParse r = wire::decode_path_msg(p, k, &m, &why, &used);
+      FUZZ_CHECK(!pm_refused || r == wire::PathMsgParse::kBad,
+                 "path msg prefix %zu after a refusal", k);
+      if (r == wire::PathMsgParse::kBad) {
+        FUZZ_CHECK(!why.empty() && used == 0, "path msg refusal: reason %zu, used %zu", why.size(),
+                   used);
+        pm_refused = true;
+      } else if (r == wire::PathMsgParse::kOk) {
+        FUZZ_CHECK(used <= k && used <= wire::kPathMsgMaxBytes, "path msg used %zu of %zu", used,
+                   k);
+        FUZZ_CHECK(m.path < wire::kMaxMetaMembers && m.nqps >= 1 && m.nqps <= wire::kMaxQps,
+                   "path %u, %u QPs", m.path, m.nqps);
+        if (m.type != wire::PathMsgType::kFence) {
+          for (int q = 0; q < m.nqps; ++q)
+            FUZZ_CHECK(m.qps[q].qpn > 0 && m.qps[q].qpn < (1u << 24) && m.qps[q].psn < (1u << 24),
+                       "QP %d: qpn %u psn %u", q, m.qps[q].qpn, m.qps[q].psn);
+        }
+        if (pm_at == 0) {
+          pm_at = used;
+          FUZZ_CHECK(used == k, "a path msg accepted before its last byte");
+          if (p[1] == wire::kPathMsgVersion) {
+            uint8_t again[wire::kPathMsgMaxBytes];
+            const size_t e = wire::encode_path_msg(m, again);
+            FUZZ_CHECK(e == used && std::memcmp(again, p, e) == 0, "path msg re-encoding differs");
+          }
+        }
+        FUZZ_CHECK(used == pm_at, "a longer input changed the path msg");
+      } else {
+        FUZZ_CHECK(pm_at == 0 && !pm_refused, "path msg incomplete after a verdict at %zu", k);
+      }
     }
   }
 
