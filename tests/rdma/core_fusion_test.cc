@@ -5,15 +5,23 @@
 // keyed) on every member adapter; a one-member connection stays one member of one path. The
 // fused device is made with the test-only Engine::test_add_vdevice until make_vdevice lands.
 // The fused data path has not landed: isend/irecv refuse a fused comm, which is checked too.
+// Registrations on a fused comm: one handle keyed on every member adapter (checked by an RDMA
+// WRITE from every QP of the comm with its member's keys), shared per adapter with that adapter's
+// own registrations, and every MR back after reg/dereg cycles (`rdma resource show`).
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "comm/comm.h"
+#include "datapath/datapath_internal.h"
 #include "rdma_env.h"
 #include "sluice/core/api.h"
 #include "sluice/core/base/qp.h"
@@ -22,6 +30,45 @@ namespace {
 
 using namespace sluice;
 using Clock = std::chrono::steady_clock;
+
+// `rdma resource show`'s text, or "" where the tool is missing.
+std::string resource_text() {
+  std::string out;
+  FILE* f = popen("rdma resource show 2>/dev/null", "r");
+  if (f == nullptr) return out;
+  char line[512];
+  while (std::fgets(line, sizeof line, f) != nullptr) out += line;
+  pclose(f);
+  return out;
+}
+
+// Its MR count per device ("0: rxe0: pd 3 cq 4 qp 5 cm_id 0 mr 2 ctx 0").
+std::map<std::string, int> mr_counts() {
+  std::map<std::string, int> n;
+  const std::string text = resource_text();
+  size_t at = 0;
+  while (at < text.size()) {
+    size_t end = text.find('\n', at);
+    if (end == std::string::npos) end = text.size();
+    const std::string line = text.substr(at, end - at);
+    at = end + 1;
+    const size_t c1 = line.find(": ");
+    const size_t c2 = c1 == std::string::npos ? c1 : line.find(':', c1 + 2);
+    const size_t mr = line.find(" mr ");
+    if (c2 == std::string::npos || mr == std::string::npos) continue;
+    n[line.substr(c1 + 2, c2 - c1 - 2)] = std::atoi(line.c_str() + mr + 4);
+  }
+  return n;
+}
+
+// Users of adapter a's cache over [base, +len) with `magic`.
+int cache_users(Adapter* a, uintptr_t base, size_t len, uint32_t magic) {
+  std::lock_guard<std::mutex> lk(a->mr_mu);
+  int n = 0;
+  for (const auto& e : a->mrs)
+    for (const auto& u : e->users) n += u->base == base && u->len == len && u->magic == magic;
+  return n;
+}
 
 class CoreFusion : public ::testing::Test {
  protected:
@@ -91,6 +138,9 @@ class CoreFusion : public ::testing::Test {
       EXPECT_EQ(c.qps[q]->context, members[m]->adapter->ctx.get()) << "QP " << q;
       EXPECT_EQ(c.qps[q]->send_cq, c.members[m].cq.get()) << "QP " << q;
       EXPECT_EQ(qp_query_state(c.qps[q].get()), IBV_QPS_RTS) << c.describe_qp(q);
+      // A completion's QP is found by its number on the member whose CQ delivered it: QP numbers
+      // are per adapter, and the bed's rxe0 and rxe1 hand out the same ones.
+      EXPECT_EQ(dp::qp_index(c, c.qps[q]->qp_num, m), q) << c.describe_qp(q);
     }
   }
 
@@ -111,12 +161,18 @@ class CoreFusion : public ::testing::Test {
       EXPECT_EQ(s->c.remote_qpn[q], r->c.qps[q]->qp_num) << "QP " << q;
       EXPECT_EQ(r->c.remote_qpn[q], s->c.qps[q]->qp_num) << "QP " << q;
     }
-    // Members sharing an adapter share the comm memory's registration, others have their own.
+    // Members sharing an adapter share the comm memory's registration, others have their own
+    // (keyed by it: keys are per adapter, so another adapter's may equal member 0's by chance).
     for (const Conn* c : {&s->c, &r->c}) {
       for (int m = 1; m < c->nmembers; ++m) {
         const bool shared = c->members[m].dev->adapter == c->members[0].dev->adapter;
-        EXPECT_EQ(shared, c->mem_rkey[m] == c->mem_rkey[0]) << "member " << m;
         EXPECT_EQ(shared, !c->mem_mr_more[m]) << "member " << m;
+        if (shared) {
+          EXPECT_EQ(c->mem_rkey[m], c->mem_rkey[0]) << "member " << m;
+        } else if (c->mem_mr_more[m]) {
+          EXPECT_EQ(c->mem_rkey[m], c->mem_mr_more[m]->rkey) << "member " << m;
+          EXPECT_EQ(c->mem_mr_more[m]->context, c->members[m].dev->adapter->ctx.get());
+        }
       }
     }
     if (npaths > 1) {
@@ -132,10 +188,43 @@ class CoreFusion : public ::testing::Test {
       st = irecv(r, 1, data, sizes, tags, mhs, &req);
       EXPECT_EQ(st.code(), Code::kInvalidUsage) << st.message();
     }
-    CommStatsV2 stats;
-    EXPECT_TRUE(comm_stats_v2(s, &stats).is_ok());
+    // Statistics name every member with the QPs that live on it.
+    for (const auto& [comm, conn, devs] :
+         {std::tuple<void*, const Conn*, const std::vector<Device*>*>{s, &s->c, &ms},
+          std::tuple<void*, const Conn*, const std::vector<Device*>*>{r, &r->c, &mr}}) {
+      CommStatsV2 stats;
+      ASSERT_TRUE(comm_stats_v2(comm, &stats).is_ok());
+      ASSERT_EQ(stats.nmembers, static_cast<int>(devs->size()));
+      int qps = 0;
+      for (int m = 0; m < stats.nmembers; ++m) {
+        const MemberStats& st = stats.members[m];
+        EXPECT_EQ(st.dev, (*devs)[m]->index) << "member " << m;
+        ASSERT_NE(st.name, nullptr);
+        EXPECT_EQ(std::string(st.name), (*devs)[m]->name);
+        for (int k = 0; k < st.nqps; ++k) {
+          int q = 0;
+          while (q < conn->nqps && !(conn->qps[q]->qp_num == st.qpn[k] && conn->qp_member[q] == m))
+            ++q;
+          EXPECT_LT(q, conn->nqps) << "member " << m << " reports qpn " << st.qpn[k];
+        }
+        qps += st.nqps;
+      }
+      EXPECT_EQ(qps, conn->nqps) << "every QP under exactly one member";
+    }
+    // Close drains every QP (its marker WR comes back flushed) well within the drain's bound: a
+    // QP number is per adapter, so both members' QPs may be qpn 17, and a drain that took one for
+    // the other waited out SLUICE_CLOSE_TIMEOUT_MS on every fused close.
+    const int bound_ms = engine()->config().close_timeout_ms;
+    const auto t0 = Clock::now();
     EXPECT_TRUE(close_send(s).is_ok());
+    const auto t1 = Clock::now();
     EXPECT_TRUE(close_recv(r).is_ok());
+    const auto t2 = Clock::now();
+    const auto msec = [](Clock::duration d) {
+      return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
+    };
+    EXPECT_LT(msec(t1 - t0), bound_ms) << "closeSend waited out its drain";
+    EXPECT_LT(msec(t2 - t1), bound_ms) << "closeRecv waited out its drain";
   }
 
   bool acquired_ = false;
@@ -163,15 +252,7 @@ TEST_F(CoreFusion, SinglePortsStayOneMemberOnePath) {
 // Open/close cycles of fused comms give every verbs object back: rdma-core's resource counts
 // (`rdma resource show`: pd, cq, qp, mr per device) are the same before and after.
 TEST_F(CoreFusion, OpenCloseCyclesLeaveNoVerbsObject) {
-  const auto counts = [] {
-    std::string out;
-    FILE* f = popen("rdma resource show 2>/dev/null", "r");
-    if (f == nullptr) return out;
-    char line[512];
-    while (std::fgets(line, sizeof line, f) != nullptr) out += line;
-    pclose(f);
-    return out;
-  };
+  const auto counts = [] { return resource_text(); };
   const std::string before = counts();
   if (before.empty()) GTEST_SKIP() << "no `rdma resource show` here (iproute2's rdma tool)";
   for (int i = 0; i < 5; ++i) {
@@ -180,6 +261,203 @@ TEST_F(CoreFusion, OpenCloseCyclesLeaveNoVerbsObject) {
   }
   EXPECT_EQ(counts(), before);
   std::printf("resources after 10 fused open/close cycles:\n%s", before.c_str());
+}
+
+// A fused comm's regMr keys the buffer on every member adapter: an RDMA WRITE from every QP of a
+// fused-to-fused comm, with the sender's key on the QP's member and the receiver's key on the
+// peer QP's member, lands its bytes (a wrong lkey or rkey fails the WRITE with a protection or
+// remote access error).
+TEST_F(CoreFusion, RegistrationKeyedOnEveryMember) {
+  SendComm* s = nullptr;
+  RecvComm* r = nullptr;
+  ASSERT_NO_FATAL_FAILURE(open_pair(fused_, fused_, &s, &r));
+  constexpr size_t kPart = 4096 + 3;
+  const int nq = s->c.nqps;
+  std::vector<char> src(kPart * nq), dst(kPart * nq, 0);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<char>(i * 7 + 1);
+  MemHandle* smh = nullptr;
+  MemHandle* rmh = nullptr;
+  Status st = reg_mr(s, src.data(), src.size(), MemType::kHost, &smh);
+  ASSERT_TRUE(st.is_ok()) << st.message();
+  st = reg_mr(r, dst.data(), dst.size(), MemType::kHost, &rmh);
+  ASSERT_TRUE(st.is_ok()) << st.message();
+  const bool two_adapters = s->c.members[0].dev->adapter != s->c.members[1].dev->adapter;
+  for (const MemHandle* mh : {smh, rmh}) {
+    EXPECT_EQ(mh->nmore, two_adapters ? 1 : 0);
+    for (int i = 0; i < mh->nmore; ++i) {
+      EXPECT_EQ(mh->more[i]->magic, MemHandle::kMember);
+      EXPECT_EQ(mh->more[i]->base, mh->base);
+      EXPECT_EQ(mh->more[i]->len, mh->len);
+    }
+  }
+  for (int m = 0; m < s->c.nmembers; ++m) {
+    ASSERT_NE(smh->on(s->c.members[m].dev->adapter), nullptr) << "send member " << m;
+    ASSERT_NE(rmh->on(r->c.members[m].dev->adapter), nullptr) << "recv member " << m;
+  }
+  for (int q = 0; q < nq; ++q) {
+    const int m = s->c.qp_member[q];
+    const int rm = r->c.qp_member[q];
+    ibv_sge sge{};
+    sge.addr = reinterpret_cast<uintptr_t>(src.data()) + q * kPart;
+    sge.length = kPart;
+    sge.lkey = smh->on(s->c.members[m].dev->adapter)->lkey;
+    ibv_send_wr wr{};
+    ibv_send_wr* bad = nullptr;
+    wr.wr_id = 0x5eed0000u + q;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_RDMA_WRITE;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(dst.data()) + q * kPart;
+    wr.wr.rdma.rkey = rmh->on(r->c.members[rm].dev->adapter)->rkey;
+    ASSERT_EQ(ibv_post_send(s->c.qps[q].get(), &wr, &bad), 0) << s->c.describe_qp(q);
+    ibv_wc wc{};
+    int got = 0;
+    const auto deadline = Clock::now() + std::chrono::seconds(20);
+    while (got == 0 && Clock::now() < deadline) got = ibv_poll_cq(s->c.members[m].cq.get(), 1, &wc);
+    ASSERT_EQ(got, 1) << "no completion of the WRITE on " << s->c.describe_qp(q);
+    EXPECT_EQ(wc.wr_id, wr.wr_id);
+    EXPECT_EQ(wc.status, IBV_WC_SUCCESS)
+        << ibv_wc_status_str(wc.status) << " on " << s->c.describe_qp(q) << " (member " << m
+        << " -> peer member " << rm << ")";
+  }
+  EXPECT_EQ(0, std::memcmp(src.data(), dst.data(), src.size()));
+  std::printf("%d WRITEs of %zu B, one per QP over %d member(s), landed with the members' keys\n",
+              nq, kPart, s->c.nmembers);
+  EXPECT_TRUE(dereg_mr(s, smh).is_ok());
+  EXPECT_TRUE(dereg_mr(r, rmh).is_ok());
+  EXPECT_TRUE(close_send(s).is_ok());
+  EXPECT_TRUE(close_recv(r).is_ok());
+}
+
+// The cache stays per adapter: a one-port comm's regMr inside a fused registration shares the
+// fused handle's extra MR on that port's adapter while the fused handle lives; once it is
+// deregistered its extra is gone from that cache (never handed to a later regMr).
+TEST_F(CoreFusion, RegistrationCacheStaysPerAdapter) {
+  SendComm* fs = nullptr;
+  RecvComm* fr = nullptr;
+  SendComm* bs = nullptr;
+  RecvComm* br = nullptr;
+  ASSERT_NO_FATAL_FAILURE(open_pair(fused_, dev_b_, &fs, &fr));
+  ASSERT_NO_FATAL_FAILURE(open_pair(dev_b_, dev_b_, &bs, &br));
+  Adapter* b = engine()->device(dev_b_)->adapter;
+  if (b == engine()->device(dev_a_)->adapter) GTEST_SKIP() << "both ports on one adapter";
+  std::vector<char> buf(64 * 1024);
+  MemHandle* fused = nullptr;
+  MemHandle* one = nullptr;
+  Status st = reg_mr(fs, buf.data(), buf.size(), MemType::kHost, &fused);
+  ASSERT_TRUE(st.is_ok()) << st.message();
+  ASSERT_EQ(fused->nmore, 1);
+  const MemHandle* extra = fused->on(b);
+  ASSERT_NE(extra, nullptr);
+  ASSERT_NE(extra, fused);
+  EXPECT_EQ(cache_users(b, extra->base, extra->len, MemHandle::kMember), 1);
+  st = reg_mr(bs, buf.data() + 8192, 4096, MemType::kHost, &one);
+  ASSERT_TRUE(st.is_ok()) << st.message();
+  EXPECT_EQ(one->entry, extra->entry) << "the one-port regMr did not share the extra's MR";
+  EXPECT_EQ(one->rkey, extra->rkey);
+  const uintptr_t base = extra->base;
+  const size_t len = extra->len;
+  EXPECT_TRUE(dereg_mr(fs, fused).is_ok());
+  EXPECT_EQ(cache_users(b, base, len, MemHandle::kMember), 0) << "the extra outlived its handle";
+  EXPECT_EQ(cache_users(b, base, len, MemHandle::kMemberDeferred), 0);
+  // The one-port registration outlives the fused one and is released on its own.
+  EXPECT_EQ(cache_users(b, one->base, one->len, MemHandle::kMagic), 1);
+  EXPECT_TRUE(dereg_mr(bs, one).is_ok());
+  EXPECT_EQ(cache_users(b, base + 8192, 4096, MemHandle::kMagic), 0);
+  EXPECT_TRUE(close_send(fs).is_ok());
+  EXPECT_TRUE(close_recv(fr).is_ok());
+  EXPECT_TRUE(close_send(bs).is_ok());
+  EXPECT_TRUE(close_recv(br).is_ok());
+}
+
+// A registration that fails on one member fails whole: member 0's part (here a hit in its
+// adapter's cache, under a one-port comm's registration) is released again, nothing is left on
+// the member that failed (a dma-buf registration of fd -1 fails there), and the error names the
+// member. The one-port comm's own registration is untouched.
+TEST_F(CoreFusion, RegistrationFailingOnOneMemberLeavesNothing) {
+  SendComm* fs = nullptr;
+  RecvComm* fr = nullptr;
+  SendComm* as = nullptr;
+  RecvComm* ar = nullptr;
+  ASSERT_NO_FATAL_FAILURE(open_pair(fused_, dev_b_, &fs, &fr));
+  ASSERT_NO_FATAL_FAILURE(open_pair(dev_a_, dev_a_, &as, &ar));
+  Adapter* a = engine()->device(dev_a_)->adapter;
+  Adapter* b = engine()->device(dev_b_)->adapter;
+  if (a == b) GTEST_SKIP() << "both ports on one adapter";
+  std::vector<char> arena(8 * 4096);
+  char* page = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(arena.data()) + 4095) &
+                                       ~static_cast<uintptr_t>(4095));
+  MemHandle* one = nullptr;
+  Status st = reg_mr(as, page, 4 * 4096, MemType::kHost, &one);
+  ASSERT_TRUE(st.is_ok()) << st.message();
+  const auto before = mr_counts();
+  MemHandle* fused = reinterpret_cast<MemHandle*>(0x1);
+  st = reg_mr_dmabuf(fs, page + 4096, 4096, MemType::kHost, 0, -1, &fused);
+  EXPECT_FALSE(st.is_ok());
+  EXPECT_EQ(fused, nullptr);
+  EXPECT_NE(st.message().find("member 1"), std::string::npos) << st.message();
+  std::printf("refused whole: %s\n", st.message().c_str());
+  EXPECT_EQ(cache_users(a, reinterpret_cast<uintptr_t>(page) + 4096, 4096, MemHandle::kMagic), 0)
+      << "member 0's cache hit stayed registered";
+  EXPECT_EQ(cache_users(a, one->base, one->len, MemHandle::kMagic), 1);
+  {
+    std::lock_guard<std::mutex> lk(b->mr_mu);
+    for (const auto& e : b->mrs) {
+      for (const auto& u : e->users) {
+        EXPECT_FALSE(u->base <= reinterpret_cast<uintptr_t>(page) + 4096 &&
+                     u->base + u->len > reinterpret_cast<uintptr_t>(page) + 4096)
+            << "member 1 kept a registration of the range";
+      }
+    }
+  }
+  if (!before.empty()) {
+    EXPECT_EQ(mr_counts(), before);
+  }
+  EXPECT_TRUE(dereg_mr(as, one).is_ok());
+  EXPECT_TRUE(close_send(fs).is_ok());
+  EXPECT_TRUE(close_recv(fr).is_ok());
+  EXPECT_TRUE(close_send(as).is_ok());
+  EXPECT_TRUE(close_recv(ar).is_ok());
+}
+
+// Reg/dereg cycles on fused comms register on both adapters while held and give every MR back.
+TEST_F(CoreFusion, RegDeregCyclesReturnEveryMr) {
+  const auto before = mr_counts();
+  if (before.empty()) GTEST_SKIP() << "no `rdma resource show` here (iproute2's rdma tool)";
+  const std::string na = engine()->device(dev_a_)->adapter->name;
+  const std::string nb = engine()->device(dev_b_)->adapter->name;
+  if (na == nb) GTEST_SKIP() << "both ports on one adapter";
+  SendComm* s = nullptr;
+  RecvComm* r = nullptr;
+  ASSERT_NO_FATAL_FAILURE(open_pair(fused_, fused_, &s, &r));
+  const auto open = mr_counts();
+  // Page-aligned and apart, so that no two share an MR (the cache shares only inside a range).
+  constexpr size_t kBuf = 4 * 4096;
+  std::vector<char> arena(5 * kBuf + 4096);
+  char* first = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(arena.data()) + 4095) &
+                                        ~static_cast<uintptr_t>(4095));
+  for (int cycle = 0; cycle < 10; ++cycle) {
+    std::vector<MemHandle*> mhs;
+    for (int i = 0; i < 4; ++i) {
+      MemHandle* mh = nullptr;
+      Status st = reg_mr(cycle % 2 ? static_cast<void*>(s) : static_cast<void*>(r),
+                         first + i * (kBuf + 4096), 3 * 4096 + 17, MemType::kHost, &mh);
+      ASSERT_TRUE(st.is_ok()) << st.message();
+      mhs.push_back(mh);
+    }
+    if (cycle == 0) {
+      auto held = mr_counts();
+      EXPECT_EQ(held[na], open.at(na) + 4) << "member 0's adapter";
+      EXPECT_EQ(held[nb], open.at(nb) + 4) << "member 1's adapter";
+    }
+    for (MemHandle* mh : mhs)
+      ASSERT_TRUE(dereg_mr(cycle % 2 ? static_cast<void*>(s) : static_cast<void*>(r), mh).is_ok());
+    EXPECT_EQ(mr_counts(), open) << "cycle " << cycle;
+  }
+  EXPECT_TRUE(close_send(s).is_ok());
+  EXPECT_TRUE(close_recv(r).is_ok());
+  EXPECT_EQ(mr_counts(), before);
 }
 
 }  // namespace

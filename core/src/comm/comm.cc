@@ -81,10 +81,12 @@ void Conn::drain_at_close() {
   enum Marker : uint8_t { kNone, kPosted, kBack, kUnpostable };
   Marker marker[wire::kMaxQps] = {};
   ibv_wc wc[16];
-  const auto take = [&](int n) {
+  // A QP is known by its number on the member whose CQ was polled: members on different
+  // adapters have separate QP number spaces (a fused comm's rxe0 and rxe1 QPs are both qpn 17).
+  const auto take = [&](int n, int mi) {
     for (int k = 0; k < n; ++k) {
       int q = 0;
-      while (q < nqps && !(qps[q] && qps[q]->qp_num == wc[k].qp_num)) ++q;
+      while (q < nqps && !(qps[q] && qps[q]->qp_num == wc[k].qp_num && qp_member[q] == mi)) ++q;
       if (q == nqps) continue;
       if (wc[k].wr_id == (kWrDrainMarker | static_cast<uint64_t>(q))) {
         marker[q] = kBack;
@@ -119,7 +121,7 @@ void Conn::drain_at_close() {
     for (int mi = 0; mi < nmembers && n >= 0; ++mi) {
       if (!members[mi].cq) continue;
       n = ibv_poll_cq(members[mi].cq.get(), 16, wc);
-      if (n > 0) take(n);
+      if (n > 0) take(n, mi);
     }
     if (n < 0) break;
   }

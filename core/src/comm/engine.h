@@ -42,6 +42,25 @@ struct MemHandle {
   // Deregistered while a request of this comm still used it (magic kDeferred): dead to the caller
   // and never reused, freed once the requests are done or the comm's queues are drained (mr.cc).
   uintptr_t deferred_on = 0;  // the comm, as a key
+  // NIC fusion: a regMr on a comm of several members registers the range on every member adapter.
+  // This handle (member 0's adapter) owns one extra registration per further distinct adapter, in
+  // the comm's member order; each is a user of an MR in its own adapter's cache (magic kMember
+  // while live, so that adapter's later regMr may share its MR; kMemberDeferred once this handle
+  // is deferred: never shared again), never handed to the caller, freed with this handle under
+  // its adapter's lock (mr.cc). Members on one adapter (one PD) share one registration.
+  static constexpr uint32_t kMember = 0x534c4d4d;          // "SLMM"
+  static constexpr uint32_t kMemberDeferred = 0x534c4d44;  // "SLMD"
+  static constexpr int kMaxMore = kMaxMembers - 1;
+  MemHandle* more[kMaxMore] = {};
+  int nmore = 0;
+  // The registration of this range on adapter `a`: this one, an extra, or null (not registered
+  // there). At most kMaxMembers compares; no lock (the extras are fixed while the handle lives).
+  const MemHandle* on(const Adapter* a) const {
+    if (adapter == a) return this;
+    for (int i = 0; i < nmore; ++i)
+      if (more[i]->adapter == a) return more[i];
+    return nullptr;
+  }
   bool contains(const void* p, size_t n) const {
     auto a = reinterpret_cast<uintptr_t>(p);
     return a >= base && n <= len && a - base <= len - n;

@@ -100,9 +100,9 @@ Status check_progress(Conn& c) {
                                         cfg.retry_cnt, cfg.progress_timeout_ms > 0, bytes[q])));
 }
 
-int qp_index(const Conn& c, uint32_t qpn) {
+int qp_index(const Conn& c, uint32_t qpn, int member) {
   for (int q = 0; q < c.nqps; ++q)
-    if (c.qps[q]->qp_num == qpn) return q;
+    if (c.qps[q]->qp_num == qpn && c.qp_member[q] == member) return q;
   return -1;
 }
 
@@ -110,18 +110,23 @@ Status on_qp(const Conn& c, int q, const Status& st) {
   return Status(st.code(), st.message() + " on " + c.describe_qp(q < 0 ? 0 : q));
 }
 
-Status completion_error(Conn& c, const ibv_wc& wc, const char* side) {
+Status completion_error(Conn& c, const ibv_wc& wc, const char* side, int member) {
   char vendor[16];
   std::snprintf(vendor, sizeof vendor, "0x%x", wc.vendor_err);
   std::string m = std::string(side) + " completion error on " +
-                  c.describe_qp(qp_index(c, wc.qp_num)) + ": status " +
+                  c.describe_qp(qp_index(c, wc.qp_num, member)) + ": status " +
                   ibv_wc_status_str(wc.status) + " (" + std::to_string(wc.status) +
                   "), vendor_err " + vendor + "; likely cause: " + verbs::wc_status_hint(wc.status);
   return Status(Code::kRemoteError, std::move(m));
 }
 
 bool valid_mh(const Conn& c, const MemHandle* mh) {
-  return mh != nullptr && mh->magic == MemHandle::kMagic && mh->adapter == c.dev->adapter;
+  if (mh == nullptr || mh->magic != MemHandle::kMagic || mh->adapter != c.dev->adapter)
+    return false;
+  // Fusion: registered on every member's adapter (a one-member comm skips the loop).
+  for (int m = 1; m < c.nmembers; ++m)
+    if (mh->on(c.members[m].dev->adapter) == nullptr) return false;
+  return true;
 }
 
 Status bad_buffer(const Conn& c, const char* call, const void* data, size_t size,
@@ -237,20 +242,29 @@ Status comm_stats_v2(void* comm, CommStatsV2* out) {
   auto* b = static_cast<CommBase*>(comm);
   const Conn& c =
       b->kind == CommKind::kSend ? static_cast<SendComm*>(b)->c : static_cast<RecvComm*>(b)->c;
-  out->nmembers = 1;  // one device per comm until devices are fused
+  // One entry per member device with the QPs that live on it. The counters are the comm's, on
+  // member 0: a one-member comm's are all its own, and a fused comm carries no data yet (isend and
+  // irecv refuse it, dp::kFusedNotYet); per-member counters come with its data path.
+  static_assert(kMaxConnMembers <= kMaxMembers, "CommStatsV2 holds every member");
+  out->nmembers = std::max(1, std::min(c.nmembers, kMaxMembers));
+  for (int mi = 0; mi < out->nmembers; ++mi) {
+    MemberStats& m = out->members[mi];
+    m = MemberStats{};
+    // A retired comm's devices may be gone (finalize): none named, as before fusion.
+    const Device* d = c.retired ? nullptr : mi == 0 ? c.dev : c.members[mi].dev;
+    m.dev = d != nullptr ? d->index : -1;
+    m.name = d != nullptr ? d->name.c_str() : nullptr;
+    static_assert(sizeof m.qpn / sizeof m.qpn[0] >= wire::kMaxQps);
+    for (int q = 0; q < c.nqps && !c.retired; ++q) {
+      if (c.qps[q] && c.qp_member[q] == mi) m.qpn[m.nqps++] = c.qps[q]->qp_num;
+    }
+  }
   MemberStats& m = out->members[0];
-  m = MemberStats{};
-  m.dev = c.dev != nullptr ? c.dev->index : -1;
-  m.name = c.dev != nullptr ? c.dev->name.c_str() : nullptr;
   m.bytes = c.stats.bytes.get();
   m.wrs = c.stats.wrs.get();
   m.doorbells = c.stats.doorbells.get();
   m.completions = c.stats.completions.get();
   for (int i = 0; i < kLatencyBuckets; ++i) m.latency[i] = c.stats.latency[i].get();
-  static_assert(sizeof m.qpn / sizeof m.qpn[0] >= wire::kMaxQps);
-  for (int q = 0; q < c.nqps && !c.retired; ++q) {
-    if (c.qps[q]) m.qpn[m.nqps++] = c.qps[q]->qp_num;
-  }
   if (b->kind == CommKind::kRecv) out->flush_qpn = flush_stats(*static_cast<RecvComm*>(b)).qpn;
   return Status::ok();
 }

@@ -43,8 +43,11 @@ Status check_device(Conn& c, bool new_work = true);
 // fails the comm when a QP's watched work has had no completion for longer than the bound. For a
 // receive comm the caller holds its mu.
 Status check_progress(Conn& c);
-int qp_index(const Conn& c, uint32_t qpn);
-Status completion_error(Conn& c, const ibv_wc& wc, const char* side);
+// The QP of number `qpn` on member `member` (whose CQ delivered the completion): QP numbers are
+// per adapter, so two members' QPs may share one (a fused comm's rxe0 and rxe1 QPs are both
+// qpn 17). -1: none.
+int qp_index(const Conn& c, uint32_t qpn, int member);
+Status completion_error(Conn& c, const ibv_wc& wc, const char* side, int member);
 bool valid_mh(const Conn& c, const MemHandle* mh);
 Status bad_buffer(const Conn& c, const char* call, const void* data, size_t size,
                   const MemHandle* mh);

@@ -223,20 +223,20 @@ void unregister_recv(RecvComm& r) {
 
 namespace {
 
-Status poll_recv_cq(RecvComm& r, ibv_cq* cq) {
+Status poll_recv_cq(RecvComm& r, int member) {
   ibv_wc wc[kPollBatch];
-  int n = ibv_poll_cq(cq, kPollBatch, wc);
+  int n = ibv_poll_cq(r.c.members[member].cq.get(), kPollBatch, wc);
   if (n < 0)
     return fail(r.c, Status(Code::kSystemError, "ibv_poll_cq failed on " + r.c.describe_qp(0)));
   if (n > 0) r.c.stats.completions.add(static_cast<uint64_t>(n));
   int64_t now = 0;
   for (int k = 0; k < n; ++k) {  // every receive WR polled, whatever its status (close's drain)
-    const int q = wc[k].wr_id < wire::kFifoSlots ? qp_index(r.c, wc[k].qp_num) : -1;
+    const int q = wc[k].wr_id < wire::kFifoSlots ? qp_index(r.c, wc[k].qp_num, member) : -1;
     if (q >= 0 && r.c.rq_outstanding[q] > 0) --r.c.rq_outstanding[q];
   }
   for (int k = 0; k < n; ++k) {
     const ibv_wc& w = wc[k];
-    if (w.status != IBV_WC_SUCCESS) return fail(r.c, completion_error(r.c, w, "receive"));
+    if (w.status != IBV_WC_SUCCESS) return fail(r.c, completion_error(r.c, w, "receive", member));
     // A wr_id none of ours could carry is never used as an index (a Sluice bug, or a WR someone
     // else posted on our QP): the comm fails naming it.
     const uint32_t cts_q = static_cast<uint32_t>(w.wr_id >> 32) & 0xffu;
@@ -252,7 +252,7 @@ Status poll_recv_cq(RecvComm& r, ibv_cq* cq) {
       continue;
     }
     RecvReq& req = r.pool[w.wr_id];
-    const int q = qp_index(r.c, w.qp_num);
+    const int q = qp_index(r.c, w.qp_num, member);
     if (Status st =
             cts::check_imm(ntohl(w.imm_data), req.posted[0], &req.has_record, &req.received[0]);
         !st.is_ok()) {
@@ -283,8 +283,7 @@ Status poll_recv_cq(RecvComm& r, ibv_cq* cq) {
 
 // Every member's CQ in turn (a one-member comm polls one, as before fusion).
 Status poll_recv(RecvComm& r) {
-  for (int m = 0; m < r.c.nmembers; ++m)
-    SLUICE_RETURN_IF_ERROR(poll_recv_cq(r, r.c.members[m].cq.get()));
+  for (int m = 0; m < r.c.nmembers; ++m) SLUICE_RETURN_IF_ERROR(poll_recv_cq(r, m));
   return Status::ok();
 }
 

@@ -263,18 +263,19 @@ Status isend_impl(SendComm* s, void* data, size_t size, int tag, MemHandle* mh, 
 
 namespace {
 
-Status poll_send_cq(SendComm& s, ibv_cq* cq) {
+Status poll_send_cq(SendComm& s, int member) {
   ibv_wc wc[kPollBatch];
-  int n = ibv_poll_cq(cq, kPollBatch, wc);
+  int n = ibv_poll_cq(s.c.members[member].cq.get(), kPollBatch, wc);
   if (n < 0)
     return fail(s.c, Status(Code::kSystemError, "ibv_poll_cq failed on " + s.c.describe_qp(0)));
   const int nlanes = cts::lanes(s.c.split, s.c.nqps);
   if (n > 0) s.c.stats.completions.add(static_cast<uint64_t>(n));
   int64_t now = 0;
   for (int k = 0; k < n; ++k) {
-    if (wc[k].status != IBV_WC_SUCCESS) return fail(s.c, completion_error(s.c, wc[k], "send"));
+    if (wc[k].status != IBV_WC_SUCCESS)
+      return fail(s.c, completion_error(s.c, wc[k], "send", member));
     if (wc[k].wr_id & kWrUnsignaled) continue;
-    const int q = qp_index(s.c, wc[k].qp_num);
+    const int q = qp_index(s.c, wc[k].qp_num, member);
     if (q >= 0) s.c.progress.since_ns[q] = 0;  // progress on that QP (progress.h)
     if (wc[k].wr_id & kWrProgress) {  // inside a long chain: its run of WRs completed (progress.h)
       if (q >= 0) {
@@ -322,8 +323,7 @@ Status poll_send_cq(SendComm& s, ibv_cq* cq) {
 
 // Every member's CQ in turn (a one-member comm polls one, as before fusion).
 Status poll_send(SendComm& s) {
-  for (int m = 0; m < s.c.nmembers; ++m)
-    SLUICE_RETURN_IF_ERROR(poll_send_cq(s, s.c.members[m].cq.get()));
+  for (int m = 0; m < s.c.nmembers; ++m) SLUICE_RETURN_IF_ERROR(poll_send_cq(s, m));
   return Status::ok();
 }
 

@@ -13,6 +13,14 @@
 // never reused by find_live, but its MR stays until the NIC can no longer touch the memory: the
 // requests are done (checked at the comm's next regMr/deregMr) or the comm's QPs are in ERROR and
 // drained (close, finalize's retire_comm). So a regMr of the same range gets a new MR.
+//
+// NIC fusion: a comm of several members registers every range on each member adapter before
+// regMr returns (NCCL may close a dma-buf fd right after). The caller's handle is member 0's;
+// it owns one extra registration per further adapter (MemHandle::more), each in its own
+// adapter's cache, so the rules above hold per adapter: an extra is shared by that adapter's later
+// regMr only while its owner is live (kMember), and never once the owner is deferred
+// (kMemberDeferred). A failure on any member frees everything the call registered. Only one
+// adapter's lock is held at a time.
 #include <unistd.h>
 
 #include <cerrno>
@@ -38,11 +46,16 @@ const Conn* retired_conn(void* comm) {
   return c != nullptr && c->retired ? c : nullptr;
 }
 
-Device* comm_device(void* comm) {
+const Conn* comm_conn(void* comm) {
   auto* b = static_cast<CommBase*>(comm);
-  if (b->kind == CommKind::kSend) return static_cast<SendComm*>(b)->c.dev;
-  if (b->kind == CommKind::kRecv) return static_cast<RecvComm*>(b)->c.dev;
+  if (b->kind == CommKind::kSend) return &static_cast<SendComm*>(b)->c;
+  if (b->kind == CommKind::kRecv) return &static_cast<RecvComm*>(b)->c;
   return nullptr;
+}
+
+Device* comm_device(void* comm) {
+  const Conn* c = comm_conn(comm);
+  return c != nullptr ? c->dev : nullptr;
 }
 
 // Least access: receive buffers are written remotely; remote read only where the loopback flush
@@ -116,15 +129,19 @@ ibv_mr* reg_cuda(Device* d, uintptr_t lo, uintptr_t hi, unsigned access, std::st
 MrEntry* find_live(Adapter* a, MemType type, uintptr_t lo, uintptr_t hi) {
   for (auto& e : a->mrs) {
     if (e->type != type || e->base > lo || e->base + e->len < hi) continue;
-    for (const auto& u : e->users)
-      if (u->magic == MemHandle::kMagic && u->base <= lo && u->base + u->len >= hi) return e.get();
+    for (const auto& u : e->users) {
+      const bool live = u->magic == MemHandle::kMagic || u->magic == MemHandle::kMember;
+      if (live && u->base <= lo && u->base + u->len >= hi) return e.get();
+    }
   }
   return nullptr;
 }
 
-// A new registration of [lo, hi) on entry `e`. Caller holds mr_mu.
-MemHandle* add_user(Adapter* a, MrEntry* e, uintptr_t lo, size_t len) {
+// A new registration of [lo, hi) on entry `e`: the caller's (kMagic) or a fused comm's extra
+// (kMember). Caller holds mr_mu.
+MemHandle* add_user(Adapter* a, MrEntry* e, uintptr_t lo, size_t len, uint32_t magic) {
   auto mh = std::make_unique<MemHandle>();
+  mh->magic = magic;
   mh->lkey = e->mr->lkey;
   mh->rkey = e->mr->rkey;
   mh->base = lo;
@@ -140,7 +157,7 @@ MemHandle* add_user(Adapter* a, MrEntry* e, uintptr_t lo, size_t len) {
 // Takes ownership of a new MR over [lo, lo + len) and registers its first user. Caller holds
 // mr_mu.
 MemHandle* add_entry(Adapter* a, ibv_mr* mr, MemType type, unsigned access, uintptr_t lo,
-                     size_t len) {
+                     size_t len, uint32_t magic) {
   auto e = std::make_unique<MrEntry>();
   e->mr.reset(mr);
   e->base = lo;
@@ -148,7 +165,7 @@ MemHandle* add_entry(Adapter* a, ibv_mr* mr, MemType type, unsigned access, uint
   e->type = type;
   e->access = access;
   a->mrs.push_back(std::move(e));
-  return add_user(a, a->mrs.back().get(), lo, len);
+  return add_user(a, a->mrs.back().get(), lo, len, magic);
 }
 
 // Frees the registration `mh` (caller holds mr_mu), and its MR when it was the MR's last user.
@@ -165,53 +182,57 @@ void erase_user(Adapter* a, const MemHandle* mh) {
   }
 }
 
-}  // namespace
-
-void release_deferred_mrs(Adapter* a, uintptr_t key, void* comm) {
-  if (a == nullptr) return;
-  std::vector<MemHandle*> mine;
-  {
-    std::lock_guard<std::mutex> lk(a->mr_mu);
-    for (const auto& e : a->mrs)
-      for (const auto& u : e->users)
-        if (u->magic == MemHandle::kDeferred && u->deferred_on == key) mine.push_back(u.get());
+// Frees `mh` and the extras it owns. The caller holds no adapter lock: each extra is erased under
+// its own adapter's lock, then `mh` under its own (one lock at a time, so no order between
+// adapters to keep). Only the handle's owner calls this; nothing else reads `more`.
+void free_handle(MemHandle* mh) {
+  for (int i = 0; i < mh->nmore; ++i) {
+    Adapter* b = mh->more[i]->adapter;
+    std::lock_guard<std::mutex> lk(b->mr_mu);
+    erase_user(b, mh->more[i]);
+    mh->more[i] = nullptr;
   }
-  if (mine.empty()) return;
-  // requests_using takes the receive comm's mutex: not under mr_mu. Only this comm's driver frees
-  // its deferred handles, so they stay valid in between.
-  std::vector<MemHandle*> done;
-  for (MemHandle* mh : mine) {
-    std::string what;
-    if (comm == nullptr || requests_using(comm, mh, &what) == 0) done.push_back(mh);
-  }
+  mh->nmore = 0;
+  Adapter* a = mh->adapter;
   std::lock_guard<std::mutex> lk(a->mr_mu);
-  for (MemHandle* mh : done) erase_user(a, mh);
+  erase_user(a, mh);
 }
 
-Status reg_mr(void* comm, void* data, size_t size, MemType type, MemHandle** out) {
-  *out = nullptr;
-  if (comm == nullptr) return Status(Code::kInvalidArgument, "regMr: NULL comm");
-  if (const Conn* c = retired_conn(comm)) return c->failure;
-  Device* d = comm_device(comm);
-  if (d == nullptr) return Status(Code::kInvalidArgument, "regMr: not a send or receive comm");
-  if (data == nullptr || size == 0)
-    return Status(Code::kInvalidArgument, "regMr: NULL or empty buffer");
-  if (type == MemType::kCuda && !d->gdr.cuda) {
-    return Status(Code::kInvalidUsage, "regMr of CUDA pointer " +
-                                           hex(reinterpret_cast<uintptr_t>(data)) + " on " +
-                                           d->name + " refused: " + d->gdr.summary);
+static_assert(MemHandle::kMaxMore >= kMaxConnMembers - 1, "an extra for every further member");
+
+// Fusion: registers mh's range on every member adapter of `c` after member 0's, with `reg`
+// (Device*, MemHandle** out, magic kMember). Members on an adapter already registered share its
+// registration. On a failure everything is freed, mh included, and the error names the member.
+template <class Reg>
+Status add_members(const Conn& c, MemHandle* mh, const char* call, Reg&& reg) {
+  for (int m = 1; m < c.nmembers; ++m) {
+    Device* d = c.members[m].dev;
+    if (mh->on(d->adapter) != nullptr) continue;  // an earlier member's adapter (one PD)
+    MemHandle* x = nullptr;
+    Status st = reg(d, &x);
+    if (!st.is_ok()) {
+      free_handle(mh);
+      return Status(st.code(), std::string(call) + " on fused comm member " + std::to_string(m) +
+                                   " (" + d->name + ", of " + std::to_string(c.nmembers) +
+                                   "; nothing stays registered): " + st.message());
+    }
+    mh->more[mh->nmore++] = x;
   }
+  return Status::ok();
+}
+
+// One registration of [data, +size) on device d's adapter, with `magic` (kMagic: the caller's;
+// kMember: a fused comm's extra). Caller holds no lock.
+Status reg_one(Device* d, void* data, size_t size, MemType type, uint32_t magic, MemHandle** out) {
   static const long page = sysconf(_SC_PAGESIZE);
   uintptr_t lo = reinterpret_cast<uintptr_t>(data) & ~(static_cast<uintptr_t>(page) - 1);
   uintptr_t hi =
       (reinterpret_cast<uintptr_t>(data) + size + page - 1) & ~(static_cast<uintptr_t>(page) - 1);
   Adapter* a = d->adapter;
-  // Registrations this comm deferred whose requests are done.
-  release_deferred_mrs(a, reinterpret_cast<uintptr_t>(comm), comm);
   std::lock_guard<std::mutex> lk(a->mr_mu);
   // Reuse an MR only inside the range of a live registration on it (see the top of the file).
   if (MrEntry* e = find_live(a, type, lo, hi)) {
-    *out = add_user(a, e, lo, hi - lo);
+    *out = add_user(a, e, lo, hi - lo, magic);
     return Status::ok();
   }
   const unsigned access = data_access(engine()->config(), type, a->relaxed_ordering);
@@ -234,25 +255,20 @@ Status reg_mr(void* comm, void* data, size_t size, MemType type, MemHandle** out
                                             " failed: " + reg_error(errno, true));
     }
   }
-  *out = add_entry(a, mr.release(), type, access, lo, hi - lo);
+  *out = add_entry(a, mr.release(), type, access, lo, hi - lo, magic);
   return Status::ok();
 }
 
-Status reg_mr_dmabuf(void* comm, void* data, size_t size, MemType type, uint64_t offset, int fd,
-                     MemHandle** out) {
-  *out = nullptr;
-  Device* d = comm != nullptr ? comm_device(comm) : nullptr;
-  if (d == nullptr)
-    return Status(Code::kInvalidArgument, "regMrDmaBuf: not a send or receive comm");
-  if (data == nullptr || size == 0)
-    return Status(Code::kInvalidArgument, "regMrDmaBuf: NULL or empty buffer");
+// One dma-buf registration on device d's adapter (see reg_one). Caller holds no lock.
+Status reg_dmabuf_one(Device* d, void* data, size_t size, MemType type, uint64_t offset, int fd,
+                      uint32_t magic, MemHandle** out) {
   const auto addr = reinterpret_cast<uintptr_t>(data);
   Adapter* a = d->adapter;
   std::lock_guard<std::mutex> lk(a->mr_mu);
   // A live registration of the same type that covers the range serves it (NCCL may close the fd
   // right after this call: nothing here keeps it).
   if (MrEntry* e = find_live(a, type, addr, addr + size)) {
-    *out = add_user(a, e, addr, size);
+    *out = add_user(a, e, addr, size, magic);
     return Status::ok();
   }
   const unsigned access = data_access(engine()->config(), type, a->relaxed_ordering);
@@ -274,7 +290,76 @@ Status reg_mr_dmabuf(void* comm, void* data, size_t size, MemType type, uint64_t
     if (!d->gdr.dmabuf) m += "; this NIC was not offered for dma-buf: " + a->dmabuf.text;
     return Status(Code::kSystemError, m);
   }
-  *out = add_entry(a, mr, type, access, addr, size);
+  *out = add_entry(a, mr, type, access, addr, size, magic);
+  return Status::ok();
+}
+
+}  // namespace
+
+void release_deferred_mrs(Adapter* a, uintptr_t key, void* comm) {
+  if (a == nullptr) return;
+  std::vector<MemHandle*> mine;
+  {
+    std::lock_guard<std::mutex> lk(a->mr_mu);
+    for (const auto& e : a->mrs)
+      for (const auto& u : e->users)
+        if (u->magic == MemHandle::kDeferred && u->deferred_on == key) mine.push_back(u.get());
+  }
+  if (mine.empty()) return;
+  // requests_using takes the receive comm's mutex: not under mr_mu. Only this comm's driver frees
+  // its deferred handles, so they stay valid in between.
+  std::vector<MemHandle*> done;
+  for (MemHandle* mh : mine) {
+    std::string what;
+    if (comm == nullptr || requests_using(comm, mh, &what) == 0) done.push_back(mh);
+  }
+  for (MemHandle* mh : done) free_handle(mh);  // with its extras on the other members' adapters
+}
+
+Status reg_mr(void* comm, void* data, size_t size, MemType type, MemHandle** out) {
+  *out = nullptr;
+  if (comm == nullptr) return Status(Code::kInvalidArgument, "regMr: NULL comm");
+  if (const Conn* c = retired_conn(comm)) return c->failure;
+  const Conn* c = comm_conn(comm);
+  if (c == nullptr || c->dev == nullptr)
+    return Status(Code::kInvalidArgument, "regMr: not a send or receive comm");
+  if (data == nullptr || size == 0)
+    return Status(Code::kInvalidArgument, "regMr: NULL or empty buffer");
+  for (int m = 0; m < c->nmembers || m == 0; ++m) {
+    const Device* d = m == 0 ? c->dev : c->members[m].dev;
+    if (type == MemType::kCuda && !d->gdr.cuda) {
+      return Status(Code::kInvalidUsage, "regMr of CUDA pointer " +
+                                             hex(reinterpret_cast<uintptr_t>(data)) + " on " +
+                                             d->name + " refused: " + d->gdr.summary);
+    }
+  }
+  // Registrations this comm deferred whose requests are done.
+  release_deferred_mrs(c->dev->adapter, reinterpret_cast<uintptr_t>(comm), comm);
+  MemHandle* mh = nullptr;
+  SLUICE_RETURN_IF_ERROR(reg_one(c->dev, data, size, type, MemHandle::kMagic, &mh));
+  SLUICE_RETURN_IF_ERROR(add_members(*c, mh, "regMr", [&](Device* d, MemHandle** x) {
+    return reg_one(d, data, size, type, MemHandle::kMember, x);
+  }));
+  *out = mh;
+  return Status::ok();
+}
+
+Status reg_mr_dmabuf(void* comm, void* data, size_t size, MemType type, uint64_t offset, int fd,
+                     MemHandle** out) {
+  *out = nullptr;
+  const Conn* c = comm != nullptr ? comm_conn(comm) : nullptr;
+  if (c == nullptr || c->dev == nullptr)
+    return Status(Code::kInvalidArgument, "regMrDmaBuf: not a send or receive comm");
+  if (data == nullptr || size == 0)
+    return Status(Code::kInvalidArgument, "regMrDmaBuf: NULL or empty buffer");
+  // Every member registers before this returns: NCCL may close the fd right after.
+  MemHandle* mh = nullptr;
+  SLUICE_RETURN_IF_ERROR(
+      reg_dmabuf_one(c->dev, data, size, type, offset, fd, MemHandle::kMagic, &mh));
+  SLUICE_RETURN_IF_ERROR(add_members(*c, mh, "regMrDmaBuf", [&](Device* d, MemHandle** x) {
+    return reg_dmabuf_one(d, data, size, type, offset, fd, MemHandle::kMember, x);
+  }));
+  *out = mh;
   return Status::ok();
 }
 
@@ -295,10 +380,17 @@ Status dereg_mr(void* comm, MemHandle* mh) {
   // may still read or write it until the request is done or the comm's queues are drained.
   std::string users;
   const int n = requests_using(comm, mh, &users);
-  std::lock_guard<std::mutex> lk(a->mr_mu);
   if (n > 0) {
-    mh->magic = MemHandle::kDeferred;
-    mh->deferred_on = reinterpret_cast<uintptr_t>(comm);
+    {
+      std::lock_guard<std::mutex> lk(a->mr_mu);
+      mh->magic = MemHandle::kDeferred;
+      mh->deferred_on = reinterpret_cast<uintptr_t>(comm);
+    }
+    // Its extras are deferred with it: never shared again on their adapters, freed with it.
+    for (int i = 0; i < mh->nmore; ++i) {
+      std::lock_guard<std::mutex> lk(mh->more[i]->adapter->mr_mu);
+      mh->more[i]->magic = MemHandle::kMemberDeferred;
+    }
     SLUICE_INFO(kSubNet,
                 "deregMr of the registration [0x%lx, +%zu) on %s while %s still use it: the "
                 "handle is dead now; its MR is released once they are done or the comm is closed",
@@ -306,7 +398,7 @@ Status dereg_mr(void* comm, MemHandle* mh) {
                 users.c_str());
     return Status::ok();
   }
-  erase_user(a, mh);
+  free_handle(mh);
   return Status::ok();
 }
 
