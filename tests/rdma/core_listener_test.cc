@@ -338,7 +338,27 @@ TEST_F(CoreListener, StraysNeverDelayARealPeer) {
   for (int fd : {a, b, c, d}) close(fd);
 }
 
-TEST_F(CoreListener, SixteenPeersConnectAtOnce) {
+// Sixteen real peers at once, with the handshake bound at its default rather than the 1 s the
+// stray tests set (core.cmake): one test thread drives all 16 connects and the listener in turn,
+// each connect step checking a route (tens of ms under the sanitizers), so a handshake there can
+// take longer than 1 s between its steps; a sanitized CI run once dropped 6 of them at 1 s. What
+// this test holds is that no real peer is dropped and every comm carries its message.
+class CoreListenerMany : public CoreListener {
+ protected:
+  void SetUp() override {
+    const char* t = std::getenv("SLUICE_HANDSHAKE_TIMEOUT_MS");
+    if (t != nullptr) saved_ = t;
+    unsetenv("SLUICE_HANDSHAKE_TIMEOUT_MS");  // read by the engine CoreListener::SetUp creates
+    CoreListener::SetUp();
+  }
+  void TearDown() override {
+    CoreListener::TearDown();
+    if (!saved_.empty()) setenv("SLUICE_HANDSHAKE_TIMEOUT_MS", saved_.c_str(), 1);
+  }
+  std::string saved_;
+};
+
+TEST_F(CoreListenerMany, SixteenPeersConnectAtOnce) {
   constexpr int kPeers = 16;
   char handle[kHandleSize];
   ListenComm* l = nullptr;
