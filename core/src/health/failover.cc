@@ -46,6 +46,13 @@ const char* cause_name(Cause c) {
   return "?";
 }
 
+namespace {
+// "error completion: qpn 17 ..." (the cause, and the facts when there are any).
+std::string with_facts(Cause c, const std::string& what) {
+  return std::string(cause_name(c)) + (what.empty() ? "" : ": " + what);
+}
+}  // namespace
+
 int64_t backoff_ms(const Timing& t, int attempt) {
   int64_t d = std::max<int64_t>(1, t.retry_base_ms);
   for (int k = 1; k < attempt && d < t.retry_cap_ms; ++k) d *= 2;
@@ -65,8 +72,8 @@ uint32_t Path::enter_fencing(Cause c, const std::string& what, int64_t now_ms) {
   cause_ = c;
   local_fenced_ = peer_fenced_ = false;
   ++failovers_;
-  say(std::string("failed over (") + cause_name(c) + (what.empty() ? "" : ": " + what) + ") from " +
-      state_name(was) + ", epoch " + std::to_string(epoch_) + "; fencing its QPs on both sides");
+  say(std::string("failed over (") + with_facts(c, what) + ") from " + state_name(was) +
+      ", epoch " + std::to_string(epoch_) + "; fencing its QPs on both sides");
   return kFenceLocal | kRestripe | kLog;
 }
 
@@ -88,7 +95,7 @@ uint32_t Path::attempt_failed(Cause c, const std::string& what, int64_t now_ms) 
   offered_ = false;
   retry_at_ = now_ms + backoff_ms(t_, attempts_ + 1);
   say(std::string("recovery attempt ") + std::to_string(attempts_) + " failed in " +
-      state_name(was) + " (" + cause_name(c) + (what.empty() ? "" : ": " + what) + "); next in " +
+      state_name(was) + " (" + with_facts(c, what) + "); next in " +
       std::to_string(retry_at_ - now_ms) + " ms");
   return kDropFresh | kLog;
 }
@@ -99,11 +106,9 @@ uint32_t Path::on_fault(Cause c, const std::string& what, int64_t now_ms) {
     case State::kRamping:
       return enter_fencing(c, what, now_ms);
     case State::kRecovering:
-      return attempt_failed(Cause::kAttemptFailed,
-                            std::string(cause_name(c)) + (what.empty() ? "" : ": " + what), now_ms);
+      return attempt_failed(Cause::kAttemptFailed, with_facts(c, what), now_ms);
     case State::kChecking:
-      return attempt_failed(Cause::kCheckFailed,
-                            std::string(cause_name(c)) + (what.empty() ? "" : ": " + what), now_ms);
+      return attempt_failed(Cause::kCheckFailed, with_facts(c, what), now_ms);
     case State::kFencing:
     case State::kDown:
       return kNoAction;  // already out of the stripe; the first cause stands
