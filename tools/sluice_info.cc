@@ -778,8 +778,7 @@ int main(int argc, char** argv) {
   o << "NIC fusion (makeVDevice; " << fusion.policy << "): "
     << (fusion.groups.empty() ? "nothing to fuse"
                               : std::to_string(fusion.groups.size()) + " group(s)")
-    << "\n  not offered to NCCL yet: the shipped tables leave makeVDevice NULL until fused comms "
-       "carry data, so NCCL fuses none of these (docs/fusion.md)\n";
+    << "\n";
   for (const auto& g : fusion.groups) {
     std::string names;
     for (const auto& m : g.members) names += (names.empty() ? "" : "+") + m;

@@ -8,12 +8,11 @@
 //    (netDeviceType HOST), and irecvConsumed would be called with already-completed requests.
 //
 // makeVDevice (v9..v12; v8 has none) fuses devices (docs/fusion.md): at most 4 members before v12,
-// 8 from it; a physical device keeps vProps {1, {dev}}. It is NULL in the plugin this build ships
-// (NCCL then fuses nothing) until a fused comm carries data: that part of issue 24 is not built
-// yet, and a refusing makeVDevice is no safe stand-in: the topology code of some NCCL releases fails
-// init on ncclInvalidUsage and takes any other error for a device made. The test build of the plugin
-// (SLUICE_TABLES_FUSE, target nccl-net-sluice-fusion, never installed) sets it, so the shims and
-// make_vdevice are driven through the real tables by plugin_fusion and abi_dlopen_c_fusion.
+// 8 from it; a physical device keeps vProps {1, {dev}}. A refused fusion returns
+// ncclInvalidArgument with its reason, and NCCL keeps the devices separate (ncclInvalidUsage only
+// before init: the topology code of some NCCL releases fails init on it). isend/irecv on a comm
+// over a fused device stripe each message over the members' paths by their weights
+// (core/src/datapath).
 #include "api.h"
 #include "sluice/nccl_net_abi.h"
 
@@ -144,11 +143,10 @@ ncclResult_t make_vdevice_any(int* d, V* props) {
   if (props == nullptr) return make_vdevice(d, 0, nullptr, kCap);
   return make_vdevice(d, props->ndevs, props->devs, kCap);
 }
-// [[maybe_unused]]: referenced only by the test build's tables (SLUICE_TABLES_FUSE).
-[[maybe_unused]] ncclResult_t make_vdevice_v9(int* d, ncclNetVDeviceProps_v9_t* props) {
+ncclResult_t make_vdevice_v9(int* d, ncclNetVDeviceProps_v9_t* props) {
   return make_vdevice_any(d, props);
 }
-[[maybe_unused]] ncclResult_t make_vdevice_v12(int* d, ncclNetVDeviceProps_v12_t* props) {
+ncclResult_t make_vdevice_v12(int* d, ncclNetVDeviceProps_v12_t* props) {
   return make_vdevice_any(d, props);
 }
 
@@ -162,11 +160,6 @@ ncclResult_t set_net_attr_v11(void* ctx, ncclNetAttr_v11_t* attr) {
 namespace sp = sluice::plugin;
 
 #define SLUICE_EXPORT __attribute__((visibility("default")))
-#ifdef SLUICE_TABLES_FUSE
-#define SLUICE_MAKE_VDEVICE(f) f
-#else
-#define SLUICE_MAKE_VDEVICE(f) nullptr
-#endif
 
 extern "C" SLUICE_EXPORT const ncclNet_v12_t ncclNetPlugin_v12 = {
     .name = sp::kPluginName,
@@ -188,7 +181,7 @@ extern "C" SLUICE_EXPORT const ncclNet_v12_t ncclNetPlugin_v12 = {
     .closeListen = sp::close_listen,
     .getDeviceMr = nullptr,
     .irecvConsumed = nullptr,
-    .makeVDevice = SLUICE_MAKE_VDEVICE(sp::make_vdevice_v12),
+    .makeVDevice = sp::make_vdevice_v12,
     .finalize = sp::finalize,
     .setNetAttr = sp::set_net_attr_v11,
 };
@@ -213,7 +206,7 @@ extern "C" SLUICE_EXPORT const ncclNet_v11_t ncclNetPlugin_v11 = {
     .closeListen = sp::close_listen,
     .getDeviceMr = nullptr,
     .irecvConsumed = nullptr,
-    .makeVDevice = SLUICE_MAKE_VDEVICE(sp::make_vdevice_v9),
+    .makeVDevice = sp::make_vdevice_v9,
     .finalize = sp::finalize,
     .setNetAttr = sp::set_net_attr_v11,
 };
@@ -238,7 +231,7 @@ extern "C" SLUICE_EXPORT const ncclNet_v10_t ncclNetPlugin_v10 = {
     .closeListen = sp::close_listen,
     .getDeviceMr = nullptr,
     .irecvConsumed = nullptr,
-    .makeVDevice = SLUICE_MAKE_VDEVICE(sp::make_vdevice_v9),
+    .makeVDevice = sp::make_vdevice_v9,
 };
 
 extern "C" SLUICE_EXPORT const ncclNet_v9_t ncclNetPlugin_v9 = {
@@ -261,7 +254,7 @@ extern "C" SLUICE_EXPORT const ncclNet_v9_t ncclNetPlugin_v9 = {
     .closeListen = sp::close_listen,
     .getDeviceMr = nullptr,
     .irecvConsumed = nullptr,
-    .makeVDevice = SLUICE_MAKE_VDEVICE(sp::make_vdevice_v9),
+    .makeVDevice = sp::make_vdevice_v9,
 };
 
 // Sluice's own extension tables (sluice/sluice_ext.h): statistics for sluice-bench and tests.

@@ -115,23 +115,17 @@ static void check_validation_v12(const ncclNet_v12_t* t) {
 
 /* init on this machine: success only with a usable RDMA device; a failure leaves ctx NULL and the
  * NCCL 2.28 sequence init-fails-then-finalize(ctx) must be harmless. */
-/* The shipped plugin has no makeVDevice yet (plugin/src/tables.cc says why); its test build
- * (nccl-net-sluice-fusion) has, and runs this program with SLUICE_EXPECT_MAKE_VDEVICE=1. */
-static int expect_make_vdevice(void) {
-  const char* e = getenv("SLUICE_EXPECT_MAKE_VDEVICE");
-  return e != NULL && strcmp(e, "1") == 0;
-}
-
 static void check_init_v12(const ncclNet_v12_t* t) {
   void* ctx = (void*)0x1;
   ncclNetCommConfig_v12_t cfg = {NCCL_NET_TRAFFIC_CLASS_UNDEF};
   int ndev = -1;
   ncclResult_t r;
   CHECK(t->devices(&ndev) == ncclInvalidUsage); /* before init */
-  if (t->makeVDevice != NULL) {
+  if (t->makeVDevice != NULL) {                 /* main() checks it is set */
     ncclNetVDeviceProps_v12_t vp = {2, {0, 1}};
     int d = -1;
     CHECK(t->makeVDevice(&d, &vp) == ncclInvalidUsage); /* before init */
+    CHECK(d == -1);
     CHECK(t->makeVDevice(NULL, &vp) == ncclInvalidArgument);
   }
   r = t->init(&ctx, 0x1234, &cfg, logger, NULL);
@@ -160,6 +154,18 @@ static void check_init_v12(const ncclNet_v12_t* t) {
     }
     CHECK(t->getProperties(ndev, &props) == ncclInvalidArgument);
     CHECK(t->getProperties(-1, &props) == ncclInvalidArgument);
+    if (t->makeVDevice != NULL) { /* its argument checks after init: refused, nothing made */
+      ncclNetVDeviceProps_v12_t vp = {0, {0}};
+      int d = -1, after = -1;
+      CHECK(t->makeVDevice(&d, NULL) == ncclInvalidArgument);
+      CHECK(t->makeVDevice(&d, &vp) == ncclInvalidArgument); /* no member */
+      vp.ndevs = 2;
+      vp.devs[0] = 0;
+      vp.devs[1] = ndev; /* unknown index */
+      CHECK(t->makeVDevice(&d, &vp) == ncclInvalidArgument);
+      CHECK(t->devices(&after) == ncclSuccess);
+      CHECK(after == ndev);
+    }
     CHECK(t->finalize(ctx) == ncclSuccess);
     CHECK(t->finalize(ctx) == ncclInvalidArgument); /* no double release */
   } else {
@@ -209,20 +215,20 @@ int main(int argc, char** argv) {
 
   CHECK_COMMON(v8);
   CHECK_COMMON(v9);
-  CHECK((v9->makeVDevice != NULL) == expect_make_vdevice()); /* v9+; v8 has none */
+  CHECK(v9->makeVDevice != NULL); /* fusion (docs/fusion.md); v8 has no entry */
   CHECK_COMMON(v10);
-  CHECK((v10->makeVDevice != NULL) == expect_make_vdevice()); /* v9+; v8 has none */
+  CHECK(v10->makeVDevice != NULL); /* fusion (docs/fusion.md); v8 has no entry */
   CHECK_COMMON(v11);
-  CHECK((v11->makeVDevice != NULL) == expect_make_vdevice()); /* v9+; v8 has none */
+  CHECK(v11->makeVDevice != NULL); /* fusion (docs/fusion.md); v8 has no entry */
   CHECK(v11->finalize != NULL);
   CHECK(v11->setNetAttr != NULL);
   CHECK_COMMON(v12);
-  CHECK((v12->makeVDevice != NULL) == expect_make_vdevice()); /* v9+; v8 has none */
+  CHECK(v12->makeVDevice != NULL); /* fusion (docs/fusion.md); v8 has no entry */
   CHECK(v12->finalize != NULL);
   CHECK(v12->setNetAttr != NULL);
 
   /* Layouts NCCL compiles against (also _Static_assert'ed in the header). */
-  CHECK(sizeof(ncclNet_v8_t) == 152);
+  CHECK(sizeof(ncclNet_v8_t) == 152); /* v8 has no makeVDevice entry at all */
   CHECK(sizeof(ncclNet_v9_t) == 160);
   CHECK(sizeof(ncclNet_v10_t) == 160);
   CHECK(sizeof(ncclNet_v11_t) == 176);

@@ -28,11 +28,6 @@ target_compile_definitions(abi_dlopen_c_test PRIVATE
 add_dependencies(abi_dlopen_c_test nccl-net-sluice)
 add_test(NAME abi_dlopen_c COMMAND abi_dlopen_c_test)
 set_tests_properties(abi_dlopen_c PROPERTIES LABELS "unit;abi" TIMEOUT 120)
-# ... and the test build with makeVDevice in its tables (plugin/CMakeLists.txt).
-add_dependencies(abi_dlopen_c_test nccl-net-sluice-fusion)
-add_test(NAME abi_dlopen_c_fusion COMMAND abi_dlopen_c_test $<TARGET_FILE:nccl-net-sluice-fusion>)
-set_tests_properties(abi_dlopen_c_fusion PROPERTIES LABELS "unit;abi" TIMEOUT 120
-                                                    ENVIRONMENT SLUICE_EXPECT_MAKE_VDEVICE=1)
 
 # Data path through the exported tables (dlopen RTLD_NOW | RTLD_LOCAL, like NCCL).
 add_executable(plugin_rdma_test ${CMAKE_CURRENT_LIST_DIR}/plugin_rdma_test.cc
@@ -158,10 +153,9 @@ add_executable(plugin_fusion_test ${CMAKE_CURRENT_LIST_DIR}/plugin_fusion_test.c
 target_include_directories(plugin_fusion_test PRIVATE ${CMAKE_CURRENT_LIST_DIR})
 target_link_libraries(plugin_fusion_test PRIVATE sluice_nccl_abi GTest::gtest_main
                                                  PkgConfig::IBVERBS ${CMAKE_DL_LIBS})
-# The test build of the plugin: the shipped one has no makeVDevice yet (plugin/src/tables.cc).
 target_compile_definitions(plugin_fusion_test PRIVATE
-                           SLUICE_PLUGIN_PATH="$<TARGET_FILE:nccl-net-sluice-fusion>")
-add_dependencies(plugin_fusion_test nccl-net-sluice-fusion)
+                           SLUICE_PLUGIN_PATH="$<TARGET_FILE:nccl-net-sluice>")
+add_dependencies(plugin_fusion_test nccl-net-sluice)
 sluice_add_rdma_test(NAME plugin_fusion
                      COMMAND $<TARGET_FILE:plugin_fusion_test>
                              --gtest_filter=FusedDevice.Knobs*:FusedDevice.NcclOrderOfCalls*
