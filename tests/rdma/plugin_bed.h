@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -25,16 +26,61 @@ inline constexpr uint8_t kGuardByte = 0xEE;
 // ---- The bed: one v12 ctx for the whole process
 // --------------------------------------------------
 
+// SLUICE_TEST_FUSE runs the same tests over a fused device (docs/fusion.md): after devices(), the
+// bed's Net fuses the test pair's two ports with makeVDevice({a, b}) and
+//   fused: dev_a and dev_b are both the fused device (every connection fused -> fused);
+//   send:  dev_a is the fused device, dev_b the physical b (fused -> one port);
+//   recv:  dev_b is the fused device, dev_a the physical a (one port -> fused).
+// Unset or empty: the physical ports, as always. Any other value, a loopback pair, or a refused
+// makeVDevice fails the bed (lib_failed), never skips.
+enum class Fuse { kNone, kFused, kSend, kRecv };
+
 struct Bed {
   bool ready = false;
   bool lib_failed = false;
   std::string reason;
-  int ndev = 0;
+  int ndev = 0;   // the bed's Net's devices (the fused one included)
+  int nphys = 0;  // devices() before any fusion: the physical devices, as a fresh Net lists them
   int dev_a = 0;  // the test pair's first port (rdma_env.h: SLUICE_TEST_DEVICES, else the first
-  int dev_b = 0;  // two active ports); dev_b == dev_a for loopback
+  int dev_b = 0;  // two active ports); dev_b == dev_a for loopback; either may be fused (above)
+  Fuse fuse = Fuse::kNone;
+  int phys_a = 0, phys_b = 0;  // the test pair's physical ports (== dev_a, dev_b without fusion)
+  int vdev = -1;               // the fused device's index on the bed's Net, -1 without fusion
   std::unique_ptr<Net> net;
-  std::vector<Props> props;
+  std::vector<Props> props;  // of every device of the bed's Net (the fused one included)
 };
+
+// SLUICE_TEST_FUSE parsed; false (and *error) for a value that is none of the above.
+inline bool parse_fuse(Fuse* out, std::string* error) {
+  const char* v = std::getenv("SLUICE_TEST_FUSE");
+  const std::string s = v != nullptr ? v : "";
+  if (s.empty()) {
+    *out = Fuse::kNone;
+  } else if (s == "fused") {
+    *out = Fuse::kFused;
+  } else if (s == "send") {
+    *out = Fuse::kSend;
+  } else if (s == "recv") {
+    *out = Fuse::kRecv;
+  } else {
+    *error = "SLUICE_TEST_FUSE=" + s + ": expected fused, send or recv (or unset)";
+    return false;
+  }
+  return true;
+}
+
+inline const char* fuse_name(Fuse f) {
+  switch (f) {
+    case Fuse::kFused:
+      return "fused";
+    case Fuse::kSend:
+      return "send";
+    case Fuse::kRecv:
+      return "recv";
+    default:
+      return "unset";
+  }
+}
 
 inline Bed& bed() {
   static Bed b = [] {
@@ -86,13 +132,91 @@ inline Bed& bed() {
       x.dev_a = 0;  // e.g. NCCL_IB_HCA hides the first active ports: use what the plugin lists
       x.dev_b = x.ndev > 1 ? 1 : 0;
     }
-    std::fprintf(stderr, "bed: %d device(s); test pair %s; dev_a %d (%s), dev_b %d (%s)\n", x.ndev,
-                 pair.describe().c_str(), x.dev_a, x.props[x.dev_a].name.c_str(), x.dev_b,
-                 x.props[x.dev_b].name.c_str());
+    x.nphys = x.ndev;
+    x.phys_a = x.dev_a;
+    x.phys_b = x.dev_b;
+    std::string fuse_error;
+    if (!parse_fuse(&x.fuse, &fuse_error)) {
+      x.reason = fuse_error;
+      x.lib_failed = true;
+      return x;
+    }
+    std::string fuse_text = "SLUICE_TEST_FUSE unset: physical ports";
+    if (x.fuse != Fuse::kNone) {
+      const std::string what = std::string("SLUICE_TEST_FUSE=") + fuse_name(x.fuse);
+      if (x.phys_a == x.phys_b) {
+        x.reason = what + ": the test pair " + pair.describe() + " is one port; fusion needs two";
+        x.lib_failed = true;
+        return x;
+      }
+      const std::string members =
+          "makeVDevice({" + std::to_string(x.phys_a) + ", " + std::to_string(x.phys_b) + "})";
+      if (ncclResult_t r = x.net->make_vdevice({x.phys_a, x.phys_b}, &x.vdev); r != ncclSuccess) {
+        x.reason = what + ": " + members + " returned " + std::to_string(r) + ": " + last_warn();
+        x.lib_failed = true;
+        return x;
+      }
+      if (x.net->devices(&x.ndev) != ncclSuccess || x.vdev < 0 || x.vdev >= x.ndev) {
+        x.reason = what + ": " + members + " gave device " + std::to_string(x.vdev) +
+                   ", devices() now " + std::to_string(x.ndev);
+        x.lib_failed = true;
+        return x;
+      }
+      x.props.resize(x.ndev);
+      if (x.net->properties(x.vdev, &x.props[x.vdev]) != ncclSuccess ||
+          x.props[x.vdev].vdevs != std::vector<int>{x.phys_a, x.phys_b}) {
+        x.reason = what + ": getProperties of the fused device " + std::to_string(x.vdev) +
+                   " failed or does not list the members " + std::to_string(x.phys_a) + ", " +
+                   std::to_string(x.phys_b);
+        x.lib_failed = true;
+        return x;
+      }
+      if (x.fuse != Fuse::kRecv) x.dev_a = x.vdev;
+      if (x.fuse != Fuse::kSend) x.dev_b = x.vdev;
+      fuse_text = what + ": device " + std::to_string(x.vdev) + " (" + x.props[x.vdev].name +
+                  ") = " + members + "; dev_a " + (x.dev_a == x.vdev ? "fused" : "physical") +
+                  ", dev_b " + (x.dev_b == x.vdev ? "fused" : "physical");
+    }
+    std::fprintf(stderr, "bed: %d device(s); test pair %s; dev_a %d (%s), dev_b %d (%s); %s\n",
+                 x.ndev, pair.describe().c_str(), x.dev_a, x.props[x.dev_a].name.c_str(), x.dev_b,
+                 x.props[x.dev_b].name.c_str(), fuse_text.c_str());
     x.ready = true;
     return x;
   }();
   return b;
+}
+
+// The test pair (send device, receive device) on a Net other than the bed's (a test's own ctx or
+// table version; each v11/v12 ctx and the v9/v10 process engine has its own device list): the
+// physical ports, or the fusion SLUICE_TEST_FUSE asked for, made on that Net with the same
+// members. On the bed's own Net: dev_a, dev_b.
+inline ::testing::AssertionResult bed_pair(Net& n, int* send_dev, int* recv_dev) {
+  const Bed& b = bed();
+  if (&n == b.net.get() || b.fuse == Fuse::kNone) {
+    *send_dev = b.dev_a;
+    *recv_dev = b.dev_b;
+    return ::testing::AssertionSuccess();
+  }
+  if (n.version() < 9) {
+    return ::testing::AssertionFailure() << "SLUICE_TEST_FUSE=" << fuse_name(b.fuse) << ": the v"
+                                         << n.version() << " table has no makeVDevice";
+  }
+  int v = -1;
+  if (ncclResult_t r = n.make_vdevice({b.phys_a, b.phys_b}, &v); r != ncclSuccess) {
+    return ::testing::AssertionFailure()
+           << "v" << n.version() << ": makeVDevice({" << b.phys_a << ", " << b.phys_b
+           << "}) returned " << r << ": " << last_warn();
+  }
+  *send_dev = b.fuse != Fuse::kRecv ? v : b.phys_a;
+  *recv_dev = b.fuse != Fuse::kSend ? v : b.phys_b;
+  return ::testing::AssertionSuccess();
+}
+
+// open_conn over bed_pair(n): the test pair, dev_a -> dev_b, on any Net.
+inline ::testing::AssertionResult open_bed_conn(Net& n, Conn* c) {
+  int s = -1, r = -1;
+  if (auto ok = bed_pair(n, &s, &r); !ok) return ok;
+  return open_conn(n, s, r, c);
 }
 
 // rxe's sent_pkts (or a NIC's port_xmit_packets) of one verbs device's port ("rxe0" or "rxe0:1");
@@ -109,17 +233,23 @@ inline long long device_sent_packets(std::string name, int port = 1) {
   return -1;
 }
 
-// The packets sent by the bed's devices (both of them, once when they are one), read after a
-// 30 ms pause past the counters' cache lifespan; -1 if not readable.
+// The packets sent by the bed's physical devices: every member of dev_a and dev_b, each once (the
+// two ports, or one for loopback; a fused device counts its members), read after a 30 ms pause
+// past the counters' cache lifespan; -1 if not readable.
 inline long long bed_sent_packets() {
   usleep(30 * 1000);
-  long long total = 0;
   const Bed& b = bed();
+  std::vector<int> phys;
   for (int d : {b.dev_a, b.dev_b}) {
-    const long long v = device_sent_packets(b.props[d].name);
+    for (int m : b.props[d].vdevs) {
+      if (std::find(phys.begin(), phys.end(), m) == phys.end()) phys.push_back(m);
+    }
+  }
+  long long total = 0;
+  for (int m : phys) {
+    const long long v = device_sent_packets(b.props[m].name);
     if (v < 0) return -1;
     total += v;
-    if (b.dev_b == b.dev_a) break;
   }
   return total;
 }

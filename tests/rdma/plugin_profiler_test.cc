@@ -167,7 +167,7 @@ TEST_P(Profiler, EveryWorkRequestStartsAndStopsUnderItsParent) {
   n.profiler = &counting_callback;
   ASSERT_EQ(n.init(0x2200 + GetParam()), ncclSuccess);
   Conn c;
-  ASSERT_TRUE(open_conn(n, bed().dev_a, bed().dev_b, &c));
+  ASSERT_TRUE(open_bed_conn(n, &c));
   const std::set<uint32_t> send_qps = qps_of(c.send), recv_qps = qps_of(c.recv);
   ASSERT_FALSE(send_qps.empty());
   ASSERT_FALSE(recv_qps.empty());
@@ -284,7 +284,7 @@ TEST(ProfilerNull, CallbackOfContextIsNullEmitsNothing) {
   Net n(12);
   ASSERT_EQ(n.init(0x2299), ncclSuccess);  // profiler stays NULL
   Conn c;
-  ASSERT_TRUE(open_conn(n, bed().dev_a, bed().dev_b, &c));
+  ASSERT_TRUE(open_bed_conn(n, &c));
   {
     RegBuf sb, rb;
     ASSERT_TRUE(sb.allocate(&n, c.send, 8192));
@@ -313,7 +313,7 @@ TEST(DISABLED_ProfilerChild, FlushReadIsAnEvent) {
   n.profiler = &counting_callback;
   ASSERT_EQ(n.init(0x2301), ncclSuccess);
   Conn c;
-  ASSERT_TRUE(open_conn(n, bed().dev_a, bed().dev_b, &c));
+  ASSERT_TRUE(open_bed_conn(n, &c));
   {
     RegBuf sb, rb;
     ASSERT_TRUE(sb.allocate(&n, c.send, 4096));

@@ -335,8 +335,10 @@ TEST_P(InFlight, ThirtyTwoRequestsPerComm) {
 constexpr int kChildIterations = 1;
 
 // Child role (argv: --sluice-child <fd> <dev>): reads the handle from the pipe, connects and sends
-// every size of kSizes with the agreed pattern. Exit status 0 = all sends completed.
-int child_main(int fd, int dev) {
+// every size of kSizes with the agreed pattern. <dev> is a device index, or "<a>+<b>": the child
+// fuses a and b (makeVDevice, SLUICE_TEST_FUSE) and sends from the fused device. Exit status 0 =
+// all sends completed.
+int child_main(int fd, const std::string& dev_spec) {
   char handle[NCCL_NET_HANDLE_MAXSIZE];
   size_t got = 0;
   const auto deadline = Clock::now() + wait_limit();
@@ -358,6 +360,15 @@ int child_main(int fd, int dev) {
   if (ncclResult_t r = n.init(0xc41d); r != ncclSuccess) {
     std::fprintf(stderr, "child: init returned %d\n", r);
     return 3;
+  }
+  int dev = std::atoi(dev_spec.c_str());
+  if (const size_t plus = dev_spec.find('+'); plus != std::string::npos) {
+    const int a = dev, b = std::atoi(dev_spec.c_str() + plus + 1);
+    if (ncclResult_t r = n.make_vdevice({a, b}, &dev); r != ncclSuccess) {
+      std::fprintf(stderr, "child: makeVDevice({%d, %d}) returned %d: %s\n", a, b, r,
+                   last_warn().c_str());
+      return 3;
+    }
   }
   void* sc = nullptr;
   while (sc == nullptr) {
@@ -409,7 +420,10 @@ TEST(TwoProcess, ListenInParentConnectInChild) {
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_adddup2(&fa, fds[0], 3);  // dup2 clears O_CLOEXEC on fd 3
-  std::string dev = std::to_string(bed().dev_a);
+  // The child's own engine lists the physical devices only: it makes the fused one itself.
+  const std::string dev = bed().dev_a == bed().vdev
+                              ? std::to_string(bed().phys_a) + "+" + std::to_string(bed().phys_b)
+                              : std::to_string(bed().dev_a);
   char arg0[] = "plugin_rdma_test";
   char arg1[] = "--sluice-child";
   char arg2[] = "3";
@@ -526,7 +540,7 @@ TEST_P(Versions, SendRecvThroughTable) {
   Net n(GetParam());
   ASSERT_EQ(n.init(0x700 + GetParam()), ncclSuccess);
   Conn c;
-  ASSERT_TRUE(open_conn(n, bed().dev_a, bed().dev_b, &c));
+  ASSERT_TRUE(open_bed_conn(n, &c));
   {
     RegBuf sbuf, rbuf;
     ASSERT_TRUE(sbuf.allocate(&n, c.send, 65537));
@@ -555,7 +569,7 @@ TEST_P(Versions, SendRecvThroughTable) {
 
 int main(int argc, char** argv) {
   if (argc == 4 && std::string(argv[1]) == "--sluice-child") {
-    return nettest::child_main(std::atoi(argv[2]), std::atoi(argv[3]));
+    return nettest::child_main(std::atoi(argv[2]), argv[3]);
   }
   ::testing::InitGoogleTest(&argc, argv);
   ::testing::AddGlobalTestEnvironment(new nettest::BedEnvironment);
