@@ -8,7 +8,7 @@
 //    this binary in CI's sanitizer pass), nothing hangs, and closing releases every verbs object.
 //    The "peer" is this test, through the NIC: it posts an RDMA WRITE of the bad entries on the
 //    receive comm's QP (the QP the receiver's own clear-to-send WRITEs use) to the sender's FIFO
-//    address with its rkey (core internals: RecvComm::remote_fifo / remote_fifo_rkey), from a small
+//    address with its rkey (core internals: RecvComm::remote_fifo / Conn::remote_mem_rkey), from a small
 //    buffer registered on the receive comm, and waits for that WRITE's completion before the
 //    sender reads the slot as it reads every clear-to-send. For the size and rkey cases the NIC
 //    then really rejects the sender's RDMA WRITE.
@@ -209,7 +209,7 @@ int post_fifo_write(RecvComm* r, uint64_t wr_id, ibv_sge* sge, size_t offset = 0
   w.opcode = IBV_WR_RDMA_WRITE;
   w.send_flags = IBV_SEND_SIGNALED;
   w.wr.rdma.remote_addr = r->remote_fifo + offset;
-  w.wr.rdma.rkey = r->remote_fifo_rkey;
+  w.wr.rdma.rkey = r->c.remote_mem_rkey[0];
   ibv_send_wr* bad = nullptr;
   return ibv_post_send(r->c.qps[0].get(), &w, &bad);
 }

@@ -123,6 +123,7 @@ TEST(Config, EveryParameterReachesItsField) {
       {"NCCL_IB_MERGE_NICS", "0"},
       {"SLUICE_NIC_RAILS", "mlx5_0=0,mlx5_1:1=1/2"},
       {"SLUICE_FUSION_WEIGHTS", "mlx5_0=3,mlx5_1=0"},
+      {"SLUICE_STRIPE_MIN", "4096"},
       {"SLUICE_LOG", "info"},
   };
   std::vector<ParamSource> sources;
@@ -173,6 +174,7 @@ TEST(Config, EveryParameterReachesItsField) {
   EXPECT_FALSE(c.merge_nics);
   EXPECT_EQ(c.nic_rails, "mlx5_0=0,mlx5_1:1=1/2");
   EXPECT_EQ(c.fusion_weights, "mlx5_0=3,mlx5_1=0");
+  EXPECT_EQ(c.stripe_min, 4096);
   EXPECT_EQ(c.log_level, 3);
 
   // One source per parameter, in table (= param_docs) order, each set by its canonical name.
@@ -462,7 +464,7 @@ TEST(Config, LogLevelForTheLoggerUsesTheTableRow) {
 
 TEST(ParamDocs, OneRowPerParameterWithEverythingFilledIn) {
   const auto& docs = param_docs();
-  EXPECT_EQ(docs.size(), 47u);
+  EXPECT_EQ(docs.size(), 48u);
   std::set<std::string> names;
   for (const ParamDoc& d : docs) {
     SCOPED_TRACE(d.name);

@@ -224,6 +224,9 @@ const std::vector<Param>& table() {
     {.name = "SLUICE_FUSION_WEIGHTS", .type = Type::kString, .field = &Config::fusion_weights,
      .check = check_weights, .allowed_text = "name[:port]=weight,... (0..10000, 0 = fallback only)",
      .doc = "Share of each member of a fused device, instead of the weights derived from the topology"},
+    {.name = "SLUICE_STRIPE_MIN", .type = Type::kInt, .field = &Config::stripe_min,
+     .min = 0, .max = 1LL << 30,
+     .doc = "A receive over a fused device whose buffers hold at least this many bytes is striped over every member by weight; a smaller one travels whole over one member, the members taken in turn"},
     // Logging
     {.name = "SLUICE_LOG", .type = Type::kEnum, .field = &Config::log_level,
      .choices = {{"none", 0}, {"warn", 2}, {"info", 3}, {"trace", 5}},

@@ -8,7 +8,11 @@
 
 namespace sluice::cts {
 
-Status take_snapshot(const wire::CtsEntry* fifo_slot, uint64_t want, Snapshot* out) {
+namespace {
+
+// Entry i of the slot is fifo_slot[i * stride] (stride 2: a fused comm's pairs, called with the
+// pair's second cell).
+Status take_strided(const wire::CtsEntry* fifo_slot, int stride, uint64_t want, Snapshot* out) {
   // The receiver writes the FIFO with RDMA; seq (the last field) is each entry's publication flag.
   auto seq_of = [](const wire::CtsEntry& x) {
     return std::atomic_ref<const uint64_t>(x.seq).load(std::memory_order_acquire);
@@ -32,8 +36,13 @@ Status take_snapshot(const wire::CtsEntry* fifo_slot, uint64_t want, Snapshot* o
                   "corrupt clear-to-send entry (" + std::to_string(nreqs) + " receives)");
   }
   for (int i = 1; i < nreqs; ++i)
-    if (seq_of(fifo_slot[i]) != want) return Status::again();
-  std::memcpy(out->e, fifo_slot, static_cast<size_t>(nreqs) * sizeof(wire::CtsEntry));
+    if (seq_of(fifo_slot[i * stride]) != want) return Status::again();
+  if (stride == 1) {
+    std::memcpy(out->e, fifo_slot, static_cast<size_t>(nreqs) * sizeof(wire::CtsEntry));
+  } else {
+    for (int i = 0; i < nreqs; ++i)
+      std::memcpy(&out->e[i], &fifo_slot[i * stride], sizeof out->e[i]);
+  }
   for (int i = 0; i < nreqs; ++i) {
     const wire::CtsEntry& x = out->e[i];
     // A rewrite between the seq check and the copy shows here: the copy is what gets used.
@@ -48,6 +57,46 @@ Status take_snapshot(const wire::CtsEntry* fifo_slot, uint64_t want, Snapshot* o
   }
   out->nreqs = nreqs;
   out->seq = want;
+  return Status::ok();
+}
+
+}  // namespace
+
+Status take_snapshot(const wire::CtsEntry* fifo_slot, uint64_t want, Snapshot* out) {
+  out->paths = 1;
+  return take_strided(fifo_slot, 1, want, out);
+}
+
+Status take_snapshot_fused(const wire::CtsEntry* fifo_slot, uint64_t want, int npaths, int nrecv,
+                           Snapshot* out) {
+  if (npaths < 2 || npaths > wire::kMaxMetaMembers || nrecv < 1 || nrecv > npaths)
+    return Status(Code::kInternalError, "take_snapshot_fused: " + std::to_string(npaths) +
+                                            " paths, " + std::to_string(nrecv) + " members");
+  SLUICE_RETURN_IF_ERROR(take_strided(fifo_slot + 1, 2, want, out));
+  const auto bad = [&](const std::string& why) {
+    out->seq = 0;
+    return Status(Code::kRemoteError,
+                  "corrupt clear-to-send slot (seq " + std::to_string(want) + "): " + why);
+  };
+  const uint32_t all = (1u << npaths) - 1;
+  for (int i = 0; i < out->nreqs; ++i) {
+    wire::CtsMembers& x = out->x[i];
+    std::memcpy(&x, &fifo_slot[2 * i], sizeof x);  // written before the entry's seq, same WRITE
+    const std::string at = "entry " + std::to_string(i);
+    if (i == 0) out->paths = x.paths;
+    if (x.paths == 0 || (x.paths & ~all) != 0)
+      return bad(at + " names paths 0x" + std::to_string(x.paths) + " of a comm of " +
+                 std::to_string(npaths) + " paths");
+    if (x.paths != out->paths)
+      return bad(at + " names other paths than entry 0 (" + std::to_string(x.paths) + " vs " +
+                 std::to_string(out->paths) + ")");
+    if (x.rkey[0] != out->e[i].rkey) return bad(at + ": its member-0 key differs from its rkey");
+    if (x.reserved[0] != 0 || x.reserved[1] != 0 || x.reserved[2] != 0)
+      return bad(at + " has non-zero reserved words");
+    for (int m = nrecv; m < wire::kMaxMetaMembers; ++m)
+      if (x.rkey[m] != 0)
+        return bad(at + " keys member " + std::to_string(m) + " of " + std::to_string(nrecv));
+  }
   return Status::ok();
 }
 

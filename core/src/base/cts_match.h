@@ -18,6 +18,10 @@ struct Snapshot {
   uint64_t seq = 0;  // receive sequence number + 1 of the slot; 0 = no snapshot held
   int nreqs = 0;     // 1..kEntriesPerSlot
   wire::CtsEntry e[wire::kEntriesPerSlot] = {};
+  // Fused comms (wire::CtsMembers): each entry's rkey per receiver member, and the receive's
+  // paths; one path (mask 1, x zero) on a comm of one path.
+  uint32_t paths = 1;
+  wire::CtsMembers x[wire::kEntriesPerSlot] = {};
 };
 
 // Reads the slot `fifo_slot` (kEntriesPerSlot entries) for the receive whose published seq is
@@ -26,6 +30,12 @@ struct Snapshot {
 // (entry 0's seq neither `want` nor the previous one, count outside 1..8, an entry whose index or
 // count disagrees).
 Status take_snapshot(const wire::CtsEntry* fifo_slot, uint64_t want, Snapshot* out);
+// The same for a fused comm of `npaths` paths (2..kMaxMetaMembers) whose receiver has `nrecv`
+// members: the slot's entries are cell pairs (wire::cts_cells). Also kRemoteError: a paths mask
+// that is empty, names a path >= npaths or differs between entries, rkey[0] other than the entry's,
+// a key on a member the receiver does not have, non-zero reserved words.
+Status take_snapshot_fused(const wire::CtsEntry* fifo_slot, uint64_t want, int npaths, int nrecv,
+                           Snapshot* out);
 
 struct Match {
   enum Kind {

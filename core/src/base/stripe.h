@@ -1,7 +1,7 @@
 // NIC fusion's data-path layout (issue 24, step 2), as pure rules both ends derive alike: which
 // paths of a fused comm carry a receive, and which bytes of a message each path carries. No verbs;
-// tests/unit/stripe_test.cc tests these alone. Not yet called by the data path (isend/irecv still
-// refuse a comm of several paths, dp::kFusedNotYet).
+// tests/unit/stripe_test.cc tests these alone; the data path (send.cc, recv.cc) calls them on every
+// comm (a one-path comm: one path, the whole message on it).
 //
 // The rules, from what both ends know before any byte moves:
 //  * the paths' weights: path p joins the sender's member p % ns and the receiver's member p % nr

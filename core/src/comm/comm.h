@@ -21,6 +21,7 @@
 #include <string>
 
 #include "base/cts_match.h"
+#include "base/stripe.h"
 #include "comm/engine.h"
 #include "health/liveness.h"
 #include "health/progress.h"
@@ -142,6 +143,9 @@ struct SendReq : Request {
   uint8_t group_n = 0;  // leader: members in `group`
   uint16_t index = 0;   // position in the pool (the closing WR's wr_id)
   uint32_t lkey = 0;
+  uint32_t paths = 1;  // leader: the receive's paths (its clear-to-send entry's mask)
+  // Fusion: the buffer's lkey on each local member's adapter (lkeys[0] = lkey).
+  uint32_t lkeys[kMaxMembers] = {};
   const char* data = nullptr;
   size_t size = 0;
   uint16_t group[wire::kEntriesPerSlot] = {};  // leader: pool indexes of the group's members
@@ -157,7 +161,8 @@ struct RecvReq : Request {
   uint8_t n = 1;        // buffers in the grouped receive
   uint8_t pending = 0;  // immediates still expected (one per QP)
   bool has_record = false;
-  uint64_t seq = 0;  // receive sequence number (FIFO slot = seq % kFifoSlots)
+  uint64_t seq = 0;    // receive sequence number (FIFO slot = seq % kFifoSlots)
+  uint32_t paths = 1;  // the paths that carry it (stripe::paths_of; 1 on a one-path comm)
   size_t posted[wire::kEntriesPerSlot] = {};    // capacity of each buffer
   size_t received[wire::kEntriesPerSlot] = {};  // bytes that arrived
   int tags[wire::kEntriesPerSlot] = {};
@@ -197,6 +202,24 @@ struct Conn {
   verbs::Qp qps[wire::kMaxQps];
   uint8_t qp_member[wire::kMaxQps] = {};  // the member each QP lives on (its CQ, PD and port)
   int npaths = 1;                         // fusion: QP q is on path q / (nqps / npaths) (wire.h)
+  int qpp = 1;                            // QPs per path (= nqps when npaths is 1)
+  int cells() const { return wire::cts_cells(npaths); }
+  // Entry i of FIFO slot `slot` in a FIFO or stage of this comm's layout (wire::CtsMembers).
+  wire::CtsEntry* entry(wire::CtsEntry* base, uint32_t slot, int i) const {
+    const int k = cells();
+    return &base[(static_cast<size_t>(slot) * wire::kEntriesPerSlot + i) * k + (k - 1)];
+  }
+  // Fusion, set once both sides' members are known (set_paths, comm_setup.h): the paths' weights
+  // (both ends derive the same from the two MetaMembers), the peer's members, and the peer's comm
+  // memory (FIFO or records) key on each of them. A one-path comm: one path of weight 1, the
+  // peer's member 0 = its Meta::buf_rkey.
+  stripe::Paths paths;
+  int remote_nmembers = 1;
+  uint32_t remote_mem_rkey[kMaxConnMembers] = {};
+  // Bytes of posted capacity from which a receive is striped over every path (SLUICE_STRIPE_MIN).
+  size_t stripe_min = stripe::kDefaultThreshold;
+  // Per member: payload bytes posted (send comm) or received (receive comm) over its QPs.
+  StatCell member_bytes[kMaxConnMembers];
   // Fusion: the comm memory's (FIFO / records) registration on members 1.. whose adapter is not
   // an earlier member's (member 0's is the comm's mem_mr), and every member's keys of it.
   verbs::Mr mem_mr_more[kMaxConnMembers];
@@ -240,10 +263,9 @@ class SendComm : public CommBase {
   // request pool; all on the NIC's NUMA node, only the first two registered.
   NumaBuffer mem;
   verbs::Mr mem_mr;
-  wire::CtsEntry* fifo = nullptr;       // kFifoSlots * kEntriesPerSlot entries
+  wire::CtsEntry* fifo = nullptr;       // kFifoSlots * kEntriesPerSlot entries of cts_cells() cells
   wire::DoneRecord* records = nullptr;  // kFifoSlots, source of record writes
   uint64_t remote_records = 0;          // receiver's completion-record array
-  uint32_t remote_records_rkey = 0;
   uint64_t head = 0;  // receives consumed so far; the next slot is head % kFifoSlots
   // Matching state of the slot at `head`: its validated snapshot (taken once, at first use), then
   // which entries have their isend.
@@ -278,10 +300,9 @@ class RecvComm : public CommBase {
   // pool; all on the NIC's NUMA node, only the first two registered.
   NumaBuffer mem;
   verbs::Mr mem_mr;
-  wire::CtsEntry* stage = nullptr;      // kFifoSlots * kEntriesPerSlot
+  wire::CtsEntry* stage = nullptr;      // kFifoSlots * kEntriesPerSlot entries of cts_cells() cells
   wire::DoneRecord* records = nullptr;  // kFifoSlots
-  uint64_t remote_fifo = 0;             // the sender's CTS FIFO
-  uint32_t remote_fifo_rkey = 0;
+  uint64_t remote_fifo = 0;  // the sender's CTS FIFO (its key per member: c.remote_mem_rkey)
   // Guards everything below and the requests in `pool`: a publisher on another thread (recv.cc)
   // posts on this comm's queues and may poll its CQ for room.
   std::mutex mu;

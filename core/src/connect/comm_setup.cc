@@ -230,6 +230,39 @@ Status set_members(Conn& c, const std::vector<Device*>& members, int npaths, int
   return Status::ok();
 }
 
+void set_paths(Conn& c, const wire::MetaMembers& sender, const wire::MetaMembers& receiver,
+               bool is_sender) {
+  const wire::MetaMembers& remote = is_sender ? receiver : sender;
+  c.qpp = c.nqps / std::max(c.npaths, 1);
+  c.remote_nmembers = remote.nmembers;
+  for (int m = 0; m < kMaxConnMembers; ++m)
+    c.remote_mem_rkey[m] = m < remote.nmembers ? remote.members[m].buf_rkey : 0;
+  c.stripe_min = static_cast<size_t>(engine()->config().stripe_min);
+  if (c.npaths <= 1) {
+    c.paths = stripe::Paths{};
+    return;
+  }
+  uint16_t ws[wire::kMaxMetaMembers] = {}, wr[wire::kMaxMetaMembers] = {};
+  for (int m = 0; m < sender.nmembers; ++m) ws[m] = sender.members[m].weight;
+  for (int m = 0; m < receiver.nmembers; ++m) wr[m] = receiver.members[m].weight;
+  c.paths = stripe::path_weights(ws, sender.nmembers, wr, receiver.nmembers);
+  if (c.paths.active_mask() == 0) {
+    // Both sides derive this alike from the same lists: every member weighted 1 on both ends.
+    uint16_t one[wire::kMaxMetaMembers] = {1, 1, 1, 1};
+    c.paths = stripe::path_weights(one, sender.nmembers, one, receiver.nmembers);
+    SLUICE_INFO(kSubNet,
+                "%s <-> %s: no path has a weighted member on both ends (one side's fallback "
+                "member faces the other's only weighted one); every path carries an equal share",
+                c.local_desc.c_str(), c.peer.c_str());
+  }
+  std::string w;
+  for (int p = 0; p < c.paths.npaths; ++p)
+    w += (p ? ", " : "") + std::to_string(p) + "=" + std::to_string(c.paths.weight[p]);
+  SLUICE_INFO(kSubNet, "%s <-> %s (%s): %d paths of %d QPs, path weights %s (of %u)",
+              c.local_desc.c_str(), c.remote_dev.c_str(), c.peer.c_str(), c.paths.npaths, c.qpp,
+              w.c_str(), stripe::kShareScale);
+}
+
 void fill_local_members(const Conn& c, const wire::Meta& local,
                         const std::vector<uint32_t>& weights, wire::MetaMembers* x) {
   const int qpp = c.nqps / c.npaths;

@@ -31,6 +31,14 @@ Status connect_qps(Conn& c, const wire::Meta& local, const wire::Meta& remote,
 // Fusion: the comm's members (Engine::members_of) and its QPs laid over `npaths` paths of `qpp`
 // QPs (before create_qps). Refuses more than kMaxConnMembers members or kMaxQps QPs.
 Status set_members(Conn& c, const std::vector<Device*>& members, int npaths, int qpp);
+// Fusion: the paths' weights from both sides' extensions (the sender's, then the receiver's: the
+// same two lists on both ends give the same integers), the QPs per path, and the peer's members
+// with its comm memory's key on each (what the CTS writes, the closes and the records use). Both
+// sides call it once the extensions are exchanged, a one-path comm too (one path, the peer's
+// member 0). Where no path has both ends above weight 0 (one side's only weighted member faces the
+// other's fallback), every path carries by the sum of its ends' shares, and an INFO says so.
+void set_paths(Conn& c, const wire::MetaMembers& sender, const wire::MetaMembers& receiver,
+               bool is_sender);
 // This side's extension: member 0 from `local` (after the GID route's choice), the others from
 // their devices, the weights (scaled to 16 bits) and the comm memory's rkeys.
 void fill_local_members(const Conn& c, const wire::Meta& local,

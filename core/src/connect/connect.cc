@@ -129,8 +129,9 @@ Status build_send_comm(ConnectState& s) {
   comm->c.peer = s.peer;
   comm->c.local_desc = d->name + ":" + std::to_string(d->port);
   const Config& cfg = e->config();
-  // FIFO + local completion records, one registration.
-  size_t fifo_bytes = sizeof(wire::CtsEntry) * wire::kFifoSlots * wire::kEntriesPerSlot;
+  // FIFO + local completion records, one registration. A fused comm's entries are cell pairs.
+  size_t fifo_bytes = sizeof(wire::CtsEntry) * wire::kFifoSlots * wire::kEntriesPerSlot *
+                      static_cast<size_t>(wire::cts_cells(comm->c.npaths));
   size_t rec_bytes = sizeof(wire::DoneRecord) * wire::kFifoSlots;
   size_t pool_bytes = sizeof(SendReq) * SendComm::kPool;
   size_t free_bytes = sizeof(uint16_t) * SendComm::kPool;
@@ -306,19 +307,20 @@ Status connect_step(ConnectState& s, SendComm** out) {
         }
         SendComm& c = *s.comm;
         c.remote_records = s.remote.buf_addr;
-        c.remote_records_rkey = s.remote.buf_rkey;
         s.io = 0;
         if (s.cm.rdmacm) {
           if (s.remote.cm != wire::kMetaCmRdmacm)
             return Status(Code::kRemoteError, "the listener at " + s.peer + " answered for oob");
           SLUICE_RETURN_IF_ERROR(accept_peer_meta(c.c, s.local, s.remote));
           SLUICE_RETURN_IF_ERROR(cm_connect_start(*s.cm.link, c.c, s.local, s.handle.nonce));
+          set_paths(c.c, s.local_x, s.remote_x, true);
           s.phase = ConnectState::kCmConnect;
           continue;
         }
         s.gid_route.check_pair(*c.c.dev, s.local, s.remote, s.peer);
         SLUICE_RETURN_IF_ERROR(
             connect_qps(c.c, s.local, s.remote, s.local_x, s.remote_x, s.tc, s.sl));
+        set_paths(c.c, s.local_x, s.remote_x, true);
         s.phase = ConnectState::kSendReady;
         continue;
       }

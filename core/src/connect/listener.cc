@@ -128,7 +128,8 @@ Status build_recv_comm(ListenComm& l, ListenComm::Pending& p) {
       set_members(comm->c, members, npaths, ext ? p.remote_x.qps_per_path : p.remote.nqps));
   comm->c.peer = p.peer;
   comm->c.local_desc = d->name + ":" + std::to_string(d->port);
-  size_t stage_bytes = sizeof(wire::CtsEntry) * wire::kFifoSlots * wire::kEntriesPerSlot;
+  size_t stage_bytes = sizeof(wire::CtsEntry) * wire::kFifoSlots * wire::kEntriesPerSlot *
+                       static_cast<size_t>(wire::cts_cells(comm->c.npaths));
   size_t rec_bytes = sizeof(wire::DoneRecord) * wire::kFifoSlots;
   size_t pool_bytes = sizeof(RecvReq) * wire::kFifoSlots;
   auto mem = NumaBuffer::allocate(stage_bytes + rec_bytes + pool_bytes, numa_of(*d));
@@ -180,8 +181,8 @@ Status build_recv_comm(ListenComm& l, ListenComm::Pending& p) {
     SLUICE_RETURN_IF_ERROR(
         connect_qps(comm->c, p.local, p.remote, p.local_x, p.remote_x, tc, p.remote.service_level));
   }
+  set_paths(comm->c, p.remote_x, p.local_x, false);
   comm->remote_fifo = p.remote.buf_addr;
-  comm->remote_fifo_rkey = p.remote.buf_rkey;
   p.comm = std::move(comm);
   return Status::ok();
 }

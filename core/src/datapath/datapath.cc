@@ -120,6 +120,19 @@ Status completion_error(Conn& c, const ibv_wc& wc, const char* side, int member)
   return Status(Code::kRemoteError, std::move(m));
 }
 
+void count_member_bytes(Conn& c, uint32_t mask, const size_t* sizes, int n) {
+  for (int p = 0; p < c.npaths; ++p) {
+    if ((mask >> p & 1u) == 0) continue;
+    size_t bytes = 0;
+    for (int i = 0; i < n; ++i) {
+      size_t off = 0, len = sizes[i];
+      if (c.npaths > 1) stripe::part_of(c.paths, mask, sizes[i], p, &off, &len);
+      bytes += len;
+    }
+    c.member_bytes[c.qp_member[p * c.qpp]].add(bytes);
+  }
+}
+
 bool valid_mh(const Conn& c, const MemHandle* mh) {
   if (mh == nullptr || mh->magic != MemHandle::kMagic || mh->adapter != c.dev->adapter)
     return false;
@@ -242,9 +255,10 @@ Status comm_stats_v2(void* comm, CommStatsV2* out) {
   auto* b = static_cast<CommBase*>(comm);
   const Conn& c =
       b->kind == CommKind::kSend ? static_cast<SendComm*>(b)->c : static_cast<RecvComm*>(b)->c;
-  // One entry per member device with the QPs that live on it. The counters are the comm's, on
-  // member 0: a one-member comm's are all its own, and a fused comm carries no data yet (isend and
-  // irecv refuse it, dp::kFusedNotYet); per-member counters come with its data path.
+  // One entry per member device with the QPs that live on it and the payload bytes its paths
+  // carried (Conn::member_bytes: a message striped over several members counts its part on each).
+  // WRs, doorbells, completions and latency are the comm's, on member 0 (a one-member comm's are
+  // all its own).
   static_assert(kMaxConnMembers <= kMaxMembers, "CommStatsV2 holds every member");
   out->nmembers = std::max(1, std::min(c.nmembers, kMaxMembers));
   for (int mi = 0; mi < out->nmembers; ++mi) {
@@ -259,8 +273,9 @@ Status comm_stats_v2(void* comm, CommStatsV2* out) {
       if (c.qps[q] && c.qp_member[q] == mi) m.qpn[m.nqps++] = c.qps[q]->qp_num;
     }
   }
+  for (int mi = 1; mi < out->nmembers; ++mi) out->members[mi].bytes = c.member_bytes[mi].get();
   MemberStats& m = out->members[0];
-  m.bytes = c.stats.bytes.get();
+  m.bytes = c.nmembers > 1 ? c.member_bytes[0].get() : c.stats.bytes.get();
   m.wrs = c.stats.wrs.get();
   m.doorbells = c.stats.doorbells.get();
   m.completions = c.stats.completions.get();
@@ -326,7 +341,7 @@ int requests_using(void* comm, const MemHandle* mh, std::string* what) {
       if (q.magic != Request::kMagic || !q.in_use || q.done) continue;
       bool uses = false;
       for (int i = 0; i < q.n; ++i) {
-        const wire::CtsEntry& e = r->stage[k * wire::kEntriesPerSlot + i];
+        const wire::CtsEntry& e = *r->c.entry(r->stage, static_cast<uint32_t>(k), i);
         uses = uses || (e.rkey == mh->rkey && in(e.addr, q.posted[i]));
       }
       n += uses;

@@ -26,14 +26,30 @@ static_assert((kWrDrainMarker & (kWrUnsignaled | kWrCts | kWrReject | kWrProgres
 inline constexpr size_t kMaxMessage = wire::kMaxMessageBytes;
 static_assert(kMaxMessage < wire::kImmRecord, "a single-receive size must fit the immediate");
 inline constexpr int kPollBatch = 16;
-// Issue 24 in progress: a fused comm connects (its QPs on every member at RTS, the metadata and
-// the comm memory per member exchanged), but its data path (memory keys per member, striping,
-// completion over every member's chain) has not landed: isend/irecv refuse it rather than post
-// a member-0 key on another member's QP.
-inline constexpr const char* kFusedNotYet =
-    "the data path over a fused device is not implemented yet (issue 24): the comm is connected "
-    "over its members, but isend/irecv run only on comms of one path (both ends one physical "
-    "device)";
+
+// Whether QP q carries a closing immediate of receive `seq` whose paths are `mask`: every QP of a
+// path in the mask in split mode, else the path's QP seq % qpp (stripe::qp_of). On a one-path comm
+// (qpp = nqps) that is cts::qp_of_lane's rule, as before fusion.
+inline bool closes_on(const Conn& c, uint32_t mask, uint64_t seq, int q) {
+  if ((mask >> (q / c.qpp) & 1u) == 0) return false;
+  return c.split || static_cast<int>(seq % static_cast<uint64_t>(c.qpp)) == q % c.qpp;
+}
+// The peer's member at the other end of QP q, and its key of the comm memory it holds there (the
+// sender's FIFO, the receiver's records).
+inline int remote_member(const Conn& c, int q) {
+  return wire::path_member(q / c.qpp, c.remote_nmembers);
+}
+inline uint32_t remote_mem_rkey(const Conn& c, int q) {
+  return c.remote_mem_rkey[remote_member(c, q)];
+}
+// Our key of our comm memory on QP q's member.
+inline uint32_t local_mem_lkey(const Conn& c, int q) {
+  return c.mem_lkey[c.qp_member[q]];
+}
+
+// The per-member payload counters (Conn::member_bytes): each buffer's part on each path of `mask`
+// (stripe::part_of) counts for the local member of that path.
+void count_member_bytes(Conn& c, uint32_t mask, const size_t* sizes, int n);
 
 Status fail(Conn& c, Status st);
 // A fatal device, an async-event failure, or (rate limited, liveness.h) a peer that is gone.

@@ -59,15 +59,11 @@ void set_pending(RecvComm& r, bool pending) {
 Status post_receive_wrs(RecvComm& r) {
   const uint64_t from = r.rq_posted, to = r.seq;
   if (from == to) return Status::ok();
-  const int nlanes = cts::lanes(r.c.split, r.c.nqps);
   for (int q = 0; q < r.c.nqps; ++q) {
     ibv_recv_wr wrs[wire::kFifoSlots];
     int nw = 0;
     for (uint64_t k = from; k < to; ++k) {
-      bool on_q = false;
-      for (int lane = 0; lane < nlanes && !on_q; ++lane)
-        on_q = cts::qp_of_lane(r.c.split, r.c.nqps, k, lane) == q;
-      if (!on_q) continue;
+      if (!closes_on(r.c, r.pool[k % wire::kFifoSlots].paths, k, q)) continue;
       wrs[nw] = ibv_recv_wr{};
       wrs[nw].wr_id = k % wire::kFifoSlots;
       if (nw > 0) wrs[nw - 1].next = &wrs[nw];
@@ -95,19 +91,22 @@ Status write_cts(RecvComm& r, uint64_t from, uint64_t to) {
   const uint32_t first = static_cast<uint32_t>(from % wire::kFifoSlots);
   const uint32_t last = static_cast<uint32_t>((to - 1) % wire::kFifoSlots);
   const uint32_t last_n = r.pool[last].n;
+  const uint32_t cells = static_cast<uint32_t>(r.c.cells());  // a fused entry is a cell pair
   const uint32_t bytes = static_cast<uint32_t>(((last - first) * wire::kEntriesPerSlot + last_n) *
-                                               sizeof(wire::CtsEntry));
-  wire::CtsEntry* e = &r.stage[first * wire::kEntriesPerSlot];
-  const int q = static_cast<int>(from % static_cast<uint64_t>(r.c.nqps));  // spreads CTS traffic
-  ibv_sge sge{reinterpret_cast<uintptr_t>(e), bytes, r.mem_mr->lkey};
+                                               cells * sizeof(wire::CtsEntry));
+  const size_t at = static_cast<size_t>(first) * wire::kEntriesPerSlot * cells;
+  wire::CtsEntry* e = &r.stage[at];
+  // Spreads CTS traffic over every QP (of every path: any of them reaches the sender's FIFO, with
+  // the key of the sender's member on that path).
+  const int q = static_cast<int>(from % static_cast<uint64_t>(r.c.nqps));
+  ibv_sge sge{reinterpret_cast<uintptr_t>(e), bytes, local_mem_lkey(r.c, q)};
   ibv_send_wr w{};
   w.wr_id = kWrUnsignaled;
   w.sg_list = &sge;
   w.num_sge = 1;
   w.opcode = IBV_WR_RDMA_WRITE;
-  w.wr.rdma.remote_addr =
-      r.remote_fifo + static_cast<uint64_t>(first) * wire::kEntriesPerSlot * sizeof(wire::CtsEntry);
-  w.wr.rdma.rkey = r.remote_fifo_rkey;
+  w.wr.rdma.remote_addr = r.remote_fifo + at * sizeof(wire::CtsEntry);
+  w.wr.rdma.rkey = remote_mem_rkey(r.c, q);
   if (bytes <= r.c.max_inline) w.send_flags |= IBV_SEND_INLINE;
   const bool signal = r.cts_unsignaled[q] + 1 >= kCtsSignalEvery;
   if (signal) {
@@ -155,7 +154,7 @@ Status post_cts_probe(RecvComm& r, int q) {
   w.opcode = IBV_WR_RDMA_WRITE;
   w.send_flags = IBV_SEND_SIGNALED;
   w.wr.rdma.remote_addr = r.remote_fifo;
-  w.wr.rdma.rkey = r.remote_fifo_rkey;
+  w.wr.rdma.rkey = remote_mem_rkey(r.c, q);
   ibv_send_wr* bad = nullptr;
   if (int rc = ibv_post_send(r.c.qps[q].get(), &w, &bad); rc != 0) {
     return fail(
@@ -271,6 +270,7 @@ Status poll_recv_cq(RecvComm& r, int member) {
     size_t got = 0;
     for (int i = 0; i < req.n; ++i) got += req.received[i];
     r.c.stats.bytes.add(got);
+    count_member_bytes(r.c, req.paths, req.received, req.n);
     if (now == 0) now = stat_clock_ns();
     r.c.stats.add_latency(now - req.posted_ns);
     if (r.c.prof.start != nullptr) [[unlikely]]
@@ -294,8 +294,6 @@ Status irecv(RecvComm* r, int n, void* const* data, const size_t* sizes, const i
   *out = nullptr;
   if (r == nullptr || r->kind != CommKind::kRecv)
     return Status(Code::kInvalidArgument, "irecv: not a receive comm");
-  if (r->c.npaths > 1) [[unlikely]]
-    return Status(Code::kInvalidUsage, dp::kFusedNotYet);
   if (n < 1 || n > wire::kEntriesPerSlot) {
     return Status(Code::kInvalidArgument, "irecv: n = " + std::to_string(n) + " outside 1.." +
                                               std::to_string(wire::kEntriesPerSlot));
@@ -327,22 +325,37 @@ Status irecv(RecvComm* r, int n, void* const* data, const size_t* sizes, const i
   req.done = false;
   req.has_record = false;
   req.n = static_cast<uint8_t>(n);
-  req.pending = static_cast<uint8_t>(cts::lanes(r->c.split, r->c.nqps));
   req.seq = seq;
+  // Fusion: the paths this receive is expected on, decided here, once, and published in its
+  // entries (wire::CtsMembers); the sender follows them, so both ends count the same closes.
+  req.paths = 1;
+  if (r->c.npaths > 1) {
+    size_t total = 0;
+    for (int i = 0; i < n; ++i) total += sizes[i];
+    req.paths = stripe::paths_of(r->c.paths, seq, total, r->c.stripe_min);
+  }
+  req.pending = static_cast<uint8_t>(stripe::closes(req.paths, r->c.split, r->c.qpp));
   if (r->c.prof.start != nullptr) [[unlikely]]
     dp::prof_recv_posted(req, n, parents);
-  wire::CtsEntry* e = &r->stage[slot * wire::kEntriesPerSlot];
   for (int i = 0; i < n; ++i) {
     req.posted[i] = sizes[i];
     req.received[i] = 0;
     req.tags[i] = tags[i];
-    e[i].addr = reinterpret_cast<uintptr_t>(data[i]);
-    e[i].size = static_cast<uint32_t>(std::min<size_t>(sizes[i], UINT32_MAX));
-    e[i].rkey = sizes[i] > 0 ? mhs[i]->rkey : 0;
-    e[i].tag = tags[i];
-    e[i].nreqs = static_cast<uint8_t>(n);
-    e[i].index = static_cast<uint8_t>(i);
-    e[i].seq = seq + 1;
+    wire::CtsEntry& e = *r->c.entry(r->stage, slot, i);
+    e.addr = reinterpret_cast<uintptr_t>(data[i]);
+    e.size = static_cast<uint32_t>(std::min<size_t>(sizes[i], UINT32_MAX));
+    e.rkey = sizes[i] > 0 ? mhs[i]->rkey : 0;
+    e.tag = tags[i];
+    e.nreqs = static_cast<uint8_t>(n);
+    e.index = static_cast<uint8_t>(i);
+    e.seq = seq + 1;
+    if (r->c.npaths > 1) {  // the cell before the entry: its key on every member, the paths
+      wire::CtsMembers x{};
+      for (int m = 0; m < r->c.nmembers && sizes[i] > 0; ++m)
+        x.rkey[m] = mhs[i]->on(r->c.members[m].dev->adapter)->rkey;  // valid_mh: on every one
+      x.paths = req.paths;
+      std::memcpy(&e - 1, &x, sizeof x);
+    }
   }
   ++r->seq;
   *out = &req;

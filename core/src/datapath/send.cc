@@ -38,16 +38,45 @@ Status post_chain(SendComm& s, int q, ibv_send_wr* wrs, int nw) {
   return Status::ok();
 }
 
-// Posts the whole group of the slot at s.head: every lane gets its chunk of every message, then
-// the closing WRITE_WITH_IMM (carrying the completion record on lane 0 for grouped receives).
+// The chains of the receive at s.head: per path in its mask (its clear-to-send entry's; one path on
+// a one-path comm), per lane of the path (stripe::lanes_per_path), on QP stripe::qp_of. `fn(path,
+// lane, q, first)` is called for each in order; `first` marks the one that carries the completion
+// record of a grouped receive.
+template <typename Fn>
+void for_each_chain(const SendComm& s, uint32_t mask, uint64_t seq, Fn fn) {
+  const int nlanes = stripe::lanes_per_path(s.c.split, s.c.qpp);
+  bool first = true;
+  for (int p = 0; p < s.c.npaths; ++p) {
+    if ((mask >> p & 1u) == 0) continue;
+    for (int lane = 0; lane < nlanes; ++lane) {
+      fn(p, lane, stripe::qp_of(p, lane, s.c.split, s.c.qpp, seq), first);
+      first = false;
+    }
+  }
+}
+
+// The receiver's key of entry i's buffer on the receiver member at the other end of `path`.
+uint32_t entry_rkey(const SendComm& s, int i, int path) {
+  if (s.c.npaths <= 1) return s.snap.e[i].rkey;
+  return s.snap.x[i].rkey[wire::path_member(path, s.c.remote_nmembers)];
+}
+
+// Posts the whole group of the slot at s.head: every chain (path and lane) gets its part of every
+// message (stripe::plan_path: the path's share by weight, then the lane's chunk of it in split
+// mode), then its closing WRITE_WITH_IMM (carrying the completion record on the first chain for
+// grouped receives). Each chain's data WRITEs and its close are on one QP, which RC executes in
+// order, and the receiver completes the receive only once every chain's close arrived: no WRITE of
+// a receive lands after it completed.
 Status post_group(SendComm& s) {
   const wire::CtsEntry* e = s.snap.e;
   const int nreqs = s.snap.nreqs;
+  const uint32_t mask = s.snap.paths;
   const uint32_t slot = static_cast<uint32_t>(s.head % wire::kFifoSlots);
-  const int nlanes = cts::lanes(s.c.split, s.c.nqps);
+  const int nlanes = stripe::lanes_per_path(s.c.split, s.c.qpp);
   SendReq* leader = s.slot_reqs[0];
-  leader->pending = static_cast<uint8_t>(nlanes);
+  leader->pending = static_cast<uint8_t>(stripe::closes(mask, s.c.split, s.c.qpp));
   leader->group_n = static_cast<uint8_t>(nreqs);
+  leader->paths = mask;
   size_t bytes = 0;
   for (int i = 0; i < nreqs; ++i) {
     leader->group[i] = s.slot_reqs[i]->index;
@@ -65,15 +94,19 @@ Status post_group(SendComm& s) {
   }
   size_t sizes[wire::kEntriesPerSlot];
   for (int i = 0; i < nreqs; ++i) sizes[i] = s.slot_reqs[i]->size;
-  for (int lane = 0; lane < nlanes; ++lane) {
-    const int q = cts::qp_of_lane(s.c.split, s.c.nqps, s.head, lane);
-    // The lane's chain as cts::plan_lane lays it out: WRITEs of at most 1 MiB each where a message
-    // is longer, a progress WR signaled every ~1 MiB (progress.h), the close last. A chain of
-    // small messages is what it always was: one WRITE per message, closed by a WRITE_WITH_IMM.
+  Status st = Status::ok();
+  for_each_chain(s, mask, s.head, [&](int path, int lane, int q, bool first) {
+    if (!st.is_ok()) return;
+    const int member = s.c.qp_member[q];
+    // The chain as stripe::plan_path lays it out: the path's part of each message, WRITEs of at
+    // most 1 MiB each where it is longer, a progress WR signaled every ~1 MiB (progress.h), the
+    // close last. On a one-path comm it is cts::plan_lane's chain: one WRITE per small message,
+    // closed by a WRITE_WITH_IMM.
     cts::LaneWr plan[cts::kMaxLaneWrs];
     uint64_t seg = 0;
-    const int nw = static_cast<int>(
-        cts::plan_lane(sizes, nreqs, lane, nlanes, s.ar_threshold, plan, nullptr, nullptr, &seg));
+    const int nw =
+        static_cast<int>(stripe::plan_path(s.c.paths, mask, sizes, nreqs, path, lane, nlanes,
+                                           s.ar_threshold, plan, nullptr, nullptr, &seg));
     ibv_send_wr wrs[cts::kMaxLaneWrs];
     ibv_sge sges[cts::kMaxLaneWrs];
     uint64_t lane_bytes = 0, run_bytes = 0, run_wrs = 0;
@@ -86,11 +119,11 @@ Status post_group(SendComm& s) {
       if (p.msg >= 0) {
         const SendReq* r = s.slot_reqs[p.msg];
         sges[k] = {reinterpret_cast<uintptr_t>(r->data + p.off), static_cast<uint32_t>(p.len),
-                   r->lkey};
+                   r->lkeys[member]};
         w.sg_list = &sges[k];
         w.num_sge = 1;
         w.wr.rdma.remote_addr = e[p.msg].addr + p.off;
-        w.wr.rdma.rkey = e[p.msg].rkey;
+        w.wr.rdma.rkey = entry_rkey(s, p.msg, path);
       }
       lane_bytes += p.len;
       run_bytes += p.len;
@@ -103,33 +136,39 @@ Status post_group(SendComm& s) {
     }
     ibv_send_wr* close = &wrs[nw - 1];
     const bool separate = plan[nw - 1].msg < 0;  // else the last data WRITE carries the immediate
-    bool ar_imm = false;  // adaptive routing: this lane's data WRITEs are closed by their own WR
+    bool ar_imm = false;  // adaptive routing: this chain's data WRITEs are closed by their own WR
     if (nreqs == 1) {
       ar_imm = separate && nw > 1;
-      if (separate) {  // no data on this lane, or above NCCL_IB_AR_THRESHOLD: a zero-length one
+      if (separate) {  // no data on this chain, or above NCCL_IB_AR_THRESHOLD: a zero-length one
         close->wr.rdma.remote_addr = e[0].addr;
-        close->wr.rdma.rkey = e[0].rkey;
+        close->wr.rdma.rkey = entry_rkey(s, 0, path);
       }
+      // Every chain states the whole message's size: the receiver checks it against its buffer.
       close->imm_data = htonl(static_cast<uint32_t>(s.slot_reqs[0]->size));
     } else {
       sges[nw - 1] = {reinterpret_cast<uintptr_t>(&s.records[slot]), sizeof(wire::DoneRecord),
-                      s.mem_mr->lkey};
+                      local_mem_lkey(s.c, q)};
       close->sg_list = &sges[nw - 1];
-      close->num_sge = lane == 0 ? 1 : 0;  // the record travels once; other lanes only signal
+      close->num_sge = first ? 1 : 0;  // the record travels once; other chains only signal
       close->wr.rdma.remote_addr = s.remote_records + slot * sizeof(wire::DoneRecord);
-      close->wr.rdma.rkey = s.remote_records_rkey;
+      close->wr.rdma.rkey = remote_mem_rkey(s.c, q);
       close->imm_data = htonl(wire::kImmRecord | slot);
     }
     close->opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
     close->send_flags = IBV_SEND_SIGNALED;
     close->wr_id = leader->index;
     if (s.c.prof.start != nullptr) [[unlikely]]
-      prof_send_chain(s, lane, q, wrs, nw);
-    if (Status st = post_chain(s, q, wrs, nw); !st.is_ok()) return fail(s.c, st);
+      prof_send_chain(s, q, wrs, plan, nw);
+    if (st = post_chain(s, q, wrs, nw); !st.is_ok()) {
+      st = fail(s.c, st);
+      return;
+    }
     s.sq_bytes[q] += lane_bytes;
     s.sq_seg[q] = std::max(s.sq_seg[q], seg);
+    s.c.member_bytes[member].add(lane_bytes);
     if (ar_imm) s.c.stats.ar_imm_writes.add(1);
-  }
+  });
+  SLUICE_RETURN_IF_ERROR(st);
   for (int i = 0; i < nreqs; ++i) s.slot_reqs[i]->posted = true;
   ++s.head;
   s.matched = 0;
@@ -138,15 +177,11 @@ Status post_group(SendComm& s) {
   return Status::ok();
 }
 
-// Room for `need[lane]` more WRs on every lane's QP, polling completions once if needed.
+// Room for need[q] more WRs on every QP q, polling completions once if needed.
 Status room_for(SendComm& s, const uint32_t* need, bool* fits) {
-  const int nlanes = cts::lanes(s.c.split, s.c.nqps);
   for (int pass = 0; pass < 2; ++pass) {
     *fits = true;
-    for (int lane = 0; lane < nlanes && *fits; ++lane) {
-      const int q = cts::qp_of_lane(s.c.split, s.c.nqps, s.head, lane);
-      *fits = s.sq_used[q] + need[lane] <= kSendSqDepth;
-    }
+    for (int q = 0; q < s.c.nqps && *fits; ++q) *fits = s.sq_used[q] + need[q] <= kSendSqDepth;
     if (*fits || pass == 1) return Status::ok();
     SLUICE_RETURN_IF_ERROR(poll_send(s));
   }
@@ -158,9 +193,9 @@ Status room_for(SendComm& s, const uint32_t* need, bool* fits) {
 // through the completion record with one WRITE_WITH_IMM per lane (inside the send-queue
 // accounting), and fail this comm with the same facts. again = no room yet to tell it.
 Status reject_send(SendComm& s, int index, size_t size, int tag, uint32_t why) {
-  const int nlanes = cts::lanes(s.c.split, s.c.nqps);
-  uint32_t need[wire::kMaxQps];
-  for (int lane = 0; lane < nlanes; ++lane) need[lane] = 1;
+  const uint32_t mask = s.snap.paths;
+  uint32_t need[wire::kMaxQps] = {};
+  for_each_chain(s, mask, s.head, [&](int, int, int q, bool) { need[q] = 1; });
   bool fits = false;
   SLUICE_RETURN_IF_ERROR(room_for(s, need, &fits));
   if (!fits) return Status::again();
@@ -171,21 +206,22 @@ Status reject_send(SendComm& s, int index, size_t size, int tag, uint32_t why) {
   r.status = why;
   r.bad_index = static_cast<uint32_t>(index);
   r.seq = s.head + 1;
+  // One close per chain the receiver expects (its entry's paths), the record on the first.
   Status told = Status::ok();
-  for (int lane = 0; lane < nlanes && told.is_ok(); ++lane) {
-    const int q = cts::qp_of_lane(s.c.split, s.c.nqps, s.head, lane);
-    ibv_sge sge{reinterpret_cast<uintptr_t>(&r), sizeof r, s.mem_mr->lkey};
+  for_each_chain(s, mask, s.head, [&](int, int, int q, bool first) {
+    if (!told.is_ok()) return;
+    ibv_sge sge{reinterpret_cast<uintptr_t>(&r), sizeof r, local_mem_lkey(s.c, q)};
     ibv_send_wr w{};
     w.wr_id = kWrReject;
     w.sg_list = &sge;
-    w.num_sge = lane == 0 ? 1 : 0;
+    w.num_sge = first ? 1 : 0;
     w.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
     w.send_flags = IBV_SEND_SIGNALED;
     w.imm_data = htonl(wire::kImmRecord | slot);
     w.wr.rdma.remote_addr = s.remote_records + slot * sizeof(wire::DoneRecord);
-    w.wr.rdma.rkey = s.remote_records_rkey;
+    w.wr.rdma.rkey = remote_mem_rkey(s.c, q);
     told = post_chain(s, q, &w, 1);
-  }
+  });
   std::string m = "isend of " + std::to_string(size) + " bytes (tag " + std::to_string(tag) + ")";
   m += why == wire::kRecordOverLimit
            ? " exceeds maxP2pBytes = " + std::to_string(kMaxMessage) + " bytes"
@@ -208,8 +244,12 @@ Status isend_impl(SendComm* s, void* data, size_t size, int tag, MemHandle* mh, 
   if (!over_limit && size > 0 && (!valid_mh(s->c, mh) || !mh->contains(data, size)))
     return bad_buffer(s->c, "isend", data, size, mh);
   if (s->snap.seq == 0) {  // first use of the slot at head: validate it once
-    const wire::CtsEntry* e = &s->fifo[(s->head % wire::kFifoSlots) * wire::kEntriesPerSlot];
-    Status st = cts::take_snapshot(e, s->head + 1, &s->snap);
+    const size_t cells = static_cast<size_t>(s->c.cells());
+    const wire::CtsEntry* e =
+        &s->fifo[(s->head % wire::kFifoSlots) * wire::kEntriesPerSlot * cells];
+    Status st = s->c.npaths > 1 ? cts::take_snapshot_fused(e, s->head + 1, s->c.npaths,
+                                                           s->c.remote_nmembers, &s->snap)
+                                : cts::take_snapshot(e, s->head + 1, &s->snap);
     if (st.is_again()) return st;
     if (!st.is_ok()) return fail(s->c, on_qp(s->c, 0, st));
   }
@@ -226,10 +266,12 @@ Status isend_impl(SendComm* s, void* data, size_t size, int tag, MemHandle* mh, 
     // Room on every lane's send queue for the whole group, or try again after completions.
     size_t sizes[wire::kEntriesPerSlot];
     for (int i = 0; i < nreqs; ++i) sizes[i] = i == idx ? size : s->slot_reqs[i]->size;
-    const int nlanes = cts::lanes(s->c.split, s->c.nqps);
-    uint32_t need[wire::kMaxQps];
-    for (int lane = 0; lane < nlanes; ++lane)
-      need[lane] = cts::group_wrs(sizes, nreqs, lane, nlanes, s->ar_threshold);
+    const int nlanes = stripe::lanes_per_path(s->c.split, s->c.qpp);
+    uint32_t need[wire::kMaxQps] = {};
+    for_each_chain(*s, s->snap.paths, s->head, [&](int path, int lane, int q, bool) {
+      need[q] = stripe::plan_path(s->c.paths, s->snap.paths, sizes, nreqs, path, lane, nlanes,
+                                  s->ar_threshold, nullptr);
+    });
     bool fits = false;
     SLUICE_RETURN_IF_ERROR(room_for(*s, need, &fits));
     if (!fits) return Status::again();
@@ -250,6 +292,9 @@ Status isend_impl(SendComm* s, void* data, size_t size, int tag, MemHandle* mh, 
   r->data = static_cast<const char*>(data);
   r->size = size;
   r->lkey = size > 0 ? mh->lkey : 0;
+  r->lkeys[0] = r->lkey;
+  for (int m = 1; m < s->c.nmembers; ++m)  // valid_mh: registered on every member's adapter
+    r->lkeys[m] = size > 0 ? mh->on(s->c.members[m].dev->adapter)->lkey : 0;
   r->parent = parent;
   s->slot_reqs[idx] = r;
   s->matched |= static_cast<uint8_t>(1u << idx);
@@ -268,7 +313,7 @@ Status poll_send_cq(SendComm& s, int member) {
   int n = ibv_poll_cq(s.c.members[member].cq.get(), kPollBatch, wc);
   if (n < 0)
     return fail(s.c, Status(Code::kSystemError, "ibv_poll_cq failed on " + s.c.describe_qp(0)));
-  const int nlanes = cts::lanes(s.c.split, s.c.nqps);
+  const int nlanes = stripe::lanes_per_path(s.c.split, s.c.qpp);
   if (n > 0) s.c.stats.completions.add(static_cast<uint64_t>(n));
   int64_t now = 0;
   for (int k = 0; k < n; ++k) {
@@ -293,22 +338,22 @@ Status poll_send_cq(SendComm& s, int member) {
                                                         std::to_string(wc[k].wr_id) + " on " +
                                                         s.c.describe_qp(q < 0 ? 0 : q)));
     SendReq* leader = &s.pool[wc[k].wr_id];
-    // This closing WR completed, so every WR of the group before it on that QP did too. In split
-    // mode the lane is the QP; otherwise the group had one lane.
+    // This closing WR completed, so every WR of the group before it on that QP did too. QP q is
+    // on path q / qpp; in split mode its lane is q % qpp, otherwise the path had one lane.
     // Its progress WRs (if any) completed before it and freed their runs: it frees the rest.
     if (q >= 0) {
       size_t sizes[wire::kEntriesPerSlot];
-      const int lane = s.c.split ? q : 0;
+      const int lane = s.c.split ? q % s.c.qpp : 0;
       for (int i = 0; i < leader->group_n; ++i) sizes[i] = s.pool[leader->group[i]].size;
       uint32_t tail_wrs = 0;
       uint64_t tail_bytes = 0;
-      (void)cts::plan_lane(sizes, leader->group_n, lane, nlanes, s.ar_threshold, nullptr, &tail_wrs,
-                           &tail_bytes);
+      (void)stripe::plan_path(s.c.paths, leader->paths, sizes, leader->group_n, q / s.c.qpp, lane,
+                              nlanes, s.ar_threshold, nullptr, &tail_wrs, &tail_bytes);
       s.sq_used[q] -= tail_wrs;
       s.sq_bytes[q] -= std::min(tail_bytes, s.sq_bytes[q]);
       if (s.sq_used[q] == 0) s.sq_seg[q] = 0;
       if (s.c.prof.start != nullptr) [[unlikely]]
-        prof_send_done(s, *leader, lane);
+        prof_send_done(s, *leader, q);
     }
     if (--leader->pending == 0) {
       if (now == 0) now = stat_clock_ns();
@@ -334,8 +379,6 @@ Status isend(SendComm* s, void* data, size_t size, int tag, MemHandle* mh, Reque
   *out = nullptr;
   if (s == nullptr || s->kind != CommKind::kSend)
     return Status(Code::kInvalidArgument, "isend: not a send comm");
-  if (s->c.npaths > 1) [[unlikely]]
-    return Status(Code::kInvalidUsage, dp::kFusedNotYet);
   Status st = dp::isend_impl(s, data, size, tag, mh, parent, out);
   // A receive posted before this send is published after the send's data went out.
   dp::publish_all();

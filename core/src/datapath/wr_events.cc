@@ -30,32 +30,33 @@ void* start(const Conn& c, void* parent, const ibv_send_wr& w, uint32_t qpn, siz
 
 }  // namespace
 
-void prof_send_chain(SendComm& s, int lane, int q, const ibv_send_wr* wrs, int nw) {
+void prof_send_chain(SendComm& s, int q, const ibv_send_wr* wrs, const cts::LaneWr* plan, int nw) {
   const int nreqs = s.snap.nreqs;
-  const int nlanes = cts::lanes(s.c.split, s.c.nqps);
   const uint32_t qpn = s.c.qps[q]->qp_num;
   SendReq* leader = s.slot_reqs[0];
-  int k = 0;
   for (int i = 0; i < nreqs; ++i) {
     SendReq* r = s.slot_reqs[i];
-    r->ev[lane] = nullptr;
-    const size_t chunk = cts::chunk_of(r->size, nlanes);
-    const size_t off = static_cast<size_t>(lane) * chunk;
-    if (off >= r->size || k >= nw) continue;  // no WRITE here
-    // One event per message and lane, from its first WRITE, for all its bytes on the lane (a
+    r->ev[q] = nullptr;
+    // One event per message and chain, from its first WRITE, for all its bytes on the chain (a
     // message longer than 1 MiB is several WRITEs: cts::plan_lane).
-    const size_t len = std::min(chunk, r->size - off);
-    r->ev[lane] = start(s.c, r->parent, wrs[k], qpn, len);
-    k += static_cast<int>(cts::pieces(len));
+    int first = -1;
+    size_t len = 0;
+    for (int k = 0; k < nw; ++k) {
+      if (plan[k].msg != i) continue;
+      if (first < 0) first = k;
+      len += plan[k].len;
+    }
+    if (first >= 0) r->ev[q] = start(s.c, r->parent, wrs[first], qpn, len);
   }
-  // A separate closing WRITE_WITH_IMM (grouped receive, or an empty message): the leader's.
-  leader->close_ev[lane] =
-      k < nw ? start(s.c, leader->parent, wrs[k], qpn, wr_bytes(wrs[k])) : nullptr;
+  // A separate closing WRITE_WITH_IMM (grouped receive, or an empty part): the leader's.
+  leader->close_ev[q] = nw > 0 && plan[nw - 1].msg < 0
+                            ? start(s.c, leader->parent, wrs[nw - 1], qpn, wr_bytes(wrs[nw - 1]))
+                            : nullptr;
 }
 
-void prof_send_done(SendComm& s, SendReq& leader, int lane) {
-  for (int i = 0; i < leader.group_n; ++i) prof_stop(s.c, s.pool[leader.group[i]].ev[lane]);
-  prof_stop(s.c, leader.close_ev[lane]);
+void prof_send_done(SendComm& s, SendReq& leader, int q) {
+  for (int i = 0; i < leader.group_n; ++i) prof_stop(s.c, s.pool[leader.group[i]].ev[q]);
+  prof_stop(s.c, leader.close_ev[q]);
 }
 
 void prof_recv_posted(RecvReq& req, int n, void* const* parents) {
@@ -86,7 +87,7 @@ void* prof_flush_start(RecvComm& r, const ibv_send_wr& w, uint32_t qpn, const vo
     const RecvReq& req = r.pool[k];
     if (req.magic != Request::kMagic) continue;
     for (int i = 0; i < req.n; ++i) {
-      if (r.stage[k * wire::kEntriesPerSlot + i].addr == addr && req.seq + 1 > best) {
+      if (r.c.entry(r.stage, static_cast<uint32_t>(k), i)->addr == addr && req.seq + 1 > best) {
         best = req.seq + 1;
         parent = req.parents[i];
       }

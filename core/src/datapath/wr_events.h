@@ -10,11 +10,12 @@
 
 namespace sluice::dp {
 
-// Send side. prof_send_chain: the chain wrs[0..nw) of lane `lane` on QP q of the group at s.head
-// is about to be posted (s.slot_reqs still holds the group). prof_send_done: that lane's closing
-// completion was polled, so every WR of the lane's chain is complete.
-void prof_send_chain(SendComm& s, int lane, int q, const ibv_send_wr* wrs, int nw);
-void prof_send_done(SendComm& s, SendReq& leader, int lane);
+// Send side. prof_send_chain: the chain wrs[0..nw) on QP q of the group at s.head, laid out as
+// plan[0..nw), is about to be posted (s.slot_reqs still holds the group); a group has at most one
+// chain per QP, so its events are kept per QP. prof_send_done: that QP's closing completion was
+// polled, so every WR of its chain is complete.
+void prof_send_chain(SendComm& s, int q, const ibv_send_wr* wrs, const cts::LaneWr* plan, int nw);
+void prof_send_done(SendComm& s, SendReq& leader, int q);
 
 // Receive side. prof_recv_posted: irecv took receive `req` with its buffers' parents.
 // prof_cts: the clear-to-send WRITE `w` on QP q publishing receives [from, to) is about to be

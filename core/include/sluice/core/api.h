@@ -178,12 +178,13 @@ Status comm_stats(void* comm, CommStats* out);
 // 2^b and 2^(b+1) - 1 ns after it was posted (bucket 0 also holds 0 ns, the last everything
 // longer).
 inline constexpr int kLatencyBuckets = 32;
-// Counters of one member device of a comm (a rail). A comm has one member until devices are fused.
+// Counters of one member device of a comm (a rail): one member unless the device is fused.
 struct MemberStats {
   int dev = -1;                // device index (device_count order)
   const char* name = nullptr;  // device name, valid until the last engine release
   uint64_t bytes = 0;          // payload bytes posted (send comm) / received (receive comm)
-  uint64_t wrs = 0;            // work requests posted
+                               // over this member's paths (a striped message: its part here)
+  uint64_t wrs = 0;            // work requests posted (the comm's, on member 0 only)
   uint64_t doorbells = 0;      // ibv_post_send / ibv_post_recv calls
   uint64_t completions = 0;    // completions polled from the comm's CQ
   uint64_t latency[kLatencyBuckets] = {};  // send: group posted -> its closing completion polled;

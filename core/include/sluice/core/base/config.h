@@ -65,6 +65,7 @@ struct Config {
   bool merge_nics = true;      // NCCL_IB_MERGE_NICS: 0 refuses every fusion
   std::string nic_rails;       // SLUICE_NIC_RAILS: name[:port]=rail[/plane],...
   std::string fusion_weights;  // SLUICE_FUSION_WEIGHTS: name[:port]=weight,...
+  int stripe_min = 65536;      // SLUICE_STRIPE_MIN: posted bytes from which a receive is striped
   // Logging
   int log_level = 2;  // SLUICE_LOG: level of the stderr log where NCCL's logger is absent
 };

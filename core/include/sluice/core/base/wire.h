@@ -182,7 +182,9 @@ static_assert(offsetof(Meta, magic) == 0 && kMetaHeaderBytes == 10);
 inline constexpr uint8_t kMetaFeatureMembers = 0x2;
 inline constexpr int kMaxMetaMembers = 4;              // per side (= CommStatsV2's kMaxMembers)
 inline constexpr uint32_t kMembersMagic = 0x4d424d53;  // "SMBM"
-inline constexpr uint16_t kMembersVersion = 1;
+// 2: a fused comm's clear-to-send entries carry CtsMembers (below). Version 1 (a Sluice whose fused
+// comms connected but carried no data) is refused: its entries have no per-member keys.
+inline constexpr uint16_t kMembersVersion = 2;
 struct MemberInfo {
   uint8_t gid[16];
   uint16_t lid;
@@ -255,6 +257,24 @@ struct alignas(32) CtsEntry {
 };
 static_assert(sizeof(CtsEntry) == 32);
 static_assert(offsetof(CtsEntry, seq) == 24);
+
+// NIC fusion (MetaMembers version 2): on a comm of more than one path every clear-to-send entry is
+// a pair of 32-byte cells, this extension first and the CtsEntry second, so one RDMA WRITE still
+// publishes a run of slots and the entry's seq stays the last thing in each pair. It carries the
+// receive buffer's rkey on each receiver member (its registration on that member's adapter; rkey[0]
+// = the entry's rkey) and the paths the receiver expects this receive on (stripe.h's paths_of: the
+// sender follows this mask, never its own view, so both ends count the same closing immediates).
+struct alignas(32) CtsMembers {
+  uint32_t rkey[kMaxMetaMembers];
+  uint32_t paths;        // bit p: path p carries a part of this receive (same in every entry)
+  uint32_t reserved[3];  // zero
+};
+static_assert(sizeof(CtsMembers) == sizeof(CtsEntry), "a fused entry is two cells of one size");
+static_assert(std::is_trivially_copyable_v<CtsMembers>);
+// Cells per clear-to-send entry: 1 on a one-path comm (byte for byte as before fusion), 2 fused.
+inline int cts_cells(int npaths) {
+  return npaths > 1 ? 2 : 1;
+}
 
 // Completion record: written by the sender into the receiver's array (one per FIFO slot) with the
 // closing WRITE_WITH_IMM of a grouped send or of an error notice; read by the receiver only after
