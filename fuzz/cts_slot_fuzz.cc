@@ -11,6 +11,9 @@
 //   [401]       n (receives in the group; taken modulo 9)
 //   [402, 434)  posted sizes (8 x uint32)
 //   [434, 466)  immediates (8 x uint32)
+//   [466, 978)  a fused comm's slot: kEntriesPerSlot cell pairs (CtsMembers, CtsEntry)
+//   [978]       npaths - 2 (mod 3) in the low nibble, receiver members - 1 (mod npaths) above
+//   [979, 987)  the seq the sender waits for in the fused slot
 // Contract: never crash; every rejection is a clear error (non-empty message, expected code);
 // every acceptance is consistent with the input (checked independently here).
 #include <algorithm>
@@ -171,10 +174,40 @@ void fuzz_record(Reader& in) {
 
 }  // namespace
 
+// take_snapshot_fused: an accepted slot names a non-empty mask of the comm's paths, the same in
+// every entry, each entry's member-0 key equal to its rkey, no key beyond the receiver's members.
+void fuzz_fused(Reader& in) {
+  wire::CtsEntry cells[2 * wire::kEntriesPerSlot];
+  for (auto& c : cells) c = in.get<wire::CtsEntry>();
+  const uint8_t shape = in.get<uint8_t>();
+  const int npaths = 2 + (shape & 0xf) % 3;
+  const int nrecv = 1 + (shape >> 4) % npaths;
+  const uint64_t want = in.get<uint64_t>();
+  cts::Snapshot snap;
+  Status st = cts::take_snapshot_fused(cells, want, npaths, nrecv, &snap);
+  if (st.is_again()) return;
+  if (!st.is_ok()) {
+    check(st.code() == Code::kRemoteError && !st.message().empty(), "fused refusal unclear");
+    check(snap.seq == 0 || snap.seq == want, "refused fused slot left a foreign snapshot");
+    return;
+  }
+  check(snap.seq == want, "fused snapshot of another seq");
+  check(snap.paths != 0 && (snap.paths >> npaths) == 0, "accepted a mask outside the paths");
+  for (int i = 0; i < snap.nreqs; ++i) {
+    check(snap.x[i].paths == snap.paths, "entries name different paths");
+    check(snap.x[i].rkey[0] == snap.e[i].rkey, "member-0 key differs from the entry's");
+    for (int m = nrecv; m < wire::kMaxMetaMembers; ++m)
+      check(snap.x[i].rkey[m] == 0, "key on a member the receiver lacks");
+    check(std::memcmp(&snap.e[i], &cells[2 * i + 1], sizeof snap.e[i]) == 0, "entry copy differs");
+  }
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Reader in{data, size};
   fuzz_slot(in);
   in.at = 329;
   fuzz_record(in);
+  in.at = 466;
+  fuzz_fused(in);
   return 0;
 }

@@ -107,6 +107,29 @@ Net::Net(const std::string& spec_in) {
     memset(&props_[d], 0, sizeof props_[d]);
     check(t_->getProperties(d, &props_[d]), strf("getProperties(%d)", d));
   }
+  // sluice-bench --fuse a,b (SLUICE_BENCH_FUSE): fuse those devices as NCCL would (makeVDevice,
+  // devices() again, getProperties of the new one); the fused device is then named "a+b".
+  if (const char* fuse = getenv("SLUICE_BENCH_FUSE"); fuse != nullptr && *fuse != '\0') {
+    if (t_->makeVDevice == nullptr) fail("--fuse: plugin %s has no makeVDevice", path_.c_str());
+    ncclNetVDeviceProps_v11_t vp{};
+    std::string list = fuse;
+    size_t at = 0;
+    while (at <= list.size()) {
+      size_t end = list.find(',', at);
+      if (end == std::string::npos) end = list.size();
+      if (vp.ndevs >= NCCL_NET_MAX_DEVS_PER_NIC_V11) fail("--fuse: too many devices in %s", fuse);
+      vp.devs[vp.ndevs++] = find_device(list.substr(at, end - at));
+      at = end + 1;
+    }
+    int d = -1;
+    check(t_->makeVDevice(&d, &vp), strf("makeVDevice(%s)", fuse));
+    check(t_->devices(&ndev_), "devices() after makeVDevice");
+    props_.resize(ndev_);
+    for (int k = 0; k < ndev_; ++k) {
+      memset(&props_[k], 0, sizeof props_[k]);
+      check(t_->getProperties(k, &props_[k]), strf("getProperties(%d)", k));
+    }
+  }
 }
 
 Net::~Net() {

@@ -34,6 +34,8 @@ Devices
   --dev0 D / --dev1 D    local run: sender / receiver device, by plugin index or name
                          (defaults: 0 and 1 when the plugin has two devices, else 0 and 0)
   --dev D                --server / --client: this side's device (default 0)
+  --fuse A,B             fuse devices A and B (names or indexes) with makeVDevice in each process
+                         first, as NCCL does; then name the fused device "A+B" in --dev0/--dev1/--dev
   --plugin P             plugin path or name (default: $NCCL_NET_PLUGIN, else the built one)
 Tests (--tests LIST, comma separated; default bw,rate,lat,agg,conn)
   bw     bandwidth sweep, one connection, --window requests in flight
@@ -235,6 +237,9 @@ Options parse_args(int argc, char** argv) {
       g_pure_spin = true;
     } else if (a == "--reps") {
       o.reps = static_cast<uint32_t>(parse_uint(need(i), "--reps"));
+    } else if (a == "--fuse") {
+      setenv("SLUICE_BENCH_FUSE", need(i).c_str(),
+             1);  // read by each process's Net (bench/common/net.cc)
     } else if (a == "--no-count") {
       o.count = false;
     } else if (a == "--label") {

@@ -23,6 +23,7 @@
 
 #include "comm/comm.h"
 #include "datapath/datapath_internal.h"
+#include "datapath/flush.h"
 #include "rdma_env.h"
 #include "sluice/core/api.h"
 #include "sluice/core/base/qp.h"
@@ -586,3 +587,58 @@ TEST_F(CoreFusion, RegDeregCyclesReturnEveryMr) {
 }
 
 }  // namespace
+
+// NCCL_NET_FORCE_FLUSH on a fused comm: iflush READs through every member adapter (each with the
+// buffer's key there), and the flush is done only when all of them completed.
+class CoreFusionFlush : public CoreFusion {
+ protected:
+  void SetUp() override {
+    setenv("NCCL_NET_FORCE_FLUSH", "1", 1);
+    CoreFusion::SetUp();
+  }
+  void TearDown() override {
+    CoreFusion::TearDown();
+    unsetenv("NCCL_NET_FORCE_FLUSH");
+  }
+};
+
+TEST_F(CoreFusionFlush, ReadsThroughEveryMemberAdapter) {
+  SendComm* s = nullptr;
+  RecvComm* r = nullptr;
+  ASSERT_NO_FATAL_FAILURE(open_pair(fused_, fused_, &s, &r));
+  ASSERT_NO_FATAL_FAILURE(exchange(s, r));  // the last message (8 MiB + 3) is striped
+  const bool two_adapters = r->c.members[0].dev->adapter != r->c.members[1].dev->adapter;
+  std::vector<unsigned char> dst(4096, 0x5a);
+  MemHandle* rmh = nullptr;
+  ASSERT_TRUE(reg_mr(r, dst.data(), dst.size(), MemType::kHost, &rmh).is_ok());
+  ASSERT_TRUE(rmh->access & IBV_ACCESS_REMOTE_READ) << "force flush needs remote read";
+  for (int round = 0; round < 3; ++round) {
+    dst[0] = static_cast<unsigned char>(0x31 + round);
+    void* data = dst.data();
+    int size = static_cast<int>(dst.size());
+    Request* freq = nullptr;
+    Status st = iflush(r, 1, &data, &size, &rmh, &freq);
+    ASSERT_TRUE(st.is_ok()) << st.message();
+    ASSERT_NE(freq, nullptr);
+    const FlushStats fs = flush_stats(*r);
+    EXPECT_EQ(fs.lanes, two_adapters ? 2 : 1);
+    EXPECT_EQ(fs.reads_posted, static_cast<uint64_t>((round + 1) * fs.lanes));
+    int done = 0;
+    const auto deadline = Clock::now() + std::chrono::seconds(30);
+    while (!done) {
+      ASSERT_LT(Clock::now(), deadline) << "flush never completed";
+      ASSERT_TRUE(test(freq, &done, nullptr).is_ok());
+      if (!done) {
+        EXPECT_LT(flush_stats(*r).reads_completed, static_cast<uint64_t>((round + 1) * fs.lanes));
+      }
+    }
+    EXPECT_EQ(flush_stats(*r).reads_completed, static_cast<uint64_t>((round + 1) * fs.lanes))
+        << "done before every member's READ completed";
+    EXPECT_EQ(flush_stats(*r).bounce, dst[0]);
+    std::printf("flush round %d: %d READ(s), one per member adapter, bounce 0x%02x\n", round,
+                fs.lanes, flush_stats(*r).bounce);
+  }
+  EXPECT_TRUE(dereg_mr(r, rmh).is_ok());
+  EXPECT_TRUE(close_send(s).is_ok());
+  EXPECT_TRUE(close_recv(r).is_ok());
+}

@@ -36,6 +36,75 @@ TEST(CtsSnapshot, UnpublishedSlotIsAgainAndPartialGroupToo) {
   EXPECT_EQ(s.seq, 1u);
 }
 
+// A fused comm's slot: entry i is the cell pair [2i] (wire::CtsMembers) and [2i + 1] (the entry).
+void put_fused(wire::CtsEntry* cells, int i, const wire::CtsEntry& e, const wire::CtsMembers& x) {
+  std::memcpy(&cells[2 * i], &x, sizeof x);
+  cells[2 * i + 1] = e;
+}
+
+wire::CtsMembers members_cell(uint32_t rkey0, uint32_t rkey1, uint32_t paths) {
+  wire::CtsMembers x{};
+  x.rkey[0] = rkey0;
+  x.rkey[1] = rkey1;
+  x.paths = paths;
+  return x;
+}
+
+TEST(CtsSnapshotFused, PairsGiveEachEntrysMemberKeysAndTheReceivesPaths) {
+  wire::CtsEntry cells[2 * wire::kEntriesPerSlot] = {};
+  cts::Snapshot s;
+  EXPECT_TRUE(cts::take_snapshot_fused(cells, 1, 2, 2, &s).is_again());
+  put_fused(cells, 0, entry(5, 64, 2, 0, 1), members_cell(0x77, 50, 3));
+  EXPECT_TRUE(cts::take_snapshot_fused(cells, 1, 2, 2, &s).is_again()) << "entry 1 not written";
+  put_fused(cells, 1, entry(6, 128, 2, 1, 1), members_cell(0x77, 60, 3));
+  ASSERT_TRUE(cts::take_snapshot_fused(cells, 1, 2, 2, &s).is_ok());
+  EXPECT_EQ(s.nreqs, 2);
+  EXPECT_EQ(s.paths, 3u);
+  EXPECT_EQ(s.e[1].size, 128u);
+  EXPECT_EQ(s.x[0].rkey[1], 50u);
+  EXPECT_EQ(s.x[1].rkey[1], 60u);
+  // A one-path comm's snapshot of the same memory reads cells, not pairs: it must not be used.
+  cts::Snapshot plain;
+  EXPECT_FALSE(cts::take_snapshot(cells, 1, &plain).is_ok());
+}
+
+TEST(CtsSnapshotFused, BadPathsKeysOrReservedWordsAreRemoteErrors) {
+  struct Case {
+    const char* what;
+    wire::CtsMembers x0, x1;
+    int nrecv;
+  };
+  wire::CtsMembers reserved = members_cell(0x77, 60, 1);
+  reserved.reserved[1] = 9;
+  wire::CtsMembers extra = members_cell(0x77, 60, 1);
+  extra.rkey[2] = 7;
+  const Case cases[] = {
+      {"empty mask", members_cell(0x77, 50, 0), members_cell(0x77, 60, 0), 2},
+      {"path beyond npaths", members_cell(0x77, 50, 4), members_cell(0x77, 60, 4), 2},
+      {"masks differ", members_cell(0x77, 50, 1), members_cell(0x77, 60, 2), 2},
+      {"member-0 key differs", members_cell(0x77, 50, 1), members_cell(0x78, 60, 1), 2},
+      {"reserved word", members_cell(0x77, 50, 1), reserved, 2},
+      {"key on a member the receiver lacks", members_cell(0x77, 50, 1), extra, 2},
+      {"key on member 1 of a one-member receiver", members_cell(0x77, 0, 1), members_cell(0x77, 60, 1),
+       1},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    wire::CtsEntry cells[2 * wire::kEntriesPerSlot] = {};
+    put_fused(cells, 0, entry(5, 64, 2, 0, 3), c.x0);
+    put_fused(cells, 1, entry(6, 64, 2, 1, 3), c.x1);
+    cts::Snapshot s;
+    Status st = cts::take_snapshot_fused(cells, 3, 2, c.nrecv, &s);
+    EXPECT_EQ(st.code(), Code::kRemoteError) << st.message();
+    EXPECT_NE(st.message().find("clear-to-send"), std::string::npos) << st.message();
+    EXPECT_EQ(s.seq, 0u) << "no snapshot held after a refusal";
+  }
+  wire::CtsEntry cells[2 * wire::kEntriesPerSlot] = {};
+  cts::Snapshot s;
+  EXPECT_EQ(cts::take_snapshot_fused(cells, 1, 1, 1, &s).code(), Code::kInternalError)
+      << "one path is not a fused comm";
+}
+
 TEST(CtsSnapshot, CorruptCountOrIndexIsARemoteErrorNamingIt) {
   wire::CtsEntry slot[wire::kEntriesPerSlot] = {};
   cts::Snapshot s;

@@ -16,21 +16,33 @@ namespace sluice {
 // Flushes in flight per receive comm: NCCL keeps at most NCCL_NET_MAX_REQUESTS per comm.
 inline constexpr int kFlushPool = kMaxRequests;
 
-class Flush {
- public:
-  // Declared in dependency order (released in reverse): memory, its MR, the CQ, then the QP.
-  NumaBuffer bounce;  // one page; the first byte receives the READ
+// One loopback QP per member adapter of the comm (a fused comm's members on other adapters get
+// their own): a NIC's READ orders only the writes that NIC placed, so a striped message needs a
+// READ through every adapter that may have carried part of it.
+struct FlushLane {
+  // Dependency order (released in reverse): the bounce word's MR here, the CQ, then the QP.
   verbs::Mr bounce_mr;
   verbs::Cq cq;
   verbs::Qp qp;
-  FlushReq pool[kFlushPool];
-  uint64_t posted = 0;
-  uint64_t completed = 0;
+  Adapter* adapter = nullptr;
   std::string desc;  // "loopback qpn 23 on rxe0:1"
 };
 
+class Flush {
+ public:
+  // Declared in dependency order (released in reverse): memory, then the lanes (MR, CQ, QP).
+  NumaBuffer bounce;  // one page; the first byte receives the READs
+  FlushLane lanes[kMaxConnMembers];
+  int nlanes = 0;
+  FlushReq pool[kFlushPool];
+  uint64_t posted = 0;
+  uint64_t completed = 0;
+};
+
 void FlushDeleter::operator()(Flush* f) const {
-  if (f != nullptr && f->qp) (void)qp_to_error(f->qp.get());
+  if (f != nullptr)
+    for (int i = 0; i < f->nlanes; ++i)
+      if (f->lanes[i].qp) (void)qp_to_error(f->lanes[i].qp.get());
   delete f;
 }
 
@@ -44,10 +56,9 @@ Status fail(Conn& c, Status st) {
   return c.failure;
 }
 
-Result<std::unique_ptr<Flush, FlushDeleter>> create_flush(RecvComm& r) {
-  Device& d = *r.c.dev;
+Status create_lane(RecvComm& r, Device& d, void* bounce, FlushLane* f) {
   const Config& cfg = engine()->config();
-  std::unique_ptr<Flush, FlushDeleter> f(new Flush());
+  f->adapter = d.adapter;
   f->cq.reset(ibv_create_cq(d.adapter->ctx.get(), kFlushPool, nullptr, nullptr, 0));
   if (!f->cq) return errno_status(Code::kSystemError, "flush: ibv_create_cq on " + d.name, errno);
   QpCaps caps;
@@ -56,7 +67,8 @@ Result<std::unique_ptr<Flush, FlushDeleter>> create_flush(RecvComm& r) {
   auto qp = create_rc_qp(d.adapter->pd.get(), f->cq.get(), caps);
   if (!qp.is_ok()) return qp.status().with_context("flush loopback QP on " + d.name);
   f->qp = std::move(qp).value();
-  f->desc = "loopback qpn " + std::to_string(f->qp->qp_num) + " on " + r.c.local_desc;
+  f->desc = "loopback qpn " + std::to_string(f->qp->qp_num) + " on " + d.name + ":" +
+            std::to_string(d.port);
   InitParams ip;
   ip.port = d.port;
   ip.pkey_index = static_cast<uint16_t>(cfg.pkey_index);
@@ -82,36 +94,55 @@ Result<std::unique_ptr<Flush, FlushDeleter>> create_flush(RecvComm& r) {
   sp.rnr_retry = static_cast<uint8_t>(cfg.rnr_retry);
   sp.max_rd_atomic = 1;
   SLUICE_RETURN_IF_ERROR(qp_to_rts(f->qp.get(), sp).with_context(f->desc));
-  auto mem = NumaBuffer::allocate(4096, d.adapter->locality.numa_node);
-  if (!mem.is_ok()) return mem.status().with_context("flush bounce buffer");
-  f->bounce = std::move(mem).value();
-  f->bounce_mr.reset(
-      ibv_reg_mr(d.adapter->pd.get(), f->bounce.data(), 4096, IBV_ACCESS_LOCAL_WRITE));
+  f->bounce_mr.reset(ibv_reg_mr(d.adapter->pd.get(), bounce, 4096, IBV_ACCESS_LOCAL_WRITE));
   if (!f->bounce_mr)
     return errno_status(Code::kSystemError, "flush: ibv_reg_mr(bounce word) on " + d.name, errno);
+  SLUICE_INFO(kSubNet, "flush: %s created for receives from %s", f->desc.c_str(), r.c.peer.c_str());
+  return Status::ok();
+}
+
+Result<std::unique_ptr<Flush, FlushDeleter>> create_flush(RecvComm& r) {
+  std::unique_ptr<Flush, FlushDeleter> f(new Flush());
+  auto mem = NumaBuffer::allocate(4096, r.c.dev->adapter->locality.numa_node);
+  if (!mem.is_ok()) return mem.status().with_context("flush bounce buffer");
+  f->bounce = std::move(mem).value();
+  for (int m = 0; m < r.c.nmembers; ++m) {  // one lane per distinct adapter, in member order
+    Device& d = *r.c.members[m].dev;
+    bool have = false;
+    for (int i = 0; i < f->nlanes; ++i) have = have || f->lanes[i].adapter == d.adapter;
+    if (have) continue;
+    SLUICE_RETURN_IF_ERROR(create_lane(r, d, f->bounce.data(), &f->lanes[f->nlanes]));
+    ++f->nlanes;
+  }
   for (int i = 0; i < kFlushPool; ++i) {
     f->pool[i].is_flush = true;
     f->pool[i].comm = &r;
     f->pool[i].index = static_cast<uint16_t>(i);
   }
-  SLUICE_INFO(kSubNet, "flush: %s created for receives from %s", f->desc.c_str(), r.c.peer.c_str());
   return f;
 }
 
 Status poll(RecvComm& r, Flush& f) {
-  ibv_wc wc[8];
-  const int n = ibv_poll_cq(f.cq.get(), 8, wc);
-  if (n < 0) return fail(r.c, Status(Code::kSystemError, "flush: ibv_poll_cq failed on " + f.desc));
-  for (int k = 0; k < n; ++k) {
-    if (wc[k].status != IBV_WC_SUCCESS) {
-      return fail(r.c, Status(Code::kSystemError,
-                              "flush READ failed on " + f.desc + ": status " +
-                                  ibv_wc_status_str(wc[k].status) +
-                                  "; likely cause: " + verbs::wc_status_hint(wc[k].status) +
-                                  " (the buffer's MR lacks remote read, or was deregistered)"));
+  for (int i = 0; i < f.nlanes; ++i) {
+    FlushLane& l = f.lanes[i];
+    ibv_wc wc[8];
+    const int n = ibv_poll_cq(l.cq.get(), 8, wc);
+    if (n < 0)
+      return fail(r.c, Status(Code::kSystemError, "flush: ibv_poll_cq failed on " + l.desc));
+    for (int k = 0; k < n; ++k) {
+      if (wc[k].status != IBV_WC_SUCCESS) {
+        return fail(r.c, Status(Code::kSystemError,
+                                "flush READ failed on " + l.desc + ": status " +
+                                    ibv_wc_status_str(wc[k].status) +
+                                    "; likely cause: " + verbs::wc_status_hint(wc[k].status) +
+                                    " (the buffer's MR lacks remote read, or was deregistered)"));
+      }
+      if (wc[k].wr_id < static_cast<uint64_t>(kFlushPool)) {
+        FlushReq& q = f.pool[wc[k].wr_id];
+        if (q.pending > 0 && --q.pending == 0) q.done = true;
+      }
+      ++f.completed;
     }
-    if (wc[k].wr_id < static_cast<uint64_t>(kFlushPool)) f.pool[wc[k].wr_id].done = true;
-    ++f.completed;
   }
   return Status::ok();
 }
@@ -157,27 +188,40 @@ Status flush_post(RecvComm& r, int n, void* const* data, const int* sizes, MemHa
   }
   if (req == nullptr) {
     return fail(r.c, Status(Code::kInvalidUsage, "iflush: more than " + std::to_string(kFlushPool) +
-                                                     " flushes in flight on " + f.desc +
+                                                     " flushes in flight on " + f.lanes[0].desc +
                                                      " (NCCL allows 32 requests)"));
   }
-  ibv_sge sge{reinterpret_cast<uintptr_t>(f.bounce.data()), 1, f.bounce_mr->lkey};
-  ibv_send_wr w{};
-  w.wr_id = req->index;
-  w.sg_list = &sge;
-  w.num_sge = 1;
-  w.opcode = IBV_WR_RDMA_READ;
-  w.send_flags = IBV_SEND_SIGNALED;
-  w.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(data[last]);
-  w.wr.rdma.rkey = mh->rkey;
+  // A READ through every lane (member adapter), each with the buffer's key on that adapter; the
+  // flush is done when all of them completed.
   req->ev = nullptr;
-  if (r.c.prof.start != nullptr) [[unlikely]]
-    req->ev = dp::prof_flush_start(r, w, f.qp->qp_num, data[last]);
-  ibv_send_wr* bad = nullptr;
-  if (int rc = ibv_post_send(f.qp.get(), &w, &bad); rc != 0) {
-    return fail(r.c, Status(Code::kSystemError, "iflush: ibv_post_send(RDMA READ) on " + f.desc +
-                                                    " failed: " + std::strerror(rc)));
+  req->pending = 0;
+  for (int i = 0; i < f.nlanes; ++i) {
+    FlushLane& l = f.lanes[i];
+    const MemHandle* on = mh->on(l.adapter);
+    if (on == nullptr) {
+      return fail(
+          r.c, Status(Code::kInvalidArgument, "iflush: the buffer is not registered on " + l.desc +
+                                                  "'s adapter (a handle of another comm?)"));
+    }
+    ibv_sge sge{reinterpret_cast<uintptr_t>(f.bounce.data()), 1, l.bounce_mr->lkey};
+    ibv_send_wr w{};
+    w.wr_id = req->index;
+    w.sg_list = &sge;
+    w.num_sge = 1;
+    w.opcode = IBV_WR_RDMA_READ;
+    w.send_flags = IBV_SEND_SIGNALED;
+    w.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(data[last]);
+    w.wr.rdma.rkey = on->rkey;
+    if (i == 0 && r.c.prof.start != nullptr) [[unlikely]]
+      req->ev = dp::prof_flush_start(r, w, l.qp->qp_num, data[last]);
+    ibv_send_wr* bad = nullptr;
+    if (int rc = ibv_post_send(l.qp.get(), &w, &bad); rc != 0) {
+      return fail(r.c, Status(Code::kSystemError, "iflush: ibv_post_send(RDMA READ) on " + l.desc +
+                                                      " failed: " + std::strerror(rc)));
+    }
+    ++req->pending;
+    ++f.posted;
   }
-  ++f.posted;
   req->in_use = true;
   req->done = false;
   *out = req;
@@ -213,7 +257,8 @@ FlushStats flush_stats(const RecvComm& r) {
   s.reads_posted = r.flush->posted;
   s.reads_completed = r.flush->completed;
   s.bounce = *static_cast<const volatile uint8_t*>(r.flush->bounce.data());
-  s.qpn = r.flush->qp ? r.flush->qp->qp_num : 0;
+  s.qpn = r.flush->lanes[0].qp ? r.flush->lanes[0].qp->qp_num : 0;
+  s.lanes = r.flush->nlanes;
   return s;
 }
 
