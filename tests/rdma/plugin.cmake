@@ -197,3 +197,7 @@ sluice_add_rdma_test(NAME plugin_fusion_shares
                      TIMEOUT 300)
 # oob: rdma_cm does not connect fused devices yet (see the fused matrix above).
 set_property(TEST plugin_fusion plugin_fusion_shares APPEND PROPERTY ENVIRONMENT SLUICE_CM=oob)
+# Sanitizer pass (CI time): plugin_rdma_fused, plugin_fusion and core_fusion run the fused data
+# path sanitized; the other fused layouts and the packet shares run unsanitized only.
+set_property(TEST plugin_rdma_fused_qps4_split plugin_rdma_fused_send_qps4 plugin_rdma_fused_recv
+             plugin_fusion_shares APPEND PROPERTY LABELS nosan)
