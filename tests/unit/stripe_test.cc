@@ -268,4 +268,31 @@ TEST(StripeChains, QpsOfAPathStayOnThePath) {
   EXPECT_EQ(stripe::closes(0b101u, false, 4), 2);
 }
 
+// The receiver posts a receive WR on exactly the QPs the sender's chains use: carries() is the
+// inverse of qp_of over every mask, and counts closes() QPs.
+TEST(StripeChains, CarriesIsTheInverseOfQpOf) {
+  for (bool split : {false, true}) {
+    for (int qpp : {1, 2, 4}) {
+      for (uint32_t mask = 1; mask < 16; ++mask) {
+        for (uint64_t seq = 0; seq < 9; ++seq) {
+          bool want[16] = {};
+          for (int path = 0; path < 4; ++path) {
+            if ((mask >> path & 1u) == 0) continue;
+            for (int lane = 0; lane < stripe::lanes_per_path(split, qpp); ++lane)
+              want[stripe::qp_of(path, lane, split, qpp, seq)] = true;
+          }
+          int n = 0;
+          for (int q = 0; q < 4 * qpp; ++q) {
+            EXPECT_EQ(stripe::carries(mask, split, qpp, seq, q), want[q])
+                << "split " << split << " qpp " << qpp << " mask " << mask << " seq " << seq
+                << " qp " << q;
+            n += stripe::carries(mask, split, qpp, seq, q);
+          }
+          EXPECT_EQ(n, stripe::closes(mask, split, qpp));
+        }
+      }
+    }
+  }
+}
+
 }  // namespace

@@ -80,6 +80,12 @@ inline int qp_of(int path, int lane, bool split, int qps_per_path, uint64_t seq)
   return path * qps_per_path +
          (split ? lane : static_cast<int>(seq % static_cast<uint64_t>(qps_per_path)));
 }
+// Whether QP q carries a chain (and so a closing immediate) of receive `seq` whose paths are
+// `mask`: the inverse of qp_of, which the receiver uses to post its receive WRs.
+inline bool carries(uint32_t mask, bool split, int qps_per_path, uint64_t seq, int q) {
+  if ((mask >> (q / qps_per_path) & 1u) == 0) return false;
+  return split || static_cast<int>(seq % static_cast<uint64_t>(qps_per_path)) == q % qps_per_path;
+}
 // The chain of `lane` of `path` for a group sizes[0..n) whose receive's paths are `mask`:
 // cts::plan_lane over the path's parts of the messages (part_of), with offsets into the whole
 // message (LaneWr::off), so a chain of every path in the mask ends with its close even where its

@@ -218,7 +218,8 @@ struct Conn {
   uint32_t remote_mem_rkey[kMaxConnMembers] = {};
   // Bytes of posted capacity from which a receive is striped over every path (SLUICE_STRIPE_MIN).
   size_t stripe_min = stripe::kDefaultThreshold;
-  // Per member: payload bytes posted (send comm) or received (receive comm) over its QPs.
+  // Per member: payload bytes posted (send comm) or received (receive comm) over its QPs; kept
+  // only with more than one member (one member's are stats.bytes).
   StatCell member_bytes[kMaxConnMembers];
   // Fusion: the comm memory's (FIFO / records) registration on members 1.. whose adapter is not
   // an earlier member's (member 0's is the comm's mem_mr), and every member's keys of it.

@@ -121,6 +121,7 @@ Status completion_error(Conn& c, const ibv_wc& wc, const char* side, int member)
 }
 
 void count_member_bytes(Conn& c, uint32_t mask, const size_t* sizes, int n) {
+  if (c.nmembers <= 1) return;  // one member: its bytes are the comm's (comm_stats_v2)
   for (int p = 0; p < c.npaths; ++p) {
     if ((mask >> p & 1u) == 0) continue;
     size_t bytes = 0;

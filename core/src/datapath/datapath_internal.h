@@ -27,12 +27,10 @@ inline constexpr size_t kMaxMessage = wire::kMaxMessageBytes;
 static_assert(kMaxMessage < wire::kImmRecord, "a single-receive size must fit the immediate");
 inline constexpr int kPollBatch = 16;
 
-// Whether QP q carries a closing immediate of receive `seq` whose paths are `mask`: every QP of a
-// path in the mask in split mode, else the path's QP seq % qpp (stripe::qp_of). On a one-path comm
-// (qpp = nqps) that is cts::qp_of_lane's rule, as before fusion.
+// Whether QP q carries a closing immediate of receive `seq` whose paths are `mask`
+// (stripe::carries). On a one-path comm (qpp = nqps) that is cts::qp_of_lane's rule, as before.
 inline bool closes_on(const Conn& c, uint32_t mask, uint64_t seq, int q) {
-  if ((mask >> (q / c.qpp) & 1u) == 0) return false;
-  return c.split || static_cast<int>(seq % static_cast<uint64_t>(c.qpp)) == q % c.qpp;
+  return stripe::carries(mask, c.split, c.qpp, seq, q);
 }
 // The peer's member at the other end of QP q, and its key of the comm memory it holds there (the
 // sender's FIFO, the receiver's records).
@@ -48,7 +46,7 @@ inline uint32_t local_mem_lkey(const Conn& c, int q) {
 }
 
 // The per-member payload counters (Conn::member_bytes): each buffer's part on each path of `mask`
-// (stripe::part_of) counts for the local member of that path.
+// (stripe::part_of) counts for the local member of that path. Not kept on a one-member side.
 void count_member_bytes(Conn& c, uint32_t mask, const size_t* sizes, int n);
 
 Status fail(Conn& c, Status st);

@@ -165,7 +165,7 @@ Status post_group(SendComm& s) {
     }
     s.sq_bytes[q] += lane_bytes;
     s.sq_seg[q] = std::max(s.sq_seg[q], seg);
-    s.c.member_bytes[member].add(lane_bytes);
+    if (s.c.nmembers > 1) s.c.member_bytes[member].add(lane_bytes);  // else: stats.bytes
     if (ar_imm) s.c.stats.ar_imm_writes.add(1);
   });
   SLUICE_RETURN_IF_ERROR(st);
