@@ -4,7 +4,10 @@
 // the listener's check_meta_prefix() on every prefix as the bytes arrive.
 // Contract: each rejects with a non-empty message, or the values the QP bring-up then uses are in
 // range (1..kMaxQps QPs, matching ours, a terminated device name, the right FIFO depth), and an
-// ECE only with the feature bit, the name ending before it, comp_mask within 24 bits.
+// ECE only with the feature bit, the name ending before it, comp_mask within 24 bits; behind it
+// (fusion) the members' extension and the members' rdma_cm addresses, each checked in turn.
+#include <netinet/in.h>
+
 #include <algorithm>
 #include <cstring>
 #include <string>
@@ -123,5 +126,27 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const Status agree = wire::check_peer_members(mine, x);
   FUZZ_CHECK(agree.is_ok() == (x.npaths == want), "paths %u accepted against %d: %s", x.npaths,
              want, agree.message().c_str());
+
+  // Fused over rdma_cm: the acceptor's members' rdma_cm addresses follow its MetaMembers. Accepted:
+  // one record per member, each AF_INET (no bytes past the 4 of the address, no scope) or
+  // AF_INET6 with a port, unused records zero; each converts to the address connect() resolves.
+  wire::MetaCmAddrs ca{};
+  const size_t at2 = at + sizeof x;
+  if (size > at2) std::memcpy(&ca, data + at2, std::min(size - at2, sizeof ca));
+  const Status cs = wire::validate_cm_addrs(x, ca);
+  if (!cs.is_ok()) {
+    FUZZ_CHECK(!cs.message().empty(), "rdma_cm addresses rejection without a reason");
+    return 0;
+  }
+  FUZZ_CHECK(ca.nmembers == x.nmembers, "%u addresses for %u members", ca.nmembers, x.nmembers);
+  for (int i = 0; i < ca.nmembers; ++i) {
+    const sockaddr_storage sa = wire::cm_member_address(ca, i);
+    FUZZ_CHECK(sa.ss_family == AF_INET || sa.ss_family == AF_INET6, "member %d family", i);
+    FUZZ_CHECK(reinterpret_cast<const sockaddr_in*>(&sa)->sin_port != 0, "member %d port 0", i);
+    wire::MetaCmAddrs back{};
+    wire::encode_cm_addrs(&sa, 1, &back);
+    FUZZ_CHECK(std::memcmp(&back.members[0], &ca.members[i], sizeof back.members[0]) == 0,
+               "member %d's address does not round-trip", i);
+  }
   return 0;
 }

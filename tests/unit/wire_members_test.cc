@@ -177,5 +177,60 @@ TEST(Members, FeatureBitIsNotEces) {
   EXPECT_FALSE(meta_ece(m, &e));
 }
 
+// Fusion over rdma_cm: the acceptor's members' listener addresses round-trip, and every malformed
+// record is refused with the member named.
+TEST(MembersCm, AddressesRoundTripAndMalformedOnesAreRefused) {
+  const Meta m = base_meta(4);
+  const MetaMembers mx = two_members(m, 2, 2);
+  sockaddr_storage a[2]{};
+  auto* v4 = reinterpret_cast<sockaddr_in*>(&a[0]);
+  v4->sin_family = AF_INET;
+  v4->sin_port = htons(4791);
+  inet_pton(AF_INET, "10.88.0.1", &v4->sin_addr);
+  auto* v6 = reinterpret_cast<sockaddr_in6*>(&a[1]);
+  v6->sin6_family = AF_INET6;
+  v6->sin6_port = htons(18515);
+  inet_pton(AF_INET6, "fe80::1", &v6->sin6_addr);
+  v6->sin6_scope_id = 3;
+  MetaCmAddrs x;
+  encode_cm_addrs(a, 2, &x);
+  Status st = validate_cm_addrs(mx, x);
+  ASSERT_TRUE(st.is_ok()) << st.message();
+  for (int i = 0; i < 2; ++i) {
+    const sockaddr_storage back = cm_member_address(x, i);
+    const size_t len = i == 0 ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+    EXPECT_EQ(std::memcmp(&back, &a[i], len), 0) << "member " << i;
+  }
+  const auto refused = [&](MetaCmAddrs y, const char* what) {
+    const Status r = validate_cm_addrs(mx, y);
+    EXPECT_FALSE(r.is_ok()) << what;
+    return r.message();
+  };
+  MetaCmAddrs y = x;
+  y.magic ^= 1;
+  EXPECT_NE(refused(y, "magic").find("magic"), std::string::npos);
+  y = x;
+  y.version = kCmAddrsVersion + 1;
+  EXPECT_NE(refused(y, "version").find("same Sluice release"), std::string::npos);
+  y = x;
+  y.nmembers = 1;
+  EXPECT_NE(refused(y, "count").find("its metadata 2"), std::string::npos);
+  y = x;
+  y.members[1].port = 0;
+  EXPECT_NE(refused(y, "port").find("member 1 port 0"), std::string::npos);
+  y = x;
+  y.members[0].family = AF_UNIX;
+  EXPECT_NE(refused(y, "family").find("member 0 address family"), std::string::npos);
+  y = x;
+  y.members[0].addr[7] = 1;
+  EXPECT_NE(refused(y, "v4 tail").find("trailing bytes"), std::string::npos);
+  y = x;
+  y.members[2].port = 1;  // a member the peer does not have
+  EXPECT_NE(refused(y, "unused").find("member 2"), std::string::npos);
+  y = x;
+  y.reserved = 1;
+  EXPECT_NE(refused(y, "reserved").find("reserved"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace sluice::wire

@@ -302,6 +302,78 @@ MetaMembers members_of_meta(const Meta& m) {
   return x;
 }
 
+void encode_cm_addrs(const sockaddr_storage* addrs, int n, MetaCmAddrs* x) {
+  std::memset(x, 0, sizeof *x);
+  x->magic = kCmAddrsMagic;
+  x->version = kCmAddrsVersion;
+  x->nmembers = static_cast<uint8_t>(n);
+  for (int m = 0; m < n && m < kMaxMetaMembers; ++m) {
+    CmMemberAddr& a = x->members[m];
+    a.family = addrs[m].ss_family;
+    if (a.family == AF_INET) {
+      const auto* v4 = reinterpret_cast<const sockaddr_in*>(&addrs[m]);
+      std::memcpy(a.addr, &v4->sin_addr, 4);
+      a.port = v4->sin_port;
+    } else {
+      const auto* v6 = reinterpret_cast<const sockaddr_in6*>(&addrs[m]);
+      std::memcpy(a.addr, &v6->sin6_addr, 16);
+      a.port = v6->sin6_port;
+      a.scope_id = v6->sin6_scope_id;
+    }
+  }
+}
+
+Status validate_cm_addrs(const MetaMembers& members, const MetaCmAddrs& x) {
+  const auto bad = [](const std::string& what) {
+    return Status(Code::kRemoteError, "peer's rdma_cm addresses of its members " + what);
+  };
+  if (x.magic != kCmAddrsMagic) return bad("have a bad magic");
+  if (x.version != kCmAddrsVersion)
+    return bad("have version " + std::to_string(x.version) + ", this Sluice reads " +
+               std::to_string(kCmAddrsVersion) + ": run the same Sluice release on every host");
+  if (x.nmembers != members.nmembers)
+    return bad("name " + std::to_string(x.nmembers) + " members, its metadata " +
+               std::to_string(members.nmembers));
+  if (x.reserved != 0) return bad("have a non-zero reserved byte");
+  for (int m = 0; m < kMaxMetaMembers; ++m) {
+    const CmMemberAddr& a = x.members[m];
+    if (m >= x.nmembers) {
+      static const CmMemberAddr zero{};
+      if (std::memcmp(&a, &zero, sizeof a) != 0)
+        return bad("have bytes in the record of member " + std::to_string(m) + " it does not have");
+      continue;
+    }
+    const std::string who = "member " + std::to_string(m);
+    if (a.family != AF_INET && a.family != AF_INET6)
+      return bad("give " + who + " address family " + std::to_string(a.family));
+    if (a.port == 0) return bad("give " + who + " port 0");
+    if (a.family == AF_INET) {
+      for (int b = 4; b < 16; ++b)
+        if (a.addr[b] != 0) return bad("give " + who + " an IPv4 address with trailing bytes");
+      if (a.scope_id != 0) return bad("give " + who + " an IPv4 address with a scope id");
+    }
+  }
+  return Status::ok();
+}
+
+sockaddr_storage cm_member_address(const MetaCmAddrs& x, int m) {
+  sockaddr_storage sa{};
+  const CmMemberAddr& a = x.members[m];
+  if (a.family == AF_INET) {
+    auto* v4 = reinterpret_cast<sockaddr_in*>(&sa);
+    v4->sin_family = AF_INET;
+    v4->sin_port = a.port;
+    std::memcpy(&v4->sin_addr, a.addr, 4);
+  } else {
+    auto* v6 = reinterpret_cast<sockaddr_in6*>(&sa);
+    v6->sin6_family = AF_INET6;
+    v6->sin6_port = a.port;
+    std::memcpy(&v6->sin6_addr, a.addr, 16);
+    v6->sin6_scope_id = a.scope_id;
+  }
+  return sa;
+}
+
 Status validate_cm_token(const void* data, size_t len, uint64_t nonce, CmToken* out) {
   if (data == nullptr || len < sizeof(CmToken)) {
     return Status(Code::kRemoteError, "rdma_cm request carries " + std::to_string(len) +

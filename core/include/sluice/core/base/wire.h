@@ -229,6 +229,37 @@ Status check_peer_members(const MetaMembers& local, const MetaMembers& remote);
 // The one-member extension a plain Meta stands for (a peer that sent none): member 0 from m.
 MetaMembers members_of_meta(const Meta& m);
 
+// Fusion over rdma_cm (SLUICE_CM=rdmacm, or iWARP): each of the acceptor's members has its own
+// rdma_cm listener, bound to an address of that member's interface; the handle names only member
+// 0's. The acceptor sends this right behind its MetaMembers exactly when the connector's Meta chose
+// rdmacm and announced kMetaFeatureMembers, so that the connector resolves every path's ids from
+// its own member's address to the acceptor member's (and rdma_cm checks each route).
+inline constexpr uint32_t kCmAddrsMagic = 0x41434d53;  // "SMCA"
+inline constexpr uint16_t kCmAddrsVersion = 1;
+struct CmMemberAddr {
+  uint8_t addr[16];  // IPv4 in the first 4 bytes
+  uint16_t family;   // AF_INET / AF_INET6
+  uint16_t port;     // network byte order; never 0
+  uint32_t scope_id;
+};
+static_assert(sizeof(CmMemberAddr) == 24);
+struct MetaCmAddrs {
+  uint32_t magic;  // kCmAddrsMagic
+  uint16_t version;
+  uint8_t nmembers;  // = the sender's MetaMembers::nmembers
+  uint8_t reserved;  // zero
+  CmMemberAddr members[kMaxMetaMembers];
+};
+static_assert(sizeof(MetaCmAddrs) == 8 + 24 * kMaxMetaMembers);
+static_assert(std::is_trivially_copyable_v<MetaCmAddrs>);
+// Fills x for `n` members from their listeners' addresses (port included, network order).
+void encode_cm_addrs(const sockaddr_storage* addrs, int n, MetaCmAddrs* x);
+// Checks a peer's MetaCmAddrs against its validated MetaMembers: magic, version, the same member
+// count, each used record AF_INET/AF_INET6 with a port, unused records and reserved bytes zero.
+Status validate_cm_addrs(const MetaMembers& members, const MetaCmAddrs& x);
+// Member m's rdma_cm listener address (port included) in a validated MetaCmAddrs.
+sockaddr_storage cm_member_address(const MetaCmAddrs& x, int m);
+
 // Checks the first `n` bytes that arrived of a Meta (any n, also fewer than kMetaHeaderBytes): each
 // arrived byte of the magic, and the version once it is complete. ok() = nothing wrong so far, so
 // a stray or foreign connection is refused at its first wrong byte.
