@@ -84,8 +84,8 @@ set_property(TEST plugin_rdma_qps4_split APPEND PROPERTY ENVIRONMENT NCCL_IB_QPS
                                                                     NCCL_IB_SPLIT_DATA_ON_QPS=1)
 # The same matrix over a fused device (SLUICE_TEST_FUSE, tests/rdma/plugin_bed.h: the bed fuses its
 # two ports with makeVDevice): fused -> fused on 1 QP and on 4 split, fused -> one port on 4 whole,
-# one port -> fused on 1. SLUICE_CM=oob: rdma_cm does not connect fused devices yet (connect
-# refuses SLUICE_CM=rdmacm on them; auto takes oob), and oob is checked per connection.
+# one port -> fused on 1. SLUICE_CM=oob, checked per connection (auto also takes oob for a fused
+# connection: connect.cc); the rdma_cm run is plugin_rdma_fused_rdmacm below.
 # Left out, as they cannot apply to a fused device (not weakened for it):
 #  * Abi/Versions.SendRecvThroughTable/v8: the v8 table has no makeVDevice, so no fused device;
 #  * Cost.LongMessagesCostOneWrAndOneCompletionPerMiB and
@@ -110,6 +110,16 @@ foreach(run "fused;fused;1;0" "fused_qps4_split;fused;4;1" "fused_send_qps4;send
   set_property(TEST plugin_rdma_${name} APPEND PROPERTY ENVIRONMENT SLUICE_TEST_FUSE=${fuse}
                NCCL_IB_QPS_PER_CONNECTION=${qps} NCCL_IB_SPLIT_DATA_ON_QPS=${split} SLUICE_CM=oob)
 endforeach()
+# The fused matrix through rdma_cm (SLUICE_CM=rdmacm; tests/rdma/rdmacm_fused.sh gives each
+# port's interface an address): fused -> fused only, on 2 QPs per path, split. In one network
+# namespace rdma_cm resolves an address to the device that holds it, so path p joins member p to
+# member p (a loopback on each port); fused -> one port (path 1 from rxe1 to the listener's rxe0)
+# cannot resolve through its own member here and runs across two hosts (plugin_fusion_two_host).
+sluice_add_rdma_test(NAME plugin_rdma_fused_rdmacm
+                     COMMAND ${CMAKE_CURRENT_LIST_DIR}/rdmacm_fused.sh $<TARGET_FILE:plugin_rdma_test>
+                             --gtest_filter=${SLUICE_PLUGIN_FUSED_TESTS})
+set_property(TEST plugin_rdma_fused_rdmacm APPEND PROPERTY ENVIRONMENT
+             NCCL_IB_QPS_PER_CONNECTION=2 NCCL_IB_SPLIT_DATA_ON_QPS=1)
 sluice_add_rdma_test(NAME plugin_rdma_stress
                      COMMAND $<TARGET_FILE:plugin_rdma_test> --gtest_filter=Stress*)
 if(SLUICE_SANITIZE)  # sanitized code is several times slower: a fifth of the messages
@@ -195,7 +205,7 @@ sluice_add_rdma_test(NAME plugin_fusion_shares
                      COMMAND $<TARGET_FILE:plugin_fusion_test>
                              --gtest_filter=FusedDevice.SharesByPacketCount*
                      TIMEOUT 300)
-# oob: rdma_cm does not connect fused devices yet (see the fused matrix above).
+# oob (rdma_cm over fused devices: plugin_rdma_fused_rdmacm, plugin_fusion_two_host).
 set_property(TEST plugin_fusion plugin_fusion_shares APPEND PROPERTY ENVIRONMENT SLUICE_CM=oob)
 # Sanitizer pass (CI time): plugin_rdma_fused, plugin_fusion and core_fusion run the fused data
 # path sanitized; the other fused layouts and the packet shares run unsanitized only.

@@ -59,7 +59,16 @@ std::string Conn::describe_qp(int q) const {
   const Device* md = (nmembers > 1 && q >= 0 && q < nqps) ? members[qp_member[q]].dev : nullptr;
   s += " on " + (md ? md->name + ":" + std::to_string(md->port) : local_desc) + " -> qpn " +
        ((q >= 0 && q < nqps) ? std::to_string(remote_qpn[q]) : std::string("?")) + " on " +
-       remote_dev + " (gid " + remote_gid + ") at " + peer;
+       remote_dev;
+  // A fused peer: the member this QP's path reaches there (wire.h: path p, member p % n).
+  const int rm = (remote_nmembers > 1 && q >= 0 && q < nqps && qpp > 0)
+                     ? wire::path_member(q / qpp, remote_nmembers)
+                     : -1;
+  if (rm >= 0 && !remote_member_gid[rm].empty()) {
+    s += " member " + std::to_string(rm) + " (gid " + remote_member_gid[rm] + ") at " + peer;
+  } else {
+    s += " (gid " + remote_gid + ") at " + peer;
+  }
   return s;
 }
 

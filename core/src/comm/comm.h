@@ -198,7 +198,9 @@ struct Conn {
   std::string remote_dev;  // the peer's device name
   std::string local_desc;  // "rxe0:1"
   std::string remote_gid;  // text
-  int fd = -1;             // the out-of-band socket, kept for the comm's lifetime
+  // Fusion: each peer member's GID, as text (set_paths; for WARNs naming the QP's path).
+  std::string remote_member_gid[kMaxConnMembers];
+  int fd = -1;  // the out-of-band socket, kept for the comm's lifetime
   verbs::Qp qps[wire::kMaxQps];
   uint8_t qp_member[wire::kMaxQps] = {};  // the member each QP lives on (its CQ, PD and port)
   int npaths = 1;                         // fusion: QP q is on path q / (nqps / npaths) (wire.h)

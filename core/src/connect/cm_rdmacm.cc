@@ -97,7 +97,7 @@ Status modify_qp(const CmLink& l, rdma_cm_id* id, Conn& c, int q, ibv_qp_state s
     }
     GidBytes g;
     std::memcpy(g.data(), a.ah_attr.grh.dgid.raw, 16);
-    if (a.ah_attr.is_global) c.remote_gid = gid_to_string(g);
+    if (a.ah_attr.is_global && c.qp_member[q] == 0 && q == 0) c.remote_gid = gid_to_string(g);
     if (q == 0) {
       SLUICE_INFO(kSubNet,
                   "rdma_cm route for %s: source GID index %u, peer GID %s, path MTU %d, flow "
@@ -186,17 +186,14 @@ Status CmConnector::decide(const Device& d, const sockaddr_storage& listener, in
   timeout_ms = std::min(timeout_ms, kCmResolveTimeoutMs);
   if (!link) {
     facts.cm_peer = sockaddr_text(listener);
-    // Our own address of the listener's family, so that rdma_cm checks the route from this device.
-    const std::vector<PortAddr> addrs = device_addresses(d);
-    const CmAddrChoice src = choose_cm_address(addrs, engine()->oob_interface().addr,
-                                               listener.ss_family, true, d.gid.index);
-    const sockaddr_storage* from = nullptr;
-    if (src.index >= 0) {
-      from = &src.addr;
-      facts.local_addr = address_to_string(*from);
+    sockaddr_storage buf{};
+    std::string text;
+    const sockaddr_storage* from = cm_source_address(d, listener, &buf, &text);
+    if (from != nullptr) {
+      facts.local_addr = text;
     } else {
       SLUICE_INFO(kSubNet, "%s: resolving %s with rdma_cm from no bound source: %s", d.name.c_str(),
-                  facts.cm_peer.c_str(), src.reason.c_str());
+                  facts.cm_peer.c_str(), text.c_str());
     }
     auto l = CmLink::create();
     Status st = l.is_ok() ? Status::ok() : l.status();
@@ -223,12 +220,36 @@ Status CmConnector::decide(const Device& d, const sockaddr_storage& listener, in
   return Status::ok();
 }
 
+const sockaddr_storage* cm_source_address(const Device& d, const sockaddr_storage& dst,
+                                          sockaddr_storage* buf, std::string* text) {
+  // Our own address of the listener's family, so that rdma_cm checks the route from this device.
+  const std::vector<PortAddr> addrs = device_addresses(d);
+  const CmAddrChoice src =
+      choose_cm_address(addrs, engine()->oob_interface().addr, dst.ss_family, true, d.gid.index);
+  if (src.index < 0) {
+    *text = src.reason;
+    return nullptr;
+  }
+  *buf = src.addr;
+  *text = address_to_string(*buf);
+  return buf;
+}
+
 Status cm_resolve_start(CmLink& l, const sockaddr_storage* src, const sockaddr_storage& dst,
                         int nqps, int timeout_ms) {
-  l.nqps = nqps;
+  l.nqps = 0;
   l.done = 0;
-  for (int q = 0; q < nqps; ++q) {
+  return cm_resolve_more(l, 0, nqps, src, dst, nullptr, timeout_ms);
+}
+
+Status cm_resolve_more(CmLink& l, int first, int count, const sockaddr_storage* src,
+                       const sockaddr_storage& dst, const Device* via, int timeout_ms) {
+  if (first + count > wire::kMaxQps)
+    return Status(Code::kInternalError, "rdma_cm: more ids than QPs");
+  l.nqps = first + count;
+  for (int q = first; q < first + count; ++q) {
     l.step_done[q] = false;
+    l.via[q] = via;
     if (rdma_create_id(l.mailbox->channel(), &l.ids[q], l.mailbox->context(), RDMA_PS_TCP) != 0) {
       l.ids[q] = nullptr;
       return errno_status(Code::kSystemError, "rdma_create_id", errno);
@@ -259,8 +280,9 @@ Status cm_resolve_poll(CmLink& l, const Device& d, int timeout_ms, CmFacts::Rout
     if (q < 0 || l.step_done[q]) continue;
     switch (e.type) {
       case RDMA_CM_EVENT_ADDR_RESOLVED: {
+        const Device& want = l.via[q] != nullptr ? *l.via[q] : d;
         const char* name = e.id->verbs ? ibv_get_device_name(e.id->verbs->device) : "(none)";
-        if (e.id->verbs == nullptr || d.adapter->name != name || e.id->port_num != d.port) {
+        if (e.id->verbs == nullptr || want.adapter->name != name || e.id->port_num != want.port) {
           *route = CmFacts::Route::kOtherDevice;
           *detail = std::string(name) + ":" + std::to_string(e.id->port_num);
           return Status::ok();

@@ -43,6 +43,9 @@ class CmLink {
   ~CmLink();
   std::unique_ptr<CmMailbox> mailbox;
   rdma_cm_id* ids[wire::kMaxQps] = {};
+  // Fusion: the member each id must resolve through (its QP's device); nullptr = the device given
+  // to cm_resolve_poll.
+  const Device* via[wire::kMaxQps] = {};
   int nqps = 0;
   int done = 0;                          // QPs through the current phase
   bool step_done[wire::kMaxQps] = {};    // per QP, in the current phase
@@ -75,6 +78,15 @@ struct CmConnector {
 // kernel picks the source by route).
 Status cm_resolve_start(CmLink& l, const sockaddr_storage* src, const sockaddr_storage& dst,
                         int nqps, int timeout_ms);
+// Fusion: creates ids first..first+count-1 (the QPs of the paths after path 0) and starts their
+// rdma_resolve_addr of `dst` from `src`, each to be resolved through `via`; l.nqps grows to
+// first+count and cm_resolve_poll decides once every id so far is resolved.
+Status cm_resolve_more(CmLink& l, int first, int count, const sockaddr_storage* src,
+                       const sockaddr_storage& dst, const Device* via, int timeout_ms);
+// The source address for resolving `dst`'s family from device `d` (so that rdma_cm checks the
+// route from `d`): nullptr = none fits (the kernel picks by route), *text says which / why.
+const sockaddr_storage* cm_source_address(const Device& d, const sockaddr_storage& dst,
+                                          sockaddr_storage* buf, std::string* text);
 // Drives address and route resolution. ok() once decided: *route is kThisDevice (every id resolved
 // through `d`'s port, routes resolved), kOtherDevice or kFailed (*detail says which / why).
 Status cm_resolve_poll(CmLink& l, const Device& d, int timeout_ms, CmFacts::Route* route,

@@ -235,8 +235,14 @@ void set_paths(Conn& c, const wire::MetaMembers& sender, const wire::MetaMembers
   const wire::MetaMembers& remote = is_sender ? receiver : sender;
   c.qpp = c.nqps / std::max(c.npaths, 1);
   c.remote_nmembers = remote.nmembers;
-  for (int m = 0; m < kMaxConnMembers; ++m)
+  for (int m = 0; m < kMaxConnMembers; ++m) {
     c.remote_mem_rkey[m] = m < remote.nmembers ? remote.members[m].buf_rkey : 0;
+    c.remote_member_gid[m].clear();
+    if (m >= remote.nmembers) continue;
+    GidBytes g;
+    std::memcpy(g.data(), remote.members[m].gid, 16);
+    c.remote_member_gid[m] = gid_to_string(g);
+  }
   c.stripe_min = static_cast<size_t>(engine()->config().stripe_min);
   if (c.npaths <= 1) {
     c.paths = stripe::Paths{};

@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -33,8 +34,10 @@ using Clock = std::chrono::steady_clock;
 // ---- connect side -------------------------------------------------------------------------------
 
 struct ConnectState {
-  // rdmacm mode (cm_rdmacm.h) adds kCmResolve before kStart and kCmConnect after kRecvMeta; oob
-  // mode checks its GID against the route to the listener in kGidRoute (route_gid.h).
+  // rdmacm mode (cm_rdmacm.h) adds kCmResolve before kStart and kCmConnect after kRecvMeta (a
+  // fused connection also kCmResolveMore: the ids of the paths after path 0, from each path's own
+  // member to the listener member's rdma_cm address); oob mode checks its GID against the route
+  // to the listener in kGidRoute (route_gid.h).
   enum Phase {
     kCmResolve,
     kGidRoute,
@@ -42,6 +45,7 @@ struct ConnectState {
     kTcpWait,
     kSendMeta,
     kRecvMeta,
+    kCmResolveMore,
     kCmConnect,
     kSendReady
   } phase = kStart;
@@ -69,6 +73,7 @@ struct ConnectState {
   bool ext = false;
   int npaths = 1;
   wire::MetaMembers local_x{}, remote_x{};
+  wire::MetaCmAddrs remote_cm{};  // fused over rdma_cm: the listener members' rdma_cm addresses
 };
 
 int remaining_ms(const ConnectState& s) {
@@ -181,7 +186,7 @@ Status build_send_comm(ConnectState& s) {
 }
 
 std::string timeout_cause(const ConnectState& s) {
-  if (s.phase == ConnectState::kCmResolve) {
+  if (s.phase == ConnectState::kCmResolve || s.phase == ConnectState::kCmResolveMore) {
     return "rdma_cm got no answer for the listener's address (no ARP/neighbour reply: host down "
            "or not on this subnet); check `ip neigh` and that both sides can `rping` each other, "
            "or set SLUICE_CM=oob";
@@ -192,6 +197,39 @@ std::string timeout_cause(const ConnectState& s) {
   }
   return "the peer is not reachable on that address (host down, its link down, or packets "
          "filtered) or did not accept; check NCCL_SOCKET_IFNAME and firewalls";
+}
+
+// Fused over rdma_cm: starts resolving the ids of every path after path 0 (kCmResolve resolved path
+// 0's, member 0 to the handle's address), each from its own member's address to the listener
+// member it faces (wire.h: path p joins members p % ns and p % nr), so rdma_cm checks every route.
+Status resolve_more_paths(ConnectState& s) {
+  CmLink& l = *s.cm.link;
+  const int qpp = s.local_x.qps_per_path;
+  const int ns = static_cast<int>(s.members.size());
+  const int nr = s.remote_x.nmembers;
+  std::string paths;
+  for (int p = 1; p < s.npaths; ++p) {
+    const Device& d = *s.members[wire::path_member(p, ns)];
+    const int rm = wire::path_member(p, nr);
+    const sockaddr_storage dst = wire::cm_member_address(s.remote_cm, rm);
+    sockaddr_storage buf{};
+    std::string from;
+    const sockaddr_storage* src = cm_source_address(d, dst, &buf, &from);
+    if (src == nullptr) {
+      return Status(Code::kInvalidUsage,
+                    "SLUICE_CM=rdmacm over a fused connection: " + d.name +
+                        " has no address to resolve the listener's member " + std::to_string(rm) +
+                        " at " + sockaddr_text(dst) + " from (" + from +
+                        "); give its network interface one, or set SLUICE_CM=oob");
+    }
+    SLUICE_RETURN_IF_ERROR(cm_resolve_more(l, p * qpp, qpp, src, dst, &d,
+                                           std::min(remaining_ms(s), kCmResolveTimeoutMs)));
+    paths += (p > 1 ? ", " : "") + std::string("path ") + std::to_string(p) + " " + d.name + " (" +
+             from + ") -> " + sockaddr_text(dst);
+  }
+  l.progress = "resolving the listener members' addresses: " + paths;
+  SLUICE_INFO(kSubNet, "connect to %s over rdma_cm, fused: %s", s.peer.c_str(), paths.c_str());
+  return Status::ok();
 }
 
 // One step of the connector. ok() with *out set = connected; again = call later.
@@ -281,15 +319,24 @@ Status connect_step(ConnectState& s, SendComm** out) {
         continue;
       }
       case ConnectState::kRecvMeta: {
-        // Meta, then (fusion) the members' extension; s.io counts the bytes of both.
-        const size_t n = sizeof s.remote + (s.ext ? sizeof s.remote_x : 0);
-        Status st = s.io < sizeof s.remote
-                        ? recv_some(s.comm->c.fd, &s.remote, sizeof s.remote, &s.io, s.peer)
-                        : Status::ok();
-        if (st.is_ok() && n > sizeof s.remote) {
-          size_t io = s.io - sizeof s.remote;
-          st = recv_some(s.comm->c.fd, &s.remote_x, sizeof s.remote_x, &io, s.peer);
-          s.io = sizeof s.remote + io;
+        // Meta, then (fusion) the members' extension, then (fused over rdma_cm) the members'
+        // rdma_cm addresses; s.io counts the bytes of all of them.
+        struct Part {
+          void* p;
+          size_t n;
+        };
+        const Part parts[] = {{&s.remote, sizeof s.remote},
+                              {&s.remote_x, s.ext ? sizeof s.remote_x : 0},
+                              {&s.remote_cm, s.ext && s.cm.rdmacm ? sizeof s.remote_cm : 0}};
+        Status st = Status::ok();
+        size_t at = 0;
+        for (const Part& part : parts) {
+          if (st.is_ok() && part.n > 0 && s.io < at + part.n) {
+            size_t io = s.io - at;
+            st = recv_some(s.comm->c.fd, part.p, part.n, &io, s.peer);
+            s.io = at + io;
+          }
+          at += part.n;
         }
         if (!st.is_ok()) return st;
         SLUICE_RETURN_IF_ERROR(wire::validate_meta(s.remote, 1, s.handle.nonce)
@@ -312,6 +359,13 @@ Status connect_step(ConnectState& s, SendComm** out) {
           if (s.remote.cm != wire::kMetaCmRdmacm)
             return Status(Code::kRemoteError, "the listener at " + s.peer + " answered for oob");
           SLUICE_RETURN_IF_ERROR(accept_peer_meta(c.c, s.local, s.remote));
+          if (s.npaths > 1) {
+            SLUICE_RETURN_IF_ERROR(wire::validate_cm_addrs(s.remote_x, s.remote_cm)
+                                       .with_context("accept reply from " + s.peer));
+            SLUICE_RETURN_IF_ERROR(resolve_more_paths(s));
+            s.phase = ConnectState::kCmResolveMore;
+            continue;
+          }
           SLUICE_RETURN_IF_ERROR(cm_connect_start(*s.cm.link, c.c, s.local, s.handle.nonce));
           set_paths(c.c, s.local_x, s.remote_x, true);
           s.phase = ConnectState::kCmConnect;
@@ -322,6 +376,27 @@ Status connect_step(ConnectState& s, SendComm** out) {
             connect_qps(c.c, s.local, s.remote, s.local_x, s.remote_x, s.tc, s.sl));
         set_paths(c.c, s.local_x, s.remote_x, true);
         s.phase = ConnectState::kSendReady;
+        continue;
+      }
+      case ConnectState::kCmResolveMore: {
+        CmFacts::Route route = CmFacts::Route::kNotTried;
+        std::string detail;
+        Status st = cm_resolve_poll(*s.cm.link, *s.members[0], remaining_ms(s), &route, &detail);
+        if (!st.is_ok()) return st;
+        if (route != CmFacts::Route::kThisDevice) {
+          return Status(
+              Code::kRemoteError,
+              "SLUICE_CM=rdmacm over a fused connection: a path's rdma_cm route to the "
+              "listener's member does not go through its own member (" +
+                  s.cm.link->progress + "): " +
+                  (route == CmFacts::Route::kOtherDevice ? "it routes through " + detail : detail) +
+                  "; give each member's network interface an address in the subnet of "
+                  "the peer member it faces, or set SLUICE_CM=oob");
+        }
+        SendComm& c = *s.comm;
+        SLUICE_RETURN_IF_ERROR(cm_connect_start(*s.cm.link, c.c, s.local, s.handle.nonce));
+        set_paths(c.c, s.local_x, s.remote_x, true);
+        s.phase = ConnectState::kCmConnect;
         continue;
       }
       case ConnectState::kCmConnect: {
@@ -393,15 +468,23 @@ Status connect(int dev, void* handle, const CommConfig& cfg, SendComm** out) {
     }
     st->ext = st->members.size() > 1 || h.members > 1;
     st->npaths = std::max<int>(static_cast<int>(st->members.size()), h.members);
-    if (st->ext && static_cast<CmMode>(e->config().cm_mode) == CmMode::kRdmacm)
-      return Status(Code::kInvalidUsage,
-                    "connect to " + st->peer +
-                        ": SLUICE_CM=rdmacm does not yet connect fused devices; use "
-                        "SLUICE_CM=oob or auto");
-    // Fused: the out-of-band bring-up (rdma_cm's ids are per device; not yet over members).
-    auto resolve = st->cm.begin(*st->members[0], h.cm_port != 0 && !st->ext, st->peer);
-    if (!resolve.is_ok()) return resolve.status().with_context("connect to " + st->peer);
-    st->phase = resolve.value() ? ConnectState::kCmResolve : ConnectState::kGidRoute;
+    // A fused connection uses rdma_cm when it is asked for (SLUICE_CM=rdmacm, or iWARP, which
+    // needs it): each path's route is checked only after the metadata exchange, which carries the
+    // listener members' addresses, past the point where auto could still fall back to oob; so auto
+    // keeps fused connections on oob.
+    const bool iwarp = st->members[0]->adapter->ctx->device->transport_type == IBV_TRANSPORT_IWARP;
+    if (st->ext && !iwarp && static_cast<CmMode>(e->config().cm_mode) == CmMode::kAuto) {
+      SLUICE_INFO(kSubNet,
+                  "connection manager for %s -> %s: oob (SLUICE_CM=auto: a fused connection "
+                  "checks its members' rdma_cm routes only after the metadata exchange, too late "
+                  "to fall back; SLUICE_CM=rdmacm connects every member through rdma_cm)",
+                  st->members[0]->name.c_str(), st->peer.c_str());
+      st->phase = ConnectState::kGidRoute;
+    } else {
+      auto resolve = st->cm.begin(*st->members[0], h.cm_port != 0, st->peer);
+      if (!resolve.is_ok()) return resolve.status().with_context("connect to " + st->peer);
+      st->phase = resolve.value() ? ConnectState::kCmResolve : ConnectState::kGidRoute;
+    }
     uint64_t id = g.next_id++;
     h.connect_state = id;
     h.connect_check = id ^ h.nonce ^ wire::kHandleMagic;

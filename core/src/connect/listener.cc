@@ -56,6 +56,12 @@ class ListenComm : public CommBase {
   std::mutex mu;
   std::chrono::steady_clock::time_point last_accept;  // the last accept call (guarded by mu)
   std::unique_ptr<CmListener> cm;  // rdma_cm listener (SLUICE_CM != oob and it could bind)
+  // Fused: the rdma_cm listeners of members 1.. (index m - 1), each bound to an address of its
+  // member's interface, present exactly when `cm` is; their addresses (and member 0's) as sent to
+  // a connector that chose rdmacm (wire::MetaCmAddrs).
+  std::vector<std::unique_ptr<CmListener>> cm_more;
+  std::vector<std::string> cm_more_text;
+  wire::MetaCmAddrs cm_addrs{};
 };
 
 namespace {
@@ -169,8 +175,6 @@ Status build_recv_comm(ListenComm& l, ListenComm::Pending& p) {
     p.local_x = wire::members_of_meta(p.local);
     p.remote_x = wire::members_of_meta(p.remote);
   }
-  if (ext && p.remote.cm == wire::kMetaCmRdmacm)
-    return Status(Code::kRemoteError, "the connector chose rdmacm for a fused connection");
   if (p.remote.cm == wire::kMetaCmRdmacm) {  // QPs to RTR/RTS as the CM requests arrive
     if (!l.cm) return Status(Code::kRemoteError, "the connector chose rdmacm; no rdma_cm here");
     SLUICE_RETURN_IF_ERROR(accept_peer_meta(comm->c, p.local, p.remote));
@@ -223,34 +227,49 @@ Status listen(int dev, void* handle, ListenComm** out) {
 
   const auto knob = static_cast<CmMode>(e->config().cm_mode);
   sockaddr_storage cm_sa{};
-  if (members.size() > 1 && knob == CmMode::kRdmacm) {
-    return Status(Code::kInvalidUsage, "listen on a fused device (" + d->name +
-                                           " and more): SLUICE_CM=rdmacm does not yet connect "
-                                           "fused devices; use SLUICE_CM=oob or auto");
-  }
-  if (knob != CmMode::kOob && members.size() == 1) {  // fused: oob bring-up (connect.cc)
+  if (knob != CmMode::kOob) {
     // The rdma_cm listener binds an IP address of the device's own interface: the out-of-band
-    // address where that is on the device, else one of its family (choose_cm_address).
+    // address where that is on the device, else one of its family (choose_cm_address). A fused
+    // device gets one per member, each on its own member's interface; all of them or none.
     std::string why;
-    const std::vector<PortAddr> addrs = device_addresses(*d);
-    const CmAddrChoice pick = choose_cm_address(addrs, sa, sa.ss_family, false, d->gid.index);
-    if (pick.index < 0) {
-      why = pick.reason;
-    } else {
-      cm_sa = pick.addr;
-      l->cm = CmListener::create(*d, cm_sa, &why);
+    sockaddr_storage bound[wire::kMaxMetaMembers]{};
+    for (size_t m = 0; m < members.size() && why.empty(); ++m) {
+      const Device& md = *members[m];
+      const std::vector<PortAddr> addrs = device_addresses(md);
+      const CmAddrChoice pick = choose_cm_address(addrs, sa, sa.ss_family, false, md.gid.index);
+      std::unique_ptr<CmListener> one;
+      if (pick.index < 0) {
+        why = pick.reason;
+      } else {
+        one = CmListener::create(md, pick.addr, &why);
+      }
+      if (!one) {
+        if (m > 0) why = "member " + md.name + ": " + why;
+        break;
+      }
+      bound[m] = pick.addr;
+      reinterpret_cast<sockaddr_in*>(&bound[m])->sin_port = one->port;  // same offset in v4/v6
+      SLUICE_INFO(kSubNet, "%s: rdma_cm listener on %s: %s", md.name.c_str(),
+                  sockaddr_text(bound[m]).c_str(), pick.reason.c_str());
+      if (m == 0) {
+        l->cm = std::move(one);
+        l->cm_text = sockaddr_text(bound[0]);
+      } else {
+        l->cm_more.push_back(std::move(one));
+        l->cm_more_text.push_back(sockaddr_text(bound[m]));
+      }
     }
-    if (!l->cm && knob == CmMode::kRdmacm)
-      return Status(Code::kSystemError, "listen on " + d->name + ": SLUICE_CM=rdmacm: " + why);
-    if (!l->cm) {
+    if (!why.empty()) {
+      l->cm.reset();
+      l->cm_more.clear();
+      l->cm_more_text.clear();
+      if (knob == CmMode::kRdmacm)
+        return Status(Code::kSystemError, "listen on " + d->name + ": SLUICE_CM=rdmacm: " + why);
       SLUICE_INFO(kSubNet, "%s: no rdma_cm listener (%s): connectors use oob", d->name.c_str(),
                   why.c_str());
-      cm_sa = sockaddr_storage{};
     } else {
-      reinterpret_cast<sockaddr_in*>(&cm_sa)->sin_port = l->cm->port;  // same offset in v4/v6
-      l->cm_text = sockaddr_text(cm_sa);
-      SLUICE_INFO(kSubNet, "%s: rdma_cm listener on %s: %s", d->name.c_str(), l->cm_text.c_str(),
-                  pick.reason.c_str());
+      cm_sa = bound[0];
+      wire::encode_cm_addrs(bound, static_cast<int>(members.size()), &l->cm_addrs);
     }
   }
   const wire::Handle h = wire::encode_handle(sa, static_cast<uint32_t>(dev), l->nonce,
@@ -348,13 +367,17 @@ Step step(ListenComm& l, ListenComm::Pending& p, Clock::time_point now, RecvComm
         continue;
       }
       case ListenComm::Pending::kSendMeta: {
-        // Meta, then (fusion) our members' extension right behind it, as one byte stream.
+        // Meta, then (fusion) our members' extension right behind it, then (fused over rdma_cm)
+        // our members' rdma_cm addresses, as one byte stream.
         const bool ext = (p.local.features & wire::kMetaFeatureMembers) != 0;
-        uint8_t out[sizeof p.local + sizeof p.local_x];
+        const bool cm_addrs = ext && p.local.cm == wire::kMetaCmRdmacm;
+        uint8_t out[sizeof p.local + sizeof p.local_x + sizeof l.cm_addrs];
         std::memcpy(out, &p.local, sizeof p.local);
         std::memcpy(out + sizeof p.local, &p.local_x, sizeof p.local_x);
-        Status st =
-            send_some(p.fd, out, sizeof p.local + (ext ? sizeof p.local_x : 0), &p.io, p.peer);
+        std::memcpy(out + sizeof p.local + sizeof p.local_x, &l.cm_addrs, sizeof l.cm_addrs);
+        const size_t n =
+            sizeof p.local + (ext ? sizeof p.local_x : 0) + (cm_addrs ? sizeof l.cm_addrs : 0);
+        Status st = send_some(p.fd, out, n, &p.io, p.peer);
         if (st.is_again()) break;
         if (!st.is_ok()) {
           *why = st;
@@ -476,14 +499,24 @@ Status accept_new(ListenComm& l, Clock::time_point now) {
 }
 
 // The handshake an rdma_cm connect request belongs to: its metadata named the same FIFO and rkey,
-// and the request names the QP number the metadata gave for that QP index.
-CmFind cm_finder(ListenComm& l) {
-  return [&l](const wire::CmToken& t, uint32_t qp_num, std::string* why) -> CmAcceptTarget {
+// and the request names the QP number the metadata gave for that QP index. Fused: it arrived at
+// the listener of `member`, which must be the member that QP lives on here (wire.h's path layout),
+// since the QP is moved to RTR with the attributes of the request's id, on that member's port.
+CmFind cm_finder(ListenComm& l, int member) {
+  return [&l, member](const wire::CmToken& t, uint32_t qp_num, std::string* why) -> CmAcceptTarget {
     for (auto& p : l.pending) {
       if (p->cm && p->comm && p->remote.buf_addr == t.fifo_addr &&
           p->remote.buf_rkey == t.fifo_rkey && p->remote.nqps == t.nqps &&
-          p->remote.qps[t.qp_index].qpn == qp_num)
+          p->remote.qps[t.qp_index].qpn == qp_num) {
+        const int on = p->comm->c.qp_member[t.qp_index];
+        if (on != member) {
+          *why = "the request for QP " + std::to_string(t.qp_index) + " arrived at member " +
+                 std::to_string(member) + "'s rdma_cm listener, but that QP is on member " +
+                 std::to_string(on) + " (" + p->comm->c.members[on].dev->name + ")";
+          return {};
+        }
         return {&p->comm->c, p->cm.get()};
+      }
     }
     *why = "no handshake in progress matches it (QP " + std::to_string(t.qp_index) + " number " +
            std::to_string(qp_num) + "; dropped or timed out?)";
@@ -509,7 +542,11 @@ Status accept(ListenComm* l, RecvComm** out) {
     ~Touch() { l->last_accept = Clock::now(); }
   } touch{l};
   Status st = accept_new(*l, now);
-  if (st.is_ok() && l->cm) st = cm_listener_poll(*l->cm, l->nonce, l->cm_text, cm_finder(*l));
+  if (st.is_ok() && l->cm) st = cm_listener_poll(*l->cm, l->nonce, l->cm_text, cm_finder(*l, 0));
+  for (size_t m = 0; st.is_ok() && m < l->cm_more.size(); ++m) {
+    st = cm_listener_poll(*l->cm_more[m], l->nonce, l->cm_more_text[m],
+                          cm_finder(*l, static_cast<int>(m) + 1));
+  }
   if (!st.is_ok()) {
     l->failure = st;
     return st;
@@ -588,7 +625,10 @@ size_t reap_listens(bool all) {
       l->pending.erase(l->pending.begin() + static_cast<std::ptrdiff_t>(i));
       ++n;
     }
-    if (all) l->cm.reset();  // its rdma_cm id and event channel go with the devices
+    if (all) {  // their rdma_cm ids and event channels go with the devices
+      l->cm.reset();
+      l->cm_more.clear();
+    }
     if (all && l->failure.is_ok()) {
       l->failure = Status(Code::kInvalidUsage, "accept on " + l->addr_text +
                                                    ": the listen comm outlived the plugin's "
