@@ -232,6 +232,38 @@ inline long long device_sent_packets(std::string name, int port = 1) {
   }
   return -1;
 }
+// The packets a device's port received (rxe: hw_counters/rcvd_pkts), as device_sent_packets.
+inline long long device_rcvd_packets(std::string name, int port = 1) {
+  name = name.substr(0, name.find(':'));
+  const std::string base = "/sys/class/infiniband/" + name + "/ports/" + std::to_string(port) + "/";
+  for (const char* f : {"hw_counters/rcvd_pkts", "counters/port_rcv_packets"}) {
+    long long v = -1;
+    std::ifstream in(base + f);
+    if (in >> v) return v;
+  }
+  return -1;
+}
+
+// The weight of `member` in the INFO line makeVDevice logs ("fused device [2] rxe0+rxe1: ...;
+// weights rxe0=10 (50%: ...), rxe1=10 (50%: ...); ..."); -1 if no kept line has it.
+inline long weight_logged(const std::vector<std::string>& info, const std::string& fused,
+                          const std::string& member) {
+  for (auto it = info.rbegin(); it != info.rend(); ++it) {  // the latest first
+    const std::string& line = *it;
+    if (line.find("fused device [") == std::string::npos ||
+        line.find("] " + fused + ":") == std::string::npos)
+      continue;
+    const size_t w = line.find("; weights ");
+    if (w == std::string::npos) continue;
+    const size_t at = line.find(member + "=", w);
+    if (at == std::string::npos) continue;
+    char* end = nullptr;
+    const char* digits = line.c_str() + at + member.size() + 1;
+    const long v = std::strtol(digits, &end, 10);
+    if (end != digits && *end == ' ') return v;
+  }
+  return -1;
+}
 
 // The packets sent by the bed's physical devices: every member of dev_a and dev_b, each once (the
 // two ports, or one for loopback; a fused device counts its members), read after a 30 ms pause

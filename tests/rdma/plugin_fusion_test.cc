@@ -281,27 +281,6 @@ long long member_packets(const Props& p) {
   return device_sent_packets(p.name, p.port > 0 ? p.port : 1);
 }
 
-// The weight of `member` in the INFO line makeVDevice logs ("fused device [2] rxe0+rxe1: ...;
-// weights rxe0=10 (50%: ...), rxe1=10 (50%: ...); ..."); -1 if no kept line has it.
-long weight_logged(const std::vector<std::string>& info, const std::string& fused,
-                   const std::string& member) {
-  for (auto it = info.rbegin(); it != info.rend(); ++it) {  // the latest first
-    const std::string& line = *it;
-    if (line.find("fused device [") == std::string::npos ||
-        line.find("] " + fused + ":") == std::string::npos)
-      continue;
-    const size_t w = line.find("; weights ");
-    if (w == std::string::npos) continue;
-    const size_t at = line.find(member + "=", w);
-    if (at == std::string::npos) continue;
-    char* end = nullptr;
-    const char* digits = line.c_str() + at + member.size() + 1;
-    const long v = std::strtol(digits, &end, 10);
-    if (end != digits && *end == ' ') return v;
-  }
-  return -1;
-}
-
 // Runs the 64 messages on a fresh v12 engine (it reads SLUICE_FUSION_WEIGHTS at init) and checks
 // the members' packet shares against the weights makeVDevice logged for the fused device, which
 // must be wa : wb when given (0 : 0: whatever the plugin chose; in the bed, equal).

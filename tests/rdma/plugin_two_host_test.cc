@@ -20,17 +20,30 @@
 // whose GIDs come first in the table), every connection on both sides must log at INFO that the
 // route to the peer chose the GID of the host's bed address (SLUICE_BED_ADDR), and that the table
 // alone would have picked another; the data-path matrix then runs over those GIDs.
+//
+// SLUICE_TEST_FUSE=both (tests/rdma/fusion_two_host.cmake; the bed's two links each): both hosts
+// fuse their two devices with makeVDevice in NCCL's order of calls and run everything above over
+// the fused device (fused -> fused across the two hosts: path 0 on the first link, path 1 on the
+// second). Then the members' shares: SLUICE_TEST_SHARE_MESSAGES (32) messages of 4 MiB on
+// connection 0, every byte verified, with each member's port counters read before and after (the
+// sender's sent packets on host1, the receiver's received packets on host0): each member's share
+// must be its weight's share (the weights makeVDevice logged) within 10 % of it.
+// SLUICE_TEST_FUSE_WEIGHTS=A:B sets SLUICE_FUSION_WEIGHTS to the first member A, the second B
+// (the members by the names the plugin gives them), so that the shares are checked unequal too.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "plugin_bed.h"
@@ -64,12 +77,12 @@ int fail(int host, int rc, const std::string& why) {
 }
 
 // Connects with `handle` until it fails; the time it took, or -1 when it connected.
-long long connect_until_error(Net& n, char* handle, std::string* warn) {
+long long connect_until_error(Net& n, int dev, char* handle, std::string* warn) {
   sluice::rdmatest::ExpectWarns expect;
   const auto t0 = Clock::now();
   void* comm = nullptr;
   while (Clock::now() - t0 < wait_limit()) {
-    if (n.connect(0, handle, &comm) != ncclSuccess) {
+    if (n.connect(dev, handle, &comm) != ncclSuccess) {
       *warn = last_warn();
       return duration_cast<milliseconds>(Clock::now() - t0).count();
     }
@@ -80,6 +93,119 @@ long long connect_until_error(Net& n, char* handle, std::string* warn) {
     usleep(1000);
   }
   return -1;
+}
+
+// The bed's two physical devices fused as NCCL would (devices, getProperties of each, makeVDevice,
+// devices again); *vdev is the new device, *a and *b the members' properties. "" or what failed.
+std::string fuse_both(Net& n, int* vdev, Props* a, Props* b) {
+  int nd = 0;
+  if (n.devices(&nd) != ncclSuccess) return "devices";
+  std::vector<int> phys;
+  std::vector<Props> props(nd);
+  for (int d = 0; d < nd; ++d) {
+    if (n.properties(d, &props[d]) != ncclSuccess)
+      return "getProperties(" + std::to_string(d) + ")";
+    if (props[d].vndevs == 1 && props[d].vdevs == std::vector<int>{d}) phys.push_back(d);
+  }
+  if (phys.size() < 2) return std::to_string(phys.size()) + " physical devices (two links: want 2)";
+  g_keep_info = true;
+  const ncclResult_t r = n.make_vdevice({phys[0], phys[1]}, vdev);
+  if (r != ncclSuccess) return "makeVDevice: " + last_warn();
+  int after = 0;
+  if (n.devices(&after) != ncclSuccess || after != nd + 1 || *vdev != nd)
+    return "makeVDevice gave device " + std::to_string(*vdev) + " of " + std::to_string(after);
+  *a = props[phys[0]];
+  *b = props[phys[1]];
+  return {};
+}
+
+// Sets SLUICE_FUSION_WEIGHTS from SLUICE_TEST_FUSE_WEIGHTS=A:B for the engine about to start: the
+// members' names come from a first engine (v12 keeps one per ctx, so the next init reads the
+// configuration anew).
+std::string set_fusion_weights() {
+  const char* w = std::getenv("SLUICE_TEST_FUSE_WEIGHTS");
+  if (w == nullptr || *w == 0) return {};
+  int wa = 0, wb = 0;
+  if (std::sscanf(w, "%d:%d", &wa, &wb) != 2) return std::string("SLUICE_TEST_FUSE_WEIGHTS=") + w;
+  Net probe(12);
+  if (probe.init(0x2400) != ncclSuccess) return "init (to name the members)";
+  int nd = 0;
+  if (probe.devices(&nd) != ncclSuccess || nd < 2) return "fewer than two devices";
+  Props a, b;
+  if (probe.properties(0, &a) != ncclSuccess || probe.properties(1, &b) != ncclSuccess)
+    return "getProperties";
+  const std::string v = a.name + "=" + std::to_string(wa) + "," + b.name + "=" + std::to_string(wb);
+  setenv("SLUICE_FUSION_WEIGHTS", v.c_str(), 1);
+  std::fprintf(stderr, "SLUICE_FUSION_WEIGHTS=%s\n", v.c_str());
+  return {};
+}
+
+// Member packet counters: the sender's sent packets, the receiver's received ones.
+long long member_counter(const Props& p, bool sender) {
+  const int port = p.port > 0 ? p.port : 1;
+  return sender ? device_sent_packets(p.name, port) : device_rcvd_packets(p.name, port);
+}
+
+// The members' shares on a fused connection: `count` messages of 4 MiB, every byte verified, and
+// each member's counter share against its weight share (within 10 % of it).
+std::string check_shares(Net& n, void* comm, bool sender, RegBuf& buf, const Props& a,
+                         const Props& b, const std::string& fused_name) {
+  const std::vector<std::string> info = kept_info();
+  const long wa = weight_logged(info, fused_name, a.name);
+  const long wb = weight_logged(info, fused_name, b.name);
+  if (wa < 0 || wb < 0 || wa + wb == 0)
+    return "no weights logged for " + a.name + " and " + b.name + " of " + fused_name;
+  const int count = static_cast<int>(env_long("SLUICE_TEST_SHARE_MESSAGES", 32));
+  constexpr size_t kSize = size_t{4} << 20;
+  usleep(30 * 1000);  // ib_core caches hw_counters for 10 ms
+  const long long a0 = member_counter(a, sender), b0 = member_counter(b, sender);
+  if (a0 < 0 || b0 < 0) return "cannot read the members' packet counters";
+  for (int i = 0; i < count; ++i) {
+    const uint64_t seed = pattern_seed(kSize, static_cast<uint64_t>(i), 0x5a);
+    void* req = nullptr;
+    if (sender) {
+      fill_pattern(buf.data(), kSize, seed);
+      if (!post_until("isend", &req, [&](void** r) {
+            return n.isend(comm, buf.data(), kSize, kTag, buf.mh(), r);
+          }))
+        return "isend";
+      if (!wait_done(n, "send", req, nullptr)) return "send";
+    } else {
+      std::memset(buf.data(), kGuardByte, kSize + kGuard);
+      void* data = buf.data();
+      void* mh = buf.mh();
+      size_t cap = kSize + kGuard;
+      int tag = kTag;
+      int got = -1;
+      if (!post_until("irecv", &req,
+                      [&](void** r) { return n.irecv(comm, 1, &data, &cap, &tag, &mh, r); }))
+        return "irecv";
+      if (!wait_done(n, "recv", req, &got)) return "recv";
+      if (got != static_cast<int>(kSize)) return "received " + std::to_string(got) + " bytes";
+      std::string bad = check_pattern(buf.data(), kSize, seed);
+      if (bad.empty()) bad = check_fill(buf.data() + kSize, kGuard, kGuardByte);
+      if (!bad.empty()) return "message " + std::to_string(i) + ": " + bad;
+    }
+  }
+  usleep(30 * 1000);
+  const long long da = member_counter(a, sender) - a0, db = member_counter(b, sender) - b0;
+  if (da + db <= 0) return "no packets counted on either member";
+  const double share = double(da) / double(da + db);
+  const double want = double(wa) / double(wa + wb);
+  std::fprintf(
+      stderr,
+      "[shares] host%d %s packets, %d x 4 MiB fused -> fused, weights %s=%ld %s=%ld: "
+      "%s %lld (%.1f %%), %s %lld (%.1f %%); expected %.1f / %.1f %% within 10 %% of each\n",
+      sender ? 1 : 0, sender ? "sent" : "received", count, a.name.c_str(), wa, b.name.c_str(), wb,
+      a.name.c_str(), da, 100 * share, b.name.c_str(), db, 100 * (1 - share), 100 * want,
+      100 * (1 - want));
+  for (const auto& [got, exp, who] :
+       {std::tuple{share, want, a.name}, std::tuple{1 - share, 1 - want, b.name}}) {
+    if (std::abs(got - exp) > 0.10 * exp + 1e-9)
+      return who + " carried " + std::to_string(100 * got) + " % of the packets, its weight " +
+             std::to_string(100 * exp) + " %";
+  }
+  return {};
 }
 
 // The GID choices logged at INFO (route_gid.cc): one per connection on each side, each the route's
@@ -111,8 +237,25 @@ int run(int host, const std::string& expect) {
   const int nconn = static_cast<int>(env_long("SLUICE_TEST_CONNS", 16));
   const bool faults = expect == "rdmacm" && std::getenv("SLUICE_CM") != nullptr &&
                       std::string(std::getenv("SLUICE_CM")) == "rdmacm";
+  const char* fuse_env = std::getenv("SLUICE_TEST_FUSE");
+  const bool fused = fuse_env != nullptr && std::string(fuse_env) == "both";
+  if (fuse_env != nullptr && *fuse_env != 0 && !fused)
+    return fail(host, 3, std::string("SLUICE_TEST_FUSE=") + fuse_env + ": only 'both' here");
+  if (fused) {
+    if (std::string bad = set_fusion_weights(); !bad.empty())
+      return fail(host, 3, "fusion weights: " + bad);
+  }
   Net n(12);
   if (n.init(0x2410 + host) != ncclSuccess) return fail(host, 3, "init");
+  int dev = 0;
+  Props ma, mb, mv;
+  if (fused) {
+    if (std::string bad = fuse_both(n, &dev, &ma, &mb); !bad.empty())
+      return fail(host, 3, "fusion: " + bad);
+    if (n.properties(dev, &mv) != ncclSuccess) return fail(host, 3, "getProperties of the fused");
+    std::fprintf(stderr, "host%d: fused device %d %s of %s and %s\n", host, dev, mv.name.c_str(),
+                 ma.name.c_str(), mb.name.c_str());
+  }
   std::vector<void*> comms(nconn, nullptr);
   std::vector<void*> lcs(nconn, nullptr);
   const int nhandles = nconn + (faults ? 2 : 0);
@@ -121,7 +264,7 @@ int run(int host, const std::string& expect) {
   if (host == 0) {
     lcs.resize(nhandles, nullptr);
     for (int i = 0; i < nhandles; ++i)
-      if (n.listen(0, &handles[i * NCCL_NET_HANDLE_MAXSIZE], &lcs[i]) != ncclSuccess)
+      if (n.listen(dev, &handles[i * NCCL_NET_HANDLE_MAXSIZE], &lcs[i]) != ncclSuccess)
         return fail(host, 4, "listen");
     if (!write_full(side, handles.data(), handles.size())) return fail(host, 2, "side write");
     int left = nconn;
@@ -141,7 +284,7 @@ int run(int host, const std::string& expect) {
     while (left > 0) {
       for (int i = 0; i < nconn; ++i) {
         if (comms[i] != nullptr) continue;
-        if (n.connect(0, &handles[i * NCCL_NET_HANDLE_MAXSIZE], &comms[i]) != ncclSuccess)
+        if (n.connect(dev, &handles[i * NCCL_NET_HANDLE_MAXSIZE], &comms[i]) != ncclSuccess)
           return fail(host, 4, "connect " + std::to_string(i) + ": " + last_warn());
         if (comms[i] != nullptr) --left;
       }
@@ -235,6 +378,12 @@ int run(int host, const std::string& expect) {
       return fail(host, 6, "message larger than the posted buffer: " + bad);
   }
 
+  if (fused) {
+    if (bad = check_shares(n, comms[0], sender, buf, ma, mb, mv.name); !bad.empty())
+      return fail(host, 11, "members' shares: " + bad);
+    std::fprintf(stderr, "host%d: members' shares passed\n", host);
+  }
+
   if (host == 1 && faults) {
     const long bound = env_long("SLUICE_CONNECT_TIMEOUT_MS", 120000) + 2000;
     // A connect request to an rdma_cm port where nothing listens.
@@ -242,7 +391,7 @@ int run(int host, const std::string& expect) {
     h->cm_port = htons(1);
     h->checksum = sluice::wire::handle_checksum(*h);
     std::string w;
-    long long took = connect_until_error(n, reinterpret_cast<char*>(h), &w);
+    long long took = connect_until_error(n, dev, reinterpret_cast<char*>(h), &w);
     std::fprintf(stderr, "host1: bad rdma_cm port failed after %lld ms: %s\n", took, w.c_str());
     if (took < 0 || took > bound || !contains(w, "RDMA_CM_EVENT_REJECTED"))
       return fail(host, 7, "rejected connect");
@@ -251,7 +400,7 @@ int run(int host, const std::string& expect) {
     h->addr[3] = 99;
     if (h->cm_family == AF_INET) h->cm_addr[3] = 99;  // the rdma_cm listener has its own address
     h->checksum = sluice::wire::handle_checksum(*h);
-    took = connect_until_error(n, reinterpret_cast<char*>(h), &w);
+    took = connect_until_error(n, dev, reinterpret_cast<char*>(h), &w);
     std::fprintf(stderr, "host1: unreachable listener failed after %lld ms: %s\n", took, w.c_str());
     if (took < 0 || took > bound || !contains(w, "RDMA_CM_EVENT_ADDR_ERROR"))
       return fail(host, 8, "unreachable connect");

@@ -28,3 +28,23 @@ add_test(NAME plugin_cm_two_host
 set_tests_properties(plugin_cm_two_host PROPERTIES LABELS "rdma;bed" TIMEOUT 420
                      SKIP_RETURN_CODE 77   # 77: nested inside a VM bed, cannot boot VMs there
                      ENVIRONMENT "NCCL_IB_QPS_PER_CONNECTION=2;NCCL_IB_SPLIT_DATA_ON_QPS=1;SLUICE_CONNECT_TIMEOUT_MS=8000;SLUICE_HANDSHAKE_TIMEOUT_MS=4000;SLUICE_TEST_DEADLINE_S=60")
+
+# NIC fusion across two hosts with two links each (issue 24): each host fuses its two devices (one
+# per link) with makeVDevice and runs the whole matrix above fused -> fused, then the members'
+# shares by their port counters (plugin_two_host_test.cc, SLUICE_TEST_FUSE=both): each member's
+# share of the packets within 10 % of its weight's share. Two runs in one bed:
+#  1. SLUICE_CM=oob, 1 QP per path, the weights the plugin derives (equal in the bed);
+#  2. SLUICE_CM=rdmacm, 2 QPs per path split, weights 3 : 1 (SLUICE_FUSION_WEIGHTS), and the
+#     REJECTED / unreachable connects: every path's QPs through rdma_cm, path 1 from the second
+#     device's address to the listener's second member (wire::MetaCmAddrs).
+set(_f "SLUICE_TEST_FUSE=both SLUICE_TEST_CONNS=8")
+set(_cm "SLUICE_CM=rdmacm SLUICE_TEST_FUSE_WEIGHTS=3:1 NCCL_IB_QPS_PER_CONNECTION=2 NCCL_IB_SPLIT_DATA_ON_QPS=1")
+add_test(NAME plugin_fusion_two_host
+  COMMAND ${SLUICE_SKIP_STATUS} ${PROJECT_SOURCE_DIR}/scripts/rdma-bed --two-host --timeout 400 --
+    "env ${_f} SLUICE_CM=oob ${_t} 0 oob && env ${_f} ${_cm} ${_t} 0 rdmacm"
+    "env ${_f} SLUICE_CM=oob ${_t} 1 oob && env ${_f} ${_cm} ${_t} 1 rdmacm")
+# nosan (CI time: 170 s unsanitized): the sanitizer pass runs the fused data path in
+# plugin_rdma_fused and its rdma_cm bring-up in plugin_rdma_fused_rdmacm, one VM each.
+set_tests_properties(plugin_fusion_two_host PROPERTIES LABELS "rdma;bed;nosan" TIMEOUT 420
+                     SKIP_RETURN_CODE 77   # 77: nested inside a VM bed, cannot boot VMs there
+                     ENVIRONMENT "SLUICE_CONNECT_TIMEOUT_MS=8000;SLUICE_HANDSHAKE_TIMEOUT_MS=4000;SLUICE_TEST_DEADLINE_S=60")
