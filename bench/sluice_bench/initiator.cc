@@ -140,8 +140,9 @@ struct Initiator {
     }
     if (o.verify) cols.push_back("bad_bytes");
     Table t(name, cols);
-    // Per rail (member device of each side's comms; one per comm today), from sluiceExt_v2 over
-    // the counted repetition: payload, completions polled, post-to-completion percentiles.
+    // Per rail (member device of each side's comms: a row per member of a fused one), from
+    // sluiceExt_v2 over the counted repetition: payload, completions polled, post-to-completion
+    // percentiles (the comm's, over its members).
     Table rails(
         std::string(name) + "_rails",
         {"size", "send_rail", "send_bytes/msg", "send_cqes/msg", "send_p50_us", "send_p99_us",
@@ -185,12 +186,24 @@ struct Initiator {
               }
               return NAN;
             };
-            rails.add({Table::integer(size), Table::text(me.member0),
-                       Table::num(me.bytes / n, "%.1f"), Table::num(me.completions / n, "%.3f"),
-                       Table::num(pct(me, 0.5), "%.1f"), Table::num(pct(me, 0.99), "%.1f"),
-                       Table::text(peer.member0), Table::num(peer.bytes / n, "%.1f"),
-                       Table::num(peer.completions / n, "%.3f"), Table::num(pct(peer, 0.5), "%.1f"),
-                       Table::num(pct(peer, 0.99), "%.1f")});
+            // One row per member index (a fused comm's members, each side's own); the
+            // percentiles are the comm's, over all its members.
+            const int nm = std::min(std::max({me.members, peer.members, 1}), SideStats::kMembers);
+            for (int m = 0; m < nm; ++m) {
+              const bool one = me.members <= 1 && peer.members <= 1;
+              auto name = [&](const SideStats& x) {
+                return one ? std::string(x.member0) : std::string(x.member_name[m]);
+              };
+              rails.add(
+                  {Table::integer(size), Table::text(name(me)),
+                   Table::num((one ? me.bytes : me.member_bytes[m]) / n, "%.1f"),
+                   Table::num((one ? me.completions : me.member_completions[m]) / n, "%.3f"),
+                   Table::num(pct(me, 0.5), "%.1f"), Table::num(pct(me, 0.99), "%.1f"),
+                   Table::text(name(peer)),
+                   Table::num((one ? peer.bytes : peer.member_bytes[m]) / n, "%.1f"),
+                   Table::num((one ? peer.completions : peer.member_completions[m]) / n, "%.3f"),
+                   Table::num(pct(peer, 0.5), "%.1f"), Table::num(pct(peer, 0.99), "%.1f")});
+            }
           }
         }
         if (raw) {

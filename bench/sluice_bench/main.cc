@@ -286,7 +286,13 @@ Side make_side(Net& net, int d, Channel* ch, const std::string& raw_override) {
   Side s{&net, d, ch, "", 0, "", 0};
   raw_names(raw_override.empty() ? dev_name(net, d) : raw_override, &s.raw_dev, &s.raw_ib_port);
   int port = 0;
-  raw_names(dev_name(net, d), &s.hw_dev, &port);
+  const std::string name = dev_name(net, d);
+  if (name.find('+') != std::string::npos) {  // fused: every member's counter (WireCounter::read)
+    s.hw_dev = name;
+    s.hw_port = 0;
+    return s;
+  }
+  raw_names(name, &s.hw_dev, &port);
   s.hw_port = port > 0 ? port : net.props(d).port;
   return s;
 }

@@ -297,6 +297,23 @@ WireCounter WireCounter::read(const std::string& dev, int port) {
     w.source = "no device name";
     return w;
   }
+  if (dev.find('+') != std::string::npos) {  // a fused device "a+b[:port]...": its members' sum
+    w.ok = true;
+    std::string sources;
+    for (size_t at = 0; at <= dev.size();) {
+      const size_t end = std::min(dev.find('+', at), dev.size());
+      const std::string member = dev.substr(at, end - at);
+      const size_t colon = member.find(':');
+      const int mport = colon == std::string::npos ? 1 : atoi(member.c_str() + colon + 1);
+      const WireCounter m = read(member.substr(0, colon), mport);
+      if (!m.ok) return m;
+      w.value += m.value;
+      sources += (sources.empty() ? "" : " + ") + m.source;
+      at = end + 1;
+    }
+    w.source = sources;
+    return w;
+  }
   std::string base =
       "/sys/class/infiniband/" + dev + "/ports/" + std::to_string(port > 0 ? port : 1);
   for (const char* f : {"/hw_counters/sent_pkts", "/counters/port_xmit_packets"}) {

@@ -63,6 +63,10 @@ struct SideStats {
   int32_t members = 0;
   char member0[32] = {};  // the first member's device name
   uint64_t bytes = 0, completions = 0;
+  // Per member (a fused device's; index m of each comm's commStatsV2, summed over the comms).
+  static constexpr int kMembers = 4;
+  char member_name[kMembers][32] = {};
+  uint64_t member_bytes[kMembers] = {}, member_completions[kMembers] = {};
   uint64_t latency[SLUICE_EXT_LATENCY_BUCKETS] = {};
 };
 

@@ -126,6 +126,8 @@ struct ExtSnap {
   int members = 0;
   std::string member0;
   uint64_t bytes = 0, completions = 0;
+  std::string member_name[SideStats::kMembers];
+  uint64_t member_bytes[SideStats::kMembers] = {}, member_completions[SideStats::kMembers] = {};
   uint64_t latency[SLUICE_EXT_LATENCY_BUCKETS] = {};
 };
 ExtSnap ext_snap(Net& net, const std::vector<void*>& comms) {
@@ -151,6 +153,11 @@ ExtSnap ext_snap(Net& net, const std::vector<void*>& comms) {
       e.members = std::max(e.members, v2.nMembers);
       e.bytes += ms.bytes;
       e.completions += ms.completions;
+      if (m < SideStats::kMembers) {
+        if (e.member_name[m].empty()) e.member_name[m] = ms.name;
+        e.member_bytes[m] += ms.bytes;
+        e.member_completions[m] += ms.completions;
+      }
       for (int b = 0; b < SLUICE_EXT_LATENCY_BUCKETS; ++b) e.latency[b] += ms.latency[b];
     }
   }
@@ -180,6 +187,11 @@ struct Counted {
     snprintf(st->member0, sizeof st->member0, "%s", e1.member0.c_str());
     st->bytes = e1.bytes - e0.bytes;
     st->completions = e1.completions - e0.completions;
+    for (int m = 0; m < SideStats::kMembers; ++m) {
+      snprintf(st->member_name[m], sizeof st->member_name[m], "%s", e1.member_name[m].c_str());
+      st->member_bytes[m] = e1.member_bytes[m] - e0.member_bytes[m];
+      st->member_completions[m] = e1.member_completions[m] - e0.member_completions[m];
+    }
     for (int b = 0; b < SLUICE_EXT_LATENCY_BUCKETS; ++b)
       st->latency[b] = e1.latency[b] - e0.latency[b];
   }
