@@ -97,7 +97,7 @@ Status modify_qp(const CmLink& l, rdma_cm_id* id, Conn& c, int q, ibv_qp_state s
     }
     GidBytes g;
     std::memcpy(g.data(), a.ah_attr.grh.dgid.raw, 16);
-    if (a.ah_attr.is_global && c.qp_member[q] == 0 && q == 0) c.remote_gid = gid_to_string(g);
+    if (a.ah_attr.is_global && q == 0) c.remote_gid = gid_to_string(g);
     if (q == 0) {
       SLUICE_INFO(kSubNet,
                   "rdma_cm route for %s: source GID index %u, peer GID %s, path MTU %d, flow "

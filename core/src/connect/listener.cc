@@ -41,7 +41,6 @@ class ListenComm : public CommBase {
   int fd = -1;
   uint64_t nonce = 0;
   std::string addr_text;
-  std::string cm_text;  // the rdma_cm listener's address and port, when there is one
   struct Pending;
   // Handshakes in progress, oldest first. At kMaxPending, a new connection takes the place of the
   // oldest one that has not yet shown a valid Sluice header; when every one has, new connections
@@ -55,12 +54,12 @@ class ListenComm : public CommBase {
   // except at finalize.
   std::mutex mu;
   std::chrono::steady_clock::time_point last_accept;  // the last accept call (guarded by mu)
-  std::unique_ptr<CmListener> cm;  // rdma_cm listener (SLUICE_CM != oob and it could bind)
-  // Fused: the rdma_cm listeners of members 1.. (index m - 1), each bound to an address of its
-  // member's interface, present exactly when `cm` is; their addresses (and member 0's) as sent to
-  // a connector that chose rdmacm (wire::MetaCmAddrs).
-  std::vector<std::unique_ptr<CmListener>> cm_more;
-  std::vector<std::string> cm_more_text;
+  // The rdma_cm listeners, one per member (index = member), each bound to an address of its
+  // member's interface: all members' or none (SLUICE_CM=oob, or one could not bind). Their
+  // addresses and ports as text (for messages) and as sent to a fused connector that chose rdmacm
+  // (wire::MetaCmAddrs); cm[0]'s is the handle's.
+  std::vector<std::unique_ptr<CmListener>> cm;
+  std::vector<std::string> cm_text;
   wire::MetaCmAddrs cm_addrs{};
 };
 
@@ -176,7 +175,8 @@ Status build_recv_comm(ListenComm& l, ListenComm::Pending& p) {
     p.remote_x = wire::members_of_meta(p.remote);
   }
   if (p.remote.cm == wire::kMetaCmRdmacm) {  // QPs to RTR/RTS as the CM requests arrive
-    if (!l.cm) return Status(Code::kRemoteError, "the connector chose rdmacm; no rdma_cm here");
+    if (l.cm.empty())
+      return Status(Code::kRemoteError, "the connector chose rdmacm; no rdma_cm here");
     SLUICE_RETURN_IF_ERROR(accept_peer_meta(comm->c, p.local, p.remote));
     SLUICE_RETURN_IF_ERROR(cm_accept_prepare(&p.cm, nqps, tc, p.remote.service_level));
     p.local.cm = wire::kMetaCmRdmacm;
@@ -249,20 +249,14 @@ Status listen(int dev, void* handle, ListenComm** out) {
       }
       bound[m] = pick.addr;
       reinterpret_cast<sockaddr_in*>(&bound[m])->sin_port = one->port;  // same offset in v4/v6
+      l->cm.push_back(std::move(one));
+      l->cm_text.push_back(sockaddr_text(bound[m]));
       SLUICE_INFO(kSubNet, "%s: rdma_cm listener on %s: %s", md.name.c_str(),
-                  sockaddr_text(bound[m]).c_str(), pick.reason.c_str());
-      if (m == 0) {
-        l->cm = std::move(one);
-        l->cm_text = sockaddr_text(bound[0]);
-      } else {
-        l->cm_more.push_back(std::move(one));
-        l->cm_more_text.push_back(sockaddr_text(bound[m]));
-      }
+                  l->cm_text.back().c_str(), pick.reason.c_str());
     }
     if (!why.empty()) {
-      l->cm.reset();
-      l->cm_more.clear();
-      l->cm_more_text.clear();
+      l->cm.clear();
+      l->cm_text.clear();
       if (knob == CmMode::kRdmacm)
         return Status(Code::kSystemError, "listen on " + d->name + ": SLUICE_CM=rdmacm: " + why);
       SLUICE_INFO(kSubNet, "%s: no rdma_cm listener (%s): connectors use oob", d->name.c_str(),
@@ -273,7 +267,7 @@ Status listen(int dev, void* handle, ListenComm** out) {
     }
   }
   const wire::Handle h = wire::encode_handle(sa, static_cast<uint32_t>(dev), l->nonce,
-                                             l->cm ? l->cm->port : uint16_t{0}, &cm_sa,
+                                             l->cm.empty() ? uint16_t{0} : l->cm[0]->port, &cm_sa,
                                              static_cast<uint16_t>(members.size()));
   std::memset(handle, 0, kHandleSize);
   std::memcpy(handle, &h, sizeof h);
@@ -542,11 +536,8 @@ Status accept(ListenComm* l, RecvComm** out) {
     ~Touch() { l->last_accept = Clock::now(); }
   } touch{l};
   Status st = accept_new(*l, now);
-  if (st.is_ok() && l->cm) st = cm_listener_poll(*l->cm, l->nonce, l->cm_text, cm_finder(*l, 0));
-  for (size_t m = 0; st.is_ok() && m < l->cm_more.size(); ++m) {
-    st = cm_listener_poll(*l->cm_more[m], l->nonce, l->cm_more_text[m],
-                          cm_finder(*l, static_cast<int>(m) + 1));
-  }
+  for (size_t m = 0; st.is_ok() && m < l->cm.size(); ++m)
+    st = cm_listener_poll(*l->cm[m], l->nonce, l->cm_text[m], cm_finder(*l, static_cast<int>(m)));
   if (!st.is_ok()) {
     l->failure = st;
     return st;
@@ -626,8 +617,7 @@ size_t reap_listens(bool all) {
       ++n;
     }
     if (all) {  // their rdma_cm ids and event channels go with the devices
-      l->cm.reset();
-      l->cm_more.clear();
+      l->cm.clear();
     }
     if (all && l->failure.is_ok()) {
       l->failure = Status(Code::kInvalidUsage, "accept on " + l->addr_text +
