@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -219,29 +220,28 @@ inline ::testing::AssertionResult open_bed_conn(Net& n, Conn* c) {
   return open_conn(n, s, r, c);
 }
 
-// rxe's sent_pkts (or a NIC's port_xmit_packets) of one verbs device's port ("rxe0" or "rxe0:1");
-// -1 if not readable. ib_core caches hw_counters for their `lifespan` (10 ms by default), so the
-// caller pauses past it first (bed_sent_packets does) or a short run reads 0 packets.
-inline long long device_sent_packets(std::string name, int port = 1) {
+// A port counter of one verbs device's port, by the plugin's name ("rxe0", or "mlx5_0:1" ->
+// mlx5_0): the first of `files` (under the port's sysfs folder) that reads; -1 if none. ib_core
+// caches hw_counters for their `lifespan` (10 ms by default), so the caller pauses past it first
+// (bed_sent_packets does) or a short run reads 0 packets.
+inline long long device_port_counter(std::string name, int port,
+                                     std::initializer_list<const char*> files) {
   name = name.substr(0, name.find(':'));
   const std::string base = "/sys/class/infiniband/" + name + "/ports/" + std::to_string(port) + "/";
-  for (const char* f : {"hw_counters/sent_pkts", "counters/port_xmit_packets"}) {
+  for (const char* f : files) {
     long long v = -1;
     std::ifstream in(base + f);
     if (in >> v) return v;
   }
   return -1;
 }
-// The packets a device's port received (rxe: hw_counters/rcvd_pkts), as device_sent_packets.
-inline long long device_rcvd_packets(std::string name, int port = 1) {
-  name = name.substr(0, name.find(':'));
-  const std::string base = "/sys/class/infiniband/" + name + "/ports/" + std::to_string(port) + "/";
-  for (const char* f : {"hw_counters/rcvd_pkts", "counters/port_rcv_packets"}) {
-    long long v = -1;
-    std::ifstream in(base + f);
-    if (in >> v) return v;
-  }
-  return -1;
+// rxe's sent_pkts (or a NIC's port_xmit_packets).
+inline long long device_sent_packets(const std::string& name, int port = 1) {
+  return device_port_counter(name, port, {"hw_counters/sent_pkts", "counters/port_xmit_packets"});
+}
+// The packets a device's port received (rxe: hw_counters/rcvd_pkts).
+inline long long device_rcvd_packets(const std::string& name, int port = 1) {
+  return device_port_counter(name, port, {"hw_counters/rcvd_pkts", "counters/port_rcv_packets"});
 }
 
 // The weight of `member` in the INFO line makeVDevice logs ("fused device [2] rxe0+rxe1: ...;
