@@ -146,6 +146,37 @@ long long member_counter(const Props& p, bool sender) {
   return sender ? device_sent_packets(p.name, port) : device_rcvd_packets(p.name, port);
 }
 
+// One message of `size` bytes with pattern `seed` on `comm`: the sender fills and sends it from
+// `b`; the receiver fills all of `b` with the guard byte, posts all of it, and checks the size
+// received, every byte and the guard bytes after them. "" or what failed.
+std::string one_message(Net& n, void* comm, bool sender, RegBuf& b, size_t size, uint64_t seed) {
+  void* req = nullptr;
+  if (sender) {
+    fill_pattern(b.data(), size, seed);
+    if (!post_until("isend", &req,
+                    [&](void** r) { return n.isend(comm, b.data(), size, kTag, b.mh(), r); }))
+      return "isend";
+    if (!wait_done(n, "send", req, nullptr)) return "send";
+    return {};
+  }
+  std::memset(b.data(), kGuardByte, b.size());
+  void* data = b.data();
+  void* mh = b.mh();
+  size_t cap = b.size();
+  int tag = kTag;
+  int got = -1;
+  if (!post_until("irecv", &req,
+                  [&](void** r) { return n.irecv(comm, 1, &data, &cap, &tag, &mh, r); }))
+    return "irecv";
+  if (!wait_done(n, "recv", req, &got)) return "recv";
+  if (got != static_cast<int>(size))
+    return "received " + std::to_string(got) + " of " + std::to_string(size);
+  std::string bad = check_pattern(b.data(), size, seed);
+  if (bad.empty()) bad = check_fill(b.data() + size, kGuard, kGuardByte);
+  if (!bad.empty()) return "size " + std::to_string(size) + ": " + bad;
+  return {};
+}
+
 // The members' shares on a fused connection: `count` messages of 4 MiB, every byte verified, and
 // each member's counter share against its weight share (within 10 % of it).
 std::string check_shares(Net& n, void* comm, bool sender, RegBuf& buf, const Props& a,
@@ -162,30 +193,8 @@ std::string check_shares(Net& n, void* comm, bool sender, RegBuf& buf, const Pro
   if (a0 < 0 || b0 < 0) return "cannot read the members' packet counters";
   for (int i = 0; i < count; ++i) {
     const uint64_t seed = pattern_seed(kSize, static_cast<uint64_t>(i), 0x5a);
-    void* req = nullptr;
-    if (sender) {
-      fill_pattern(buf.data(), kSize, seed);
-      if (!post_until("isend", &req, [&](void** r) {
-            return n.isend(comm, buf.data(), kSize, kTag, buf.mh(), r);
-          }))
-        return "isend";
-      if (!wait_done(n, "send", req, nullptr)) return "send";
-    } else {
-      std::memset(buf.data(), kGuardByte, kSize + kGuard);
-      void* data = buf.data();
-      void* mh = buf.mh();
-      size_t cap = kSize + kGuard;
-      int tag = kTag;
-      int got = -1;
-      if (!post_until("irecv", &req,
-                      [&](void** r) { return n.irecv(comm, 1, &data, &cap, &tag, &mh, r); }))
-        return "irecv";
-      if (!wait_done(n, "recv", req, &got)) return "recv";
-      if (got != static_cast<int>(kSize)) return "received " + std::to_string(got) + " bytes";
-      std::string bad = check_pattern(buf.data(), kSize, seed);
-      if (bad.empty()) bad = check_fill(buf.data() + kSize, kGuard, kGuardByte);
-      if (!bad.empty()) return "message " + std::to_string(i) + ": " + bad;
-    }
+    if (std::string bad = one_message(n, comm, sender, buf, kSize, seed); !bad.empty())
+      return "message " + std::to_string(i) + ": " + bad;
   }
   usleep(30 * 1000);
   const long long da = member_counter(a, sender) - a0, db = member_counter(b, sender) - b0;
@@ -325,30 +334,8 @@ int run(int host, const std::string& expect) {
   for (auto [i, size] : plan) {
     RegBuf& b = i == 0 ? buf : other[i];
     const uint64_t seed = pattern_seed(size, ++it, kTag);
-    void* req = nullptr;
-    if (host == 1) {
-      fill_pattern(b.data(), size, seed);
-      if (!post_until("isend", &req,
-                      [&](void** r) { return n.isend(comms[i], b.data(), size, kTag, b.mh(), r); }))
-        return fail(host, 6, "isend");
-      if (!wait_done(n, "send", req, nullptr)) return fail(host, 6, "send");
-    } else {
-      std::memset(b.data(), kGuardByte, b.size());
-      void* data = b.data();
-      void* mh = b.mh();
-      size_t cap = i == 0 ? kMaxSize + kGuard : 8192;
-      int tag = kTag;
-      int got = -1;
-      if (!post_until("irecv", &req,
-                      [&](void** r) { return n.irecv(comms[i], 1, &data, &cap, &tag, &mh, r); }))
-        return fail(host, 6, "irecv");
-      if (!wait_done(n, "recv", req, &got)) return fail(host, 6, "recv");
-      if (got != static_cast<int>(size))
-        return fail(host, 6, "received " + std::to_string(got) + " of " + std::to_string(size));
-      std::string bad = check_pattern(b.data(), size, seed);
-      if (bad.empty()) bad = check_fill(b.data() + size, kGuard, kGuardByte);
-      if (!bad.empty()) return fail(host, 6, "size " + std::to_string(size) + ": " + bad);
-    }
+    if (std::string bad = one_message(n, comms[i], host == 1, b, size, seed); !bad.empty())
+      return fail(host, 6, bad);
   }
   std::fprintf(stderr, "host%d: every size passed, into a larger posted buffer (%zu messages)\n",
                host, plan.size());
