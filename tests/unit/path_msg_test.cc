@@ -18,6 +18,8 @@ PathMsg fence(int nqps) {
   m.path = 1;
   m.epoch = 7;
   m.nqps = static_cast<uint8_t>(nqps);
+  m.sub = 1;  // path 0 (+ 1)
+  m.from_seq = 0x123456789aull;
   for (int q = 0; q < nqps; ++q) m.last_seq[q] = q == 0 ? kNoSeq : 1000 + q;
   return m;
 }
@@ -61,7 +63,7 @@ TEST(PathMsg, FenceRoundTripsWithEveryPrefixIncomplete) {
   for (int nqps : {1, 4, kMaxQps}) {
     const PathMsg m = fence(nqps);
     const auto b = enc(m);
-    ASSERT_EQ(b.size(), kPathMsgHeaderBytes + 8u * nqps + 4);
+    ASSERT_EQ(b.size(), kPathMsgHeaderBytes + 8u * nqps + 8 + 4);
     PathMsg out;
     std::string why;
     size_t used = 0;
@@ -74,8 +76,28 @@ TEST(PathMsg, FenceRoundTripsWithEveryPrefixIncomplete) {
     EXPECT_EQ(out.path, 1);
     EXPECT_EQ(out.epoch, 7u);
     EXPECT_EQ(out.nqps, nqps);
+    EXPECT_EQ(out.sub, 1);
+    EXPECT_EQ(out.from_seq, m.from_seq);
     for (int q = 0; q < nqps; ++q) EXPECT_EQ(out.last_seq[q], m.last_seq[q]);
   }
+}
+
+TEST(PathMsg, AFenceNamesItsSubstituteOrNone) {
+  PathMsg m = fence(2);
+  for (uint8_t sub : {0, 1, 3, 4}) {
+    m.sub = sub;
+    const auto b = enc(m);
+    PathMsg out;
+    std::string why;
+    size_t used = 0;
+    ASSERT_EQ(dec(b, &out, &why, &used), PathMsgParse::kOk) << why;
+    EXPECT_EQ(out.sub, sub);
+  }
+  uint8_t buf[kPathMsgMaxBytes];
+  m.sub = 2;  // path 1 itself
+  EXPECT_EQ(encode_path_msg(m, buf), 0u);
+  m.sub = kMaxMetaMembers + 1;
+  EXPECT_EQ(encode_path_msg(m, buf), 0u);
 }
 
 TEST(PathMsg, OfferAndAnswerRoundTrip) {
@@ -113,8 +135,9 @@ TEST(PathMsg, EveryHeaderFieldIsValidated) {
       {"path 4", 3, 4, "for path 4"},
       {"no QPs", 8, 0, "with 0 QPs"},
       {"17 QPs", 8, 17, "with 17 QPs"},
-      {"reserved", 9, 1, "non-zero reserved byte"},
-      {"body length", 10, 9, "with a body of 9 bytes, expected 8"},
+      {"substitute past the paths", 9, 5, "bad substitute path byte 5"},
+      {"substitute is the path itself", 9, 2, "bad substitute path byte 2"},  // fence(1): path 1
+      {"body length", 10, 9, "with a body of 9 bytes, expected 16"},
   };
   for (const Edit& e : edits) {
     auto b = enc(fence(1));
@@ -182,7 +205,7 @@ TEST(PathMsg, ALaterVersionsLongerBodyIsRead) {
   // Version 2 with 8 more body bytes (and a reserved byte in use): version 1 reads its part.
   b[1] = 2;
   b[9] = 0x11;
-  const size_t body = 16 + 8;
+  const size_t body = 16 + 8 + 8;
   b[10] = static_cast<uint8_t>(body);
   b.resize(kPathMsgHeaderBytes + body + 4, 0xee);
   reseal(b);

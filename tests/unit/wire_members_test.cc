@@ -87,6 +87,7 @@ TEST(Members, RejectsEachBrokenField) {
       {"too many", [](MetaMembers* x) { x->nmembers = kMaxMetaMembers + 1; }, "members"},
       {"fewer paths than members", [](MetaMembers* x) { x->npaths = 1; }, "paths"},
       {"reserved", [](MetaMembers* x) { x->reserved[3] = 1; }, "reserved"},
+      {"unknown flag", [](MetaMembers* x) { x->flags = 0x80; }, "unknown flags"},
       {"MTU", [](MetaMembers* x) { x->members[1].mtu = 9; }, "MTU"},
       {"link layer", [](MetaMembers* x) { x->members[1].link_layer = IBV_LINK_LAYER_INFINIBAND; },
        "link layers"},

@@ -71,7 +71,7 @@ const char* path_msg_type_name(PathMsgType t) {
 
 size_t path_msg_body_bytes(PathMsgType type, int nqps) {
   const size_t n = static_cast<size_t>(nqps);
-  return type == PathMsgType::kFence ? 8 * n : sizeof(MemberInfo) + sizeof(PathQp) * n;
+  return type == PathMsgType::kFence ? 8 * n + 8 : sizeof(MemberInfo) + sizeof(PathQp) * n;
 }
 
 size_t encode_path_msg(const PathMsg& m, uint8_t* out) {
@@ -79,6 +79,7 @@ size_t encode_path_msg(const PathMsg& m, uint8_t* out) {
       m.nqps > kMaxQps)
     return 0;
   if (m.type != PathMsgType::kFence && !bad_address(m).empty()) return 0;
+  if (m.type == PathMsgType::kFence && (m.sub > kMaxMetaMembers || m.sub == m.path + 1)) return 0;
   const size_t b = path_msg_body_bytes(m.type, m.nqps);
   out[0] = kPathMsgMagic;
   out[1] = kPathMsgVersion;
@@ -86,11 +87,12 @@ size_t encode_path_msg(const PathMsg& m, uint8_t* out) {
   out[3] = m.path;
   put32(out + 4, m.epoch);
   out[8] = m.nqps;
-  out[9] = 0;
+  out[9] = m.type == PathMsgType::kFence ? m.sub : 0;
   put16(out + 10, static_cast<uint16_t>(b));
   uint8_t* body = out + kPathMsgHeaderBytes;
   if (m.type == PathMsgType::kFence) {
     for (int q = 0; q < m.nqps; ++q) put64(body + 8 * q, m.last_seq[q]);
+    put64(body + 8 * m.nqps, m.from_seq);
   } else {
     static_assert(std::is_trivially_copyable_v<MemberInfo>);
     std::memcpy(body, &m.member, sizeof m.member);  // its fields are little-endian on the hosts
@@ -124,7 +126,11 @@ PathMsgParse decode_path_msg(const uint8_t* p, size_t n, PathMsg* out, std::stri
   if (p[8] < 1 || p[8] > kMaxQps)
     return bad("with " + std::to_string(p[8]) + " QPs (1.." + std::to_string(kMaxQps) + ")");
   if (n < 10) return PathMsgParse::kIncomplete;
-  if (p[1] == kPathMsgVersion && p[9] != 0) return bad("with a non-zero reserved byte");
+  // [9]: a FENCE's substitute path + 1 (0: none); zero in the other types.
+  if (p[1] == kPathMsgVersion && (static_cast<PathMsgType>(p[2]) == PathMsgType::kFence
+                                      ? p[9] > kMaxMetaMembers || p[9] == p[3] + 1
+                                      : p[9] != 0))
+    return bad("with a bad substitute path byte " + std::to_string(p[9]));
   if (n < kPathMsgHeaderBytes) return PathMsgParse::kIncomplete;
   const auto type = static_cast<PathMsgType>(p[2]);
   const size_t b = get16(p + 10);
@@ -144,7 +150,10 @@ PathMsgParse decode_path_msg(const uint8_t* p, size_t n, PathMsg* out, std::stri
   m.nqps = p[8];
   const uint8_t* body = p + kPathMsgHeaderBytes;
   if (type == PathMsgType::kFence) {
+    // A later version's [9] is its own: only a version-1 substitute is read.
+    m.sub = p[1] == kPathMsgVersion ? p[9] : 0;
     for (int q = 0; q < m.nqps; ++q) m.last_seq[q] = get64(body + 8 * q);
+    m.from_seq = get64(body + 8 * m.nqps);
   } else {
     std::memcpy(&m.member, body, sizeof m.member);
     for (int q = 0; q < m.nqps; ++q) {

@@ -247,6 +247,8 @@ Status validate_members(const Meta& m, const MetaMembers& x) {
                " QPs, but the connection has " + std::to_string(m.nqps) + " QPs");
   for (uint8_t b : x.reserved)
     if (b != 0) return bad("has non-zero reserved bytes");
+  if ((x.flags & ~kMembersFlagsKnown) != 0)
+    return bad("has unknown flags 0x" + std::to_string(x.flags));
   bool any_weight = false;
   for (int i = 0; i < kMaxMetaMembers; ++i) {
     const MemberInfo& e = x.members[i];

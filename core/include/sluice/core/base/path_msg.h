@@ -4,14 +4,20 @@
 // the failure notice (wire.h) and are checksummed the same way. Layout, little-endian:
 //   [0] kPathMsgMagic  [1] version  [2] type  [3] path (< kMaxMetaMembers)
 //   [4..8) epoch: the path's incarnation (0 at connect, +1 at each recovery attempt)
-//   [8] nqps (1..kMaxQps): the path's QPs   [9] reserved (0)   [10..12) body bytes b
+//   [8] nqps (1..kMaxQps): the path's QPs   [9] kFence: the substitute path + 1 (0: none; never
+//   the path itself), else 0   [10..12) body bytes b
 //   [12 .. 12+b) the body   [12+b .. 16+b) FNV-1a-32 of every byte before it
 // Bodies (version 1):
-//   kFence   nqps x u64: for each of the path's QPs, the sequence number of the last message
-//            whose closing immediate this side polled on it (the receiver; kNoSeq: none yet), or
-//            the last one it posted there (the sender). Sent only once this side's QPs of the
-//            path are in ERROR and their drain markers have flushed: from then on the path can
-//            place no byte in this side's memory (health/failover.h argues the fence).
+//   kFence   nqps x u64: for each of the path's QPs, how many closing immediates this side
+//            polled on it since the comm connected (the receiver), or how many chains it posted
+//            there (the sender). Sent only once this side's QPs of the path are in ERROR and
+//            their drain markers have flushed: from then on the path can place no byte in this
+//            side's memory (health/failover.h argues the fence). The receiver's names the
+//            substitute path ([9]) on which it has posted the receive WRs of every close the
+//            path still owes: the sender replays and redirects the path's chains there. Then one
+//            u64: the receiver's first receive whose paths leave the failed path out (every later
+//            one does, until the path is back); the sender's is 0. The sender offers a recovery
+//            only once it consumed every receive before it: none in flight names the old path.
 //   kOffer   a MemberInfo (the member's address, GID re-read after the flap) then nqps x
 //   kAnswer  {u32 qpn, u32 psn}: the fresh QPs of a recovery attempt; the offer starts the
 //            attempt (its epoch is the new incarnation), the answer accepts it with the other
@@ -49,7 +55,9 @@ struct PathMsg {
   uint8_t path = 0;
   uint32_t epoch = 0;
   uint8_t nqps = 0;
-  uint64_t last_seq[kMaxQps] = {};  // kFence
+  uint8_t sub = 0;                  // kFence: substitute path + 1 (0: none)
+  uint64_t last_seq[kMaxQps] = {};  // kFence: closes polled (receiver) / chains posted (sender)
+  uint64_t from_seq = 0;            // kFence: the receiver's first receive without the path
   MemberInfo member = {};           // kOffer, kAnswer
   PathQp qps[kMaxQps] = {};         // kOffer, kAnswer
 };
@@ -59,7 +67,7 @@ size_t path_msg_body_bytes(PathMsgType type, int nqps);
 static_assert(kPathMsgHeaderBytes + sizeof(MemberInfo) + sizeof(PathQp) * kMaxQps + 4 <=
                   kPathMsgMaxBytes,
               "the largest version-1 message fits what a reader holds");
-static_assert(kPathMsgHeaderBytes + 8 * kMaxQps + 4 <= kPathMsgMaxBytes);
+static_assert(kPathMsgHeaderBytes + 8 * kMaxQps + 8 + 4 <= kPathMsgMaxBytes);
 static_assert(sizeof(PathQp) == 8);
 
 // Encodes m (version 1) into out[0..kPathMsgMaxBytes); returns the bytes written, or 0 when m

@@ -184,7 +184,14 @@ inline constexpr int kMaxMetaMembers = 4;              // per side (= CommStatsV
 inline constexpr uint32_t kMembersMagic = 0x4d424d53;  // "SMBM"
 // 2: a fused comm's clear-to-send entries carry CtsMembers (below). Version 1 (a Sluice whose fused
 // comms connected but carried no data) is refused: its entries have no per-member keys.
-inline constexpr uint16_t kMembersVersion = 2;
+// 3: a fused comm's every close names its receive's slot in its immediate (kImmSlotShift below),
+// so a close is told apart whatever QP it arrives on (failover redirects a failed path's closes);
+// and the flags below.
+inline constexpr uint16_t kMembersVersion = 3;
+// MetaMembers::flags: this side runs failover (SLUICE_FAILOVER); a comm fails over only when both
+// sides do.
+inline constexpr uint8_t kMembersFlagFailover = 0x1;
+inline constexpr uint8_t kMembersFlagsKnown = kMembersFlagFailover;
 struct MemberInfo {
   uint8_t gid[16];
   uint16_t lid;
@@ -203,7 +210,8 @@ struct MetaMembers {
   uint8_t nmembers;  // 1..kMaxMetaMembers
   uint8_t npaths;    // max(sender's, receiver's members): both sides must agree
   uint8_t qps_per_path;
-  uint8_t reserved[7];  // zero
+  uint8_t flags;        // kMembersFlag*
+  uint8_t reserved[6];  // zero
   MemberInfo members[kMaxMetaMembers];
 };
 static_assert(sizeof(MetaMembers) == 16 + 32 * kMaxMetaMembers);
@@ -328,6 +336,18 @@ inline constexpr size_t kMaxMessageBytes = size_t{1} << 30;
 //  bit 31 clear: single receive, the value is the byte count (< 2^31, we never allow more);
 //  bit 31 set:   read the completion record of slot (value & 0xffff).
 inline constexpr uint32_t kImmRecord = 0x80000000u;
+// A fused comm (kMembersVersion 3) names the receive in every close, so that failover can take a
+// close on any QP: a single receive's close carries its slot above the byte count when the whole
+// message is below 64 MiB (bits 30..26 the slot, 25..0 the bytes); a larger one, and a grouped
+// receive, closes with a separate WRITE_WITH_IMM of kImmRecord | slot and the completion record.
+inline constexpr int kImmSlotShift = 26;
+inline constexpr uint32_t kImmFusedSizeMax = (1u << kImmSlotShift) - 1;
+static_assert(kFifoSlots <= (1 << (31 - kImmSlotShift)), "a slot fits bits 30..26");
+// Failback's check of a fresh path (a zero-length WRITE_WITH_IMM): names no receive.
+inline constexpr uint32_t kImmPathCheck = 0xffffffffu;
+inline uint32_t fused_imm(uint32_t slot, uint32_t bytes) {
+  return slot << kImmSlotShift | bytes;
+}
 
 // The failure notice: what a comm that failed on its own side (watchdog, completion error, async
 // event) sends its peer on the kept out-of-band socket, once, so the peer's next call fails with
