@@ -124,6 +124,11 @@ TEST(Config, EveryParameterReachesItsField) {
       {"SLUICE_NIC_RAILS", "mlx5_0=0,mlx5_1:1=1/2"},
       {"SLUICE_FUSION_WEIGHTS", "mlx5_0=3,mlx5_1=0"},
       {"SLUICE_STRIPE_MIN", "4096"},
+      {"SLUICE_FAILOVER", "0"},
+      {"SLUICE_FAILOVER_FENCE_MS", "2500"},
+      {"SLUICE_FAILBACK_RETRY_MS", "50"},
+      {"SLUICE_FAILBACK_RETRY_CAP_MS", "800"},
+      {"SLUICE_FAILBACK_RAMP_MS", "250"},
       {"SLUICE_LOG", "info"},
   };
   std::vector<ParamSource> sources;
@@ -175,6 +180,11 @@ TEST(Config, EveryParameterReachesItsField) {
   EXPECT_EQ(c.nic_rails, "mlx5_0=0,mlx5_1:1=1/2");
   EXPECT_EQ(c.fusion_weights, "mlx5_0=3,mlx5_1=0");
   EXPECT_EQ(c.stripe_min, 4096);
+  EXPECT_FALSE(c.failover);
+  EXPECT_EQ(c.failover_fence_ms, 2500);
+  EXPECT_EQ(c.failback_retry_ms, 50);
+  EXPECT_EQ(c.failback_retry_cap_ms, 800);
+  EXPECT_EQ(c.failback_ramp_ms, 250);
   EXPECT_EQ(c.log_level, 3);
 
   // One source per parameter, in table (= param_docs) order, each set by its canonical name.
@@ -464,7 +474,7 @@ TEST(Config, LogLevelForTheLoggerUsesTheTableRow) {
 
 TEST(ParamDocs, OneRowPerParameterWithEverythingFilledIn) {
   const auto& docs = param_docs();
-  EXPECT_EQ(docs.size(), 48u);
+  EXPECT_EQ(docs.size(), 53u);
   std::set<std::string> names;
   for (const ParamDoc& d : docs) {
     SCOPED_TRACE(d.name);

@@ -66,6 +66,11 @@ struct Config {
   std::string nic_rails;       // SLUICE_NIC_RAILS: name[:port]=rail[/plane],...
   std::string fusion_weights;  // SLUICE_FUSION_WEIGHTS: name[:port]=weight,...
   int stripe_min = 65536;      // SLUICE_STRIPE_MIN: posted bytes from which a receive is striped
+  bool failover = true;        // SLUICE_FAILOVER: a multi-path comm survives the loss of a path
+  int failover_fence_ms = 0;   // SLUICE_FAILOVER_FENCE_MS: bound on the peer's FENCE (0 = liveness)
+  int failback_retry_ms = 200;        // SLUICE_FAILBACK_RETRY_MS: first recovery attempt's delay
+  int failback_retry_cap_ms = 30000;  // SLUICE_FAILBACK_RETRY_CAP_MS: the backoff's cap
+  int failback_ramp_ms = 1000;        // SLUICE_FAILBACK_RAMP_MS: per ramp step (25, 50, 100 %)
   // Logging
   int log_level = 2;  // SLUICE_LOG: level of the stderr log where NCCL's logger is absent
 };
