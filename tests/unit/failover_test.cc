@@ -279,6 +279,63 @@ TEST(Path, EventsOutOfTurnDoNothing) {
   EXPECT_EQ(p.state(), State::kDown);
 }
 
+TEST(Path, PeerFenceDuringAnAttemptDropsTheFreshQpsAndAnswersIt) {
+  // The sender's check passed and its path carried, then failed, while the receiver still checked.
+  Path r(Role::kReceiver, timing());
+  fail_and_fence(r, 0);
+  ASSERT_EQ(r.on_peer_offer(1, 100), kAnswer | kLog);
+  ASSERT_EQ(r.on_connected(101), kCheck);
+  const uint32_t a = r.on_peer_fence(1, 102);
+  EXPECT_EQ(a, kDropFresh | kLog | kSendFence);
+  EXPECT_FALSE(has(a, kFenceLocal)) << "the fresh QPs carried nothing";
+  EXPECT_EQ(r.state(), State::kDown);
+  EXPECT_EQ(r.on_peer_fence(1, 103), kNoAction) << "once";
+  // A stale epoch's FENCE during an attempt is ignored.
+  Path q(Role::kReceiver, timing());
+  fail_and_fence(q, 0);
+  ASSERT_EQ(q.on_peer_offer(1, 100), kAnswer | kLog);
+  EXPECT_EQ(q.on_peer_fence(0, 101), kNoAction);
+  EXPECT_EQ(q.state(), State::kRecovering);
+}
+
+TEST(Path, AnAttemptThatFailsAtTheReceiverTellsTheSender) {
+  Path r(Role::kReceiver, timing());
+  fail_and_fence(r, 0);
+  ASSERT_EQ(r.on_peer_offer(1, 100), kAnswer | kLog);
+  // Its port is still down: the answer cannot be made.
+  const uint32_t a = r.on_fault(Cause::kLocalPort, "rxe1 port 1 is down", 101);
+  EXPECT_EQ(a, kDropFresh | kLog | kSendFence);
+  EXPECT_EQ(r.state(), State::kDown);
+  EXPECT_NE(r.describe().find("the sender is told"), std::string::npos) << r.describe();
+  // The sender, still in its attempt, takes the FENCE of its epoch as the attempt's end.
+  Path s(Role::kSender, timing());
+  fail_and_fence(s, 0);
+  ASSERT_EQ(s.on_tick(s.retry_at_ms()), kOffer | kLog);
+  EXPECT_EQ(s.on_peer_fence(s.epoch(), 102) & kDropFresh, kDropFresh);
+  EXPECT_EQ(s.state(), State::kDown);
+  EXPECT_GT(s.retry_at_ms(), 102) << "the next attempt on the backoff schedule";
+  // The receiver's own attempt bound ends it the same way.
+  Path q(Role::kReceiver, timing());
+  fail_and_fence(q, 0);
+  ASSERT_EQ(q.on_peer_offer(1, 100), kAnswer | kLog);
+  EXPECT_EQ(q.on_tick(100 + 3000), kDropFresh | kLog | kSendFence);
+}
+
+TEST(Path, ANewerOfferReplacesTheAttemptInProgress) {
+  Path r(Role::kReceiver, timing());
+  fail_and_fence(r, 0);
+  ASSERT_EQ(r.on_peer_offer(1, 100), kAnswer | kLog);
+  ASSERT_EQ(r.on_connected(101), kCheck);
+  // The sender's attempt 1 ran out of its bound; it offers epoch 2.
+  EXPECT_EQ(r.on_peer_offer(2, 5000), kDropFresh | kAnswer | kLog);
+  EXPECT_EQ(r.state(), State::kRecovering);
+  EXPECT_EQ(r.epoch(), 2u);
+  EXPECT_EQ(r.attempts(), 2);
+  EXPECT_EQ(r.on_peer_offer(2, 5001), kNoAction) << "the same offer twice";
+  EXPECT_EQ(r.on_connected(5002), kCheck);
+  EXPECT_EQ(r.on_checked(5003), kRestripe | kLog);
+}
+
 TEST(Paths, SharesFollowWeightsStatesAndFallback) {
   Path p[3] = {Path(Role::kSender, timing()), Path(Role::kSender, timing()),
                Path(Role::kSender, timing())};

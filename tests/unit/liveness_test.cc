@@ -5,10 +5,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <vector>
 
 namespace sluice {
 namespace {
@@ -189,6 +191,73 @@ TEST(PeerBytes, GoodbyeGarbageAndBadNotices) {
   // An old peer (goodbye only) reads a notice as unexpected bytes: it fails, never waits.
   wire::encode_notice("x", msg);
   EXPECT_EQ(classify_read(static_cast<long>(n), 0, msg), SocketSeen::kGarbage);
+}
+
+// Failover's path messages share the socket: with a sink (a failover comm) any number of them,
+// whole or in pieces, reach it in order and the reading goes on to a notice or a goodbye; without
+// one (a comm that runs no failover) the first byte is unexpected; a corrupt one is a bad notice.
+struct Sink {
+  std::vector<wire::PathMsg> got;
+  static void take(void* ctx, const wire::PathMsg& m) { static_cast<Sink*>(ctx)->got.push_back(m); }
+};
+
+std::vector<uint8_t> fence_bytes(int path, uint64_t count) {
+  wire::PathMsg m;
+  m.type = wire::PathMsgType::kFence;
+  m.path = static_cast<uint8_t>(path);
+  m.epoch = 3;
+  m.nqps = 1;
+  m.last_seq[0] = count;
+  uint8_t b[wire::kPathMsgMaxBytes];
+  const size_t n = wire::encode_path_msg(m, b);
+  return {b, b + n};
+}
+
+TEST(PeerBytes, PathMessagesReachTheSinkBetweenNoticesAndGoodbye) {
+  std::vector<uint8_t> all = fence_bytes(0, 7);
+  const auto second = fence_bytes(1, 9);
+  all.insert(all.end(), second.begin(), second.end());
+  uint8_t notice[wire::kNoticeMaxBytes];
+  const size_t nn = wire::encode_notice("both paths failed", notice);
+  all.insert(all.end(), notice, notice + nn);
+  uint8_t rx[wire::kNoticeMaxBytes];
+  uint16_t rx_len = 0;
+  std::string text;
+  Sink sink;
+  // In pieces of 5 bytes, as a socket may deliver them.
+  SocketSeen last = SocketSeen::kNothing;
+  for (size_t at = 0; at < all.size(); at += 5) {
+    last = feed_peer_bytes(rx, &rx_len, all.data() + at, std::min<size_t>(5, all.size() - at),
+                           &text, Sink::take, &sink);
+    if (at + 5 < all.size()) {
+      ASSERT_EQ(last, SocketSeen::kNothing) << "at " << at;
+    }
+  }
+  EXPECT_EQ(last, SocketSeen::kNotice);
+  EXPECT_EQ(text, "both paths failed");
+  ASSERT_EQ(sink.got.size(), 2u);
+  EXPECT_EQ(sink.got[0].path, 0);
+  EXPECT_EQ(sink.got[0].last_seq[0], 7u);
+  EXPECT_EQ(sink.got[1].path, 1);
+  EXPECT_EQ(sink.got[1].last_seq[0], 9u);
+  // A message then the goodbye.
+  rx_len = 0;
+  auto bye = fence_bytes(1, 1);
+  bye.push_back(kGoodbyeByte);
+  EXPECT_EQ(feed_peer_bytes(rx, &rx_len, bye.data(), bye.size(), &text, Sink::take, &sink),
+            SocketSeen::kGoodbye);
+  EXPECT_EQ(sink.got.size(), 3u);
+  // Without a sink: unexpected bytes.
+  rx_len = 0;
+  const auto one = fence_bytes(0, 1);
+  EXPECT_EQ(feed_peer_bytes(rx, &rx_len, one.data(), one.size(), &text), SocketSeen::kGarbage);
+  // Corrupt: a bad notice naming the path message.
+  rx_len = 0;
+  auto bad = fence_bytes(0, 1);
+  bad.back() ^= 0x5a;
+  EXPECT_EQ(feed_peer_bytes(rx, &rx_len, bad.data(), bad.size(), &text, Sink::take, &sink),
+            SocketSeen::kBadNotice);
+  EXPECT_NE(text.find("path message"), std::string::npos) << text;
 }
 
 TEST(AsyncEvents, FatalOnesHaveScopeMeaningAndCause) {

@@ -24,6 +24,7 @@
 #include "base/stripe.h"
 #include "comm/engine.h"
 #include "health/liveness.h"
+#include "health/path_failover.h"
 #include "health/progress.h"
 #include "sluice/core/api.h"
 #include "sluice/core/base/flow_label.h"
@@ -50,6 +51,9 @@ inline constexpr uint32_t kCtsSignalEvery = 8;
 inline constexpr uint32_t kCtsBudget = 23;
 inline constexpr uint32_t kRecvSqDepth = kCtsBudget + kCtsSignalEvery;
 inline constexpr uint32_t kRecvRqDepth = wire::kFifoSlots;  // one receive WR per irecv per QP
+// A fused comm's receive queues hold kRecvRqDepth per path: failover may route every path's
+// closes, so their credits, to one QP (health/path_failover.h).
+inline constexpr int kRecvRqMaxDepth = static_cast<int>(kRecvRqDepth) * stripe::kMaxPaths;
 // Receives staged before a clear-to-send publication is forced (wire.h says why it lives there).
 inline constexpr uint32_t kCtsCoalesceSlots = wire::kCtsCoalesceSlots;
 static_assert(kCtsBudget >= 2, "a publication may need two writes (FIFO wrap)");
@@ -245,6 +249,7 @@ struct Conn {
   Status failure;             // sticky: once set every call fails with it
   PeerWatch watch;            // the peer's liveness and async-event failures (liveness.h)
   ProgressWatch progress;     // posted work without completion (progress.h)
+  PathFailover fo;            // a multi-path comm's failover (path_failover.h); off otherwise
   CommBase* owner = nullptr;  // the SendComm or RecvComm this is a member of
   std::unique_ptr<CmLink, CmLinkDeleter> cm;  // rdmacm mode only; null in oob mode
   bool retired = false;  // finalize released its verbs objects (retire_comm); dev is null

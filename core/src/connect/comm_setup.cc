@@ -203,7 +203,12 @@ Status connect_qps(Conn& c, const wire::Meta& local, const wire::Meta& remote,
     s.retry = mqp_retry_from(cfg);
     st = qp_to_rts(c.qps[q].get(), s);
     if (!st.is_ok()) return st.with_context(c.describe_qp(q));
+    std::memcpy(c.fo.member_gid[q / qpp], me.gid, 16);  // failback finds it again by value
   }
+  // Failback brings a path's QPs up again the way this bring-up did (datapath/failback_dp.cc).
+  c.fo.can_recover = true;
+  c.fo.tc = tc;
+  c.fo.sl = sl;
   return Status::ok();
 }
 
@@ -243,11 +248,20 @@ void set_paths(Conn& c, const wire::MetaMembers& sender, const wire::MetaMembers
     std::memcpy(g.data(), remote.members[m].gid, 16);
     c.remote_member_gid[m] = gid_to_string(g);
   }
-  c.stripe_min = static_cast<size_t>(engine()->config().stripe_min);
+  const Config& cfg = engine()->config();
+  c.stripe_min = static_cast<size_t>(cfg.stripe_min);
   if (c.npaths <= 1) {
     c.paths = stripe::Paths{};
     return;
   }
+  // Failover (health/path_failover.h): on when both sides run it.
+  failover::Timing t;
+  t.fence_bound_ms = cfg.failover_fence_ms;
+  t.retry_base_ms = cfg.failback_retry_ms;
+  t.retry_cap_ms = std::max(cfg.failback_retry_cap_ms, cfg.failback_retry_ms);
+  t.ramp_step_ms = cfg.failback_ramp_ms;
+  const bool both = (sender.flags & receiver.flags & wire::kMembersFlagFailover) != 0;
+  fo_init(c.fo, both, is_sender, c.npaths, t);
   uint16_t ws[wire::kMaxMetaMembers] = {}, wr[wire::kMaxMetaMembers] = {};
   for (int m = 0; m < sender.nmembers; ++m) ws[m] = sender.members[m].weight;
   for (int m = 0; m < receiver.nmembers; ++m) wr[m] = receiver.members[m].weight;
@@ -264,15 +278,20 @@ void set_paths(Conn& c, const wire::MetaMembers& sender, const wire::MetaMembers
   std::string w;
   for (int p = 0; p < c.paths.npaths; ++p)
     w += (p ? ", " : "") + std::to_string(p) + "=" + std::to_string(c.paths.weight[p]);
-  SLUICE_INFO(kSubNet, "%s <-> %s (%s): %d paths of %d QPs, path weights %s (of %u)",
+  (void)fo_restripe(c.fo, c.paths);
+  SLUICE_INFO(kSubNet, "%s <-> %s (%s): %d paths of %d QPs, path weights %s (of %u); failover %s",
               c.local_desc.c_str(), c.remote_dev.c_str(), c.peer.c_str(), c.paths.npaths, c.qpp,
-              w.c_str(), stripe::kShareScale);
+              w.c_str(), stripe::kShareScale,
+              c.fo.on         ? "on"
+              : !cfg.failover ? "off (SLUICE_FAILOVER=0)"
+                              : "off (the peer runs without it)");
 }
 
 void fill_local_members(const Conn& c, const wire::Meta& local,
                         const std::vector<uint32_t>& weights, wire::MetaMembers* x) {
   const int qpp = c.nqps / c.npaths;
   wire::init_members(x, c.nmembers, c.npaths, qpp);
+  if (engine()->config().failover) x->flags |= wire::kMembersFlagFailover;
   x->members[0] = wire::members_of_meta(local).members[0];
   uint32_t top = 0;
   for (uint32_t w : weights) top = std::max(top, w);

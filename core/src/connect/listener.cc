@@ -154,9 +154,11 @@ Status build_recv_comm(ListenComm& l, ListenComm::Pending& p) {
   p.gid_route.apply(&p.local);
   int nqps = p.remote.nqps;  // the connector decides; both sides must agree
   uint32_t inline_bytes = cfg.cts_inline ? kCtsInlineBytes : 0;
-  QpCaps caps{kRecvSqDepth, kRecvRqDepth, 1, 1, inline_bytes};
+  // A fused comm's receive queues hold a credit per path (kRecvRqMaxDepth: failover routes).
+  const uint32_t rq = kRecvRqDepth * static_cast<uint32_t>(comm->c.npaths);
+  QpCaps caps{kRecvSqDepth, rq, 1, 1, inline_bytes};
   // Receive completions, signaled CTS writes, and every WR when flushed in error.
-  int cqe = nqps * static_cast<int>(kRecvSqDepth + kRecvRqDepth + 1) - 1;
+  int cqe = nqps * static_cast<int>(kRecvSqDepth + rq + 1) - 1;
   SLUICE_RETURN_IF_ERROR(create_qps(comm->c, nqps, caps, cqe, &p.local));
   uint8_t tc = cfg.fifo_traffic_class >= 0 ? static_cast<uint8_t>(cfg.fifo_traffic_class)
                                            : p.remote.traffic_class;

@@ -38,6 +38,7 @@ Status check_device(Conn& c, bool new_work) {
     a = c.members[m].dev->adapter;  // any member's adapter lost fails the comm
   if (!a->fatal.load(std::memory_order_relaxed)) {
     SLUICE_RETURN_IF_ERROR(liveness_check(c, new_work));
+    if (c.fo.on) SLUICE_RETURN_IF_ERROR(fo_drive(c));
     return c.progress.due ? check_progress(c) : Status::ok();
   }
   std::lock_guard<std::mutex> lk(a->fatal_mu);
@@ -62,7 +63,7 @@ Status check_progress(Conn& c) {
     // The next completion on a QP needs at most one run of its chains (a progress WR every
     // ~1 MiB: cts::plan_lane), not every byte outstanding: the bytes term is that run's.
     for (int q = 0; q < c.nqps; ++q) {
-      outstanding[q] = s.sq_used[q] > 0;
+      outstanding[q] = s.sq_used[q] > 0 && !c.fo.qp_fenced[q];
       bytes[q] = std::min(s.sq_bytes[q], s.sq_seg[q]);
       extra[q] = progress_bytes_ms(bytes[q]);
     }
@@ -75,6 +76,7 @@ Status check_progress(Conn& c) {
     const bool received = r.completed != r.completed_seen;
     r.completed_seen = r.completed;
     for (int q = 0; q < c.nqps; ++q) {
+      if (c.fo.qp_fenced[q]) continue;  // failover fenced it: nothing of it is awaited
       const CtsTail t{r.cts_outstanding[q], r.cts_unsignaled[q], r.cts_tail_from[q]};
       if (cts_tail_check(t, r.completed_hi, received, c.progress.now_ns, bound,
                          &c.progress.since_ns[q], &outstanding[q])) {
@@ -95,9 +97,10 @@ Status check_progress(Conn& c) {
         "clear-to-send RDMA WRITE (the clear-to-send never completed: the signaled zero-length "
         "probe WRITE posted behind it did not complete either, so the sender never got it)";
   }
-  return fail(c, Status(Code::kRemoteError,
-                        progress_reason(c.describe_qp(q), what, waited, bound, cfg.ib_timeout,
-                                        cfg.retry_cnt, cfg.progress_timeout_ms > 0, bytes[q])));
+  std::string why = progress_reason(c.describe_qp(q), what, waited, bound, cfg.ib_timeout,
+                                    cfg.retry_cnt, cfg.progress_timeout_ms > 0, bytes[q]);
+  if (fo_watchdog(c, q, why)) return Status::ok();  // another path carries: that one fails over
+  return fail(c, Status(Code::kRemoteError, std::move(why)));
 }
 
 int qp_index(const Conn& c, uint32_t qpn, int member) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "comm/comm.h"
 
@@ -16,10 +17,15 @@ inline constexpr uint64_t kWrReject = 1ull << 61;  // oversize notice: one WR on
 // A progress WR inside a long chain (cts::plan_lane): | WRs of its run << 40 | data bytes of its
 // run.
 inline constexpr uint64_t kWrProgress = 1ull << 59;
+// Failback's check of a fresh QP (failback_dp.cc): | the QP's index.
+inline constexpr uint64_t kWrCheck = 1ull << 58;
 inline constexpr int kWrProgressWrsShift = 40;
 inline constexpr uint64_t kWrProgressBytesMask = (1ull << kWrProgressWrsShift) - 1;
 static_assert(cts::kMaxLaneWrs <= 0xffff && wire::kMaxMessageBytes <= kWrProgressBytesMask,
               "a run's WR and byte counts fit their fields");
+static_assert((kWrCheck & (kWrUnsignaled | kWrCts | kWrReject | kWrProgress | kWrDrainMarker)) ==
+                  0 &&
+              kWrCheck > SendComm::kPool);
 static_assert((kWrDrainMarker & (kWrUnsignaled | kWrCts | kWrReject | kWrProgress)) == 0 &&
                   kWrDrainMarker > SendComm::kPool,
               "close's drain marker (comm.h) is told apart from every data-path wr_id");
@@ -72,6 +78,33 @@ Status poll_send(SendComm& s);
 Status poll_recv(RecvComm& r);  // caller holds r.mu
 // The watchdog's probe behind QP q's unsignaled CTS writes (progress.h); caller holds r.mu.
 Status post_cts_probe(RecvComm& r, int q);
+
+// Failover (failover_dp.cc; health/path_failover.h). fo_drive: at the start of every call on a
+// failover comm (check_device). fo_error_wc: a completion in error on a failover comm, from a
+// poll's loop: true when failover takes it (a drain marker, a flush behind a fence, or a path's
+// first fault, recorded for the driver); false: the comm fails as before. fo_watchdog: the
+// watchdog fired on QP q; true when another path carries and the path fails over instead.
+Status fo_drive(Conn& c);
+// What a path's rules answered (failover::Action bits), carried out; `peer` is the offer or
+// answer that caused it (recovery).
+Status fo_apply(Conn& c, int p, uint32_t a, int64_t now, const wire::PathMsg* peer = nullptr);
+// Failback (failback_dp.cc): the recovery actions (kDropFresh, kOffer, kAnswer, kConnect,
+// kCheck); whether the sender may offer path p now and the receiver answer; a check that came
+// back on QP q (the sender's completion, the receiver's immediate).
+Status fo_recovery_action(Conn& c, int p, uint32_t a, const wire::PathMsg* peer, int64_t now);
+bool fo_may_offer(const Conn& c, int p, int64_t now);
+bool fo_may_answer(const Conn& c, int p, int64_t now);
+void fo_check_done(Conn& c, int q);
+bool fo_error_wc(Conn& c, const ibv_wc& wc, int member, const char* what);
+bool fo_watchdog(Conn& c, int q, const std::string& why);
+// The receiver (recv.cc): the credits path p's QPs still hold go to the same lanes of path s;
+// then, both fenced, every receive not yet complete is published again. Caller holds r.mu.
+Status fo_recv_move_credits(RecvComm& r, int p, int s);
+Status fo_recv_republish(RecvComm& r);
+// The sender (send.cc): settles path p's logged chains the receiver counted and replays the
+// others where fo_route sends them; *done once none is left (else: no room yet, or the
+// substitute is fencing: the next call goes on).
+Status fo_send_replay(SendComm& s, int p, bool* done);
 
 // Clear-to-send publication (recv.cc). publish(): posts r's staged receives (receive WRs, then the
 // CTS WRITEs); caller holds r.mu. publish_all(): publishes every comm's staged receives that

@@ -55,34 +55,72 @@ void set_pending(RecvComm& r, bool pending) {
   registry().staged.fetch_add(pending ? 1 : -1, std::memory_order_release);
 }
 
-// Receive WRs for receives [rq_posted, seq): one chained ibv_post_recv per QP that gets any.
+// Posts n receive WRs (credits) on QP q, chained; wr_id = the slot of receive k for each.
+Status post_credits(RecvComm& r, int q, const uint64_t* ks, int n) {
+  ibv_recv_wr wrs[kRecvRqMaxDepth];
+  for (int i = 0; i < n; ++i) {
+    wrs[i] = ibv_recv_wr{};
+    wrs[i].wr_id = ks[i] % wire::kFifoSlots;
+    if (i > 0) wrs[i - 1].next = &wrs[i];
+  }
+  if (n == 0) return Status::ok();
+  ibv_recv_wr* bad = nullptr;
+  if (int rc = ibv_post_recv(r.c.qps[q].get(), wrs, &bad); rc != 0) {
+    // The receive WRs before `bad` are posted: the comm cannot recover its accounting, so it
+    // fails.
+    return fail(r.c, Status(Code::kSystemError, "ibv_post_recv on " + r.c.describe_qp(q) +
+                                                    " failed: " + std::strerror(rc)));
+  }
+  r.c.rq_outstanding[q] += static_cast<uint32_t>(n);
+  r.c.stats.wrs.add(static_cast<uint64_t>(n));
+  r.c.stats.doorbells.add(1);
+  return Status::ok();
+}
+
+// Receive WRs for receives [rq_posted, seq): one chained ibv_post_recv per QP that gets any. A
+// failover comm posts each chain's credit where fo_route sends the chain; one whose path is
+// fencing is only counted (credits), and moved to the substitute once the fence is done.
 Status post_receive_wrs(RecvComm& r) {
   const uint64_t from = r.rq_posted, to = r.seq;
   if (from == to) return Status::ok();
-  for (int q = 0; q < r.c.nqps; ++q) {
-    ibv_recv_wr wrs[wire::kFifoSlots];
+  PathFailover& f = r.c.fo;
+  for (int t = 0; t < r.c.nqps; ++t) {
+    if (f.on && f.qp_fenced[t]) continue;
+    uint64_t ks[kRecvRqMaxDepth];
     int nw = 0;
     for (uint64_t k = from; k < to; ++k) {
-      if (!closes_on(r.c, r.pool[k % wire::kFifoSlots].paths, k, q)) continue;
-      wrs[nw] = ibv_recv_wr{};
-      wrs[nw].wr_id = k % wire::kFifoSlots;
-      if (nw > 0) wrs[nw - 1].next = &wrs[nw];
-      ++nw;
+      const uint32_t mask = r.pool[k % wire::kFifoSlots].paths;
+      if (!f.on) {
+        if (closes_on(r.c, mask, k, t)) ks[nw++] = k;
+        continue;
+      }
+      for (int q = 0; q < r.c.nqps; ++q)
+        if (closes_on(r.c, mask, k, q) && fo_route(f, r.c.qpp, q) == t) ks[nw++] = k;
     }
-    if (nw == 0) continue;
-    ibv_recv_wr* bad = nullptr;
-    if (int rc = ibv_post_recv(r.c.qps[q].get(), wrs, &bad); rc != 0) {
-      // Nothing of this publication is on the wire yet, but the receive WRs before `bad` are:
-      // the comm cannot recover its accounting, so it fails.
-      return fail(r.c, Status(Code::kSystemError, "ibv_post_recv on " + r.c.describe_qp(q) +
-                                                      " failed: " + std::strerror(rc)));
-    }
-    r.c.rq_outstanding[q] += static_cast<uint32_t>(nw);
-    r.c.stats.wrs.add(static_cast<uint64_t>(nw));
-    r.c.stats.doorbells.add(1);
+    SLUICE_RETURN_IF_ERROR(post_credits(r, t, ks, nw));
+    if (f.on) f.credits[t] += static_cast<uint64_t>(nw);
+  }
+  if (f.on) {  // chains of a fencing path: owed on their own QP until the fence names a substitute
+    for (uint64_t k = from; k < to; ++k)
+      for (int q = 0; q < r.c.nqps; ++q)
+        if (closes_on(r.c, r.pool[k % wire::kFifoSlots].paths, k, q) && fo_route(f, r.c.qpp, q) < 0)
+          ++f.credits[q];
   }
   r.rq_posted = to;
   return Status::ok();
+}
+
+// The QP that carries the clear-to-send write of receives from `from`: spread over every QP (of
+// every path: any of them reaches the sender's FIFO, with the key of the sender's member on that
+// path); on a failover comm one of a path that carries.
+int cts_qp(const RecvComm& r, uint64_t from) {
+  const int q = static_cast<int>(from % static_cast<uint64_t>(r.c.nqps));
+  if (!r.c.fo.on) return q;
+  const int t = fo_route(r.c.fo, r.c.qpp, q);
+  if (t >= 0) return t;
+  for (int k = 0; k < r.c.nqps; ++k)
+    if (r.c.fo.path[k / r.c.qpp].carries()) return k;
+  return q;  // none carries: the comm is failing
 }
 
 // One RDMA WRITE of the CTS entries of receives [from, to), whose FIFO slots are contiguous (no
@@ -96,9 +134,7 @@ Status write_cts(RecvComm& r, uint64_t from, uint64_t to) {
                                                cells * sizeof(wire::CtsEntry));
   const size_t at = static_cast<size_t>(first) * wire::kEntriesPerSlot * cells;
   wire::CtsEntry* e = &r.stage[at];
-  // Spreads CTS traffic over every QP (of every path: any of them reaches the sender's FIFO, with
-  // the key of the sender's member on that path).
-  const int q = static_cast<int>(from % static_cast<uint64_t>(r.c.nqps));
+  const int q = cts_qp(r, from);
   ibv_sge sge{reinterpret_cast<uintptr_t>(e), bytes, local_mem_lkey(r.c, q)};
   ibv_send_wr w{};
   w.wr_id = kWrUnsignaled;
@@ -136,7 +172,7 @@ Status write_cts(RecvComm& r, uint64_t from, uint64_t to) {
 
 // Room for one more CTS write on the QP that would carry receive `from`'s publication.
 Status cts_room(RecvComm& r, uint64_t from, bool* fits) {
-  const int q = static_cast<int>(from % static_cast<uint64_t>(r.c.nqps));
+  const int q = cts_qp(r, from);
   *fits = r.cts_outstanding[q] < kCtsBudget;
   if (*fits) return Status::ok();
   SLUICE_RETURN_IF_ERROR(poll_recv(r));
@@ -235,7 +271,10 @@ Status poll_recv_cq(RecvComm& r, int member) {
   }
   for (int k = 0; k < n; ++k) {
     const ibv_wc& w = wc[k];
-    if (w.status != IBV_WC_SUCCESS) return fail(r.c, completion_error(r.c, w, "receive", member));
+    if (w.status != IBV_WC_SUCCESS) {
+      if (fo_error_wc(r.c, w, member, "receive")) continue;  // failover takes it
+      return fail(r.c, completion_error(r.c, w, "receive", member));
+    }
     // A wr_id none of ours could carry is never used as an index (a Sluice bug, or a WR someone
     // else posted on our QP): the comm fails naming it.
     const uint32_t cts_q = static_cast<uint32_t>(w.wr_id >> 32) & 0xffu;
@@ -250,10 +289,34 @@ Status poll_recv_cq(RecvComm& r, int member) {
       r.cts_probing[cts_q] = false;      // the first signaled completion after a probe is its own
       continue;
     }
-    RecvReq& req = r.pool[w.wr_id];
     const int q = qp_index(r.c, w.qp_num, member);
-    if (Status st =
-            cts::check_imm(ntohl(w.imm_data), req.posted[0], &req.has_record, &req.received[0]);
+    if (r.c.fo.on && ntohl(w.imm_data) == wire::kImmPathCheck) {  // failback's check
+      if (q >= 0) fo_check_done(r.c, q);
+      continue;
+    }
+    // A fused comm's close names its receive (kImmRecord | slot): its receive WR is a credit of
+    // the QP it arrived on, whichever receive posted it (failover redirects closes).
+    uint32_t imm = ntohl(w.imm_data);
+    uint64_t slot = w.wr_id;
+    if (r.c.npaths > 1) {  // wire.h: the slot in bits 30..26, or kImmRecord | slot
+      slot = imm & wire::kImmRecord ? imm & ~wire::kImmRecord : imm >> wire::kImmSlotShift;
+      if (slot >= wire::kFifoSlots)
+        return fail(
+            r.c, on_qp(r.c, q,
+                       Status(Code::kRemoteError, "a close whose immediate " + std::to_string(imm) +
+                                                      " names no receive slot")));
+      if ((imm & wire::kImmRecord) == 0) imm &= wire::kImmFusedSizeMax;
+    }
+    RecvReq& req = r.pool[slot];
+    if (r.c.fo.on) {
+      if (q >= 0) ++r.c.fo.closes[q];
+      if (req.magic != Request::kMagic || !req.in_use || req.done || req.pending == 0)
+        return fail(
+            r.c, on_qp(r.c, q,
+                       Status(Code::kInternalError, "a close for slot " + std::to_string(slot) +
+                                                        ", whose receive is not waiting for one")));
+    }
+    if (Status st = cts::check_imm(imm, req.posted[0], &req.has_record, &req.received[0]);
         !st.is_ok()) {
       return fail(r.c, on_qp(r.c, q, st));
     }
@@ -285,6 +348,49 @@ Status poll_recv_cq(RecvComm& r, int member) {
 Status poll_recv(RecvComm& r) {
   for (int m = 0; m < r.c.nmembers; ++m) SLUICE_RETURN_IF_ERROR(poll_recv_cq(r, m));
   return Status::ok();
+}
+
+Status fo_recv_move_credits(RecvComm& r, int p, int sub) {
+  PathFailover& f = r.c.fo;
+  for (int x = p * r.c.qpp; x < (p + 1) * r.c.qpp; ++x) {
+    // Its closes are final (the QP is in ERROR and its marker is back): what it still owes comes
+    // on the same lane of the substitute.
+    const int t = sub * r.c.qpp + x % r.c.qpp;
+    const uint64_t owed = f.credits[x] - f.closes[x];
+    uint64_t ks[kRecvRqMaxDepth] = {};  // wr_ids only: a fused close names its receive itself
+    for (uint64_t left = owed; left > 0;) {
+      const int n = static_cast<int>(std::min<uint64_t>(left, kRecvRqMaxDepth));
+      SLUICE_RETURN_IF_ERROR(post_credits(r, t, ks, n));
+      left -= static_cast<uint64_t>(n);
+    }
+    f.credits[t] += owed;
+    f.credits[x] = f.closes[x];
+    // Its clear-to-send writes flushed (or were dropped at the sender's fenced QP).
+    r.cts_outstanding[x] = 0;
+    r.cts_unsignaled[x] = 0;
+    r.cts_probing[x] = false;
+  }
+  return Status::ok();
+}
+
+Status fo_recv_republish(RecvComm& r) {
+  // The oldest published receive not complete: its entries and every later one's are in the
+  // stage, each in its own slot (the slot of receive k is reused only by k + kFifoSlots, posted
+  // after k completed), so writing them again writes what the sender may already hold, byte for
+  // byte, and what a CTS write on the fenced path never delivered.
+  uint64_t lo = r.published;
+  for (uint64_t k = r.published > wire::kFifoSlots ? r.published - wire::kFifoSlots : 0;
+       k < r.published; ++k) {
+    const RecvReq& q = r.pool[k % wire::kFifoSlots];
+    if (q.magic == Request::kMagic && q.in_use && !q.done && q.seq == k) {
+      lo = k;
+      break;
+    }
+  }
+  if (lo == r.published) return Status::ok();
+  r.published = lo;
+  set_pending(r, true);
+  return publish(r);
 }
 
 }  // namespace dp
@@ -332,7 +438,8 @@ Status irecv(RecvComm* r, int n, void* const* data, const size_t* sizes, const i
   if (r->c.npaths > 1) {
     size_t total = 0;
     for (int i = 0; i < n; ++i) total += sizes[i];
-    req.paths = stripe::paths_of(r->c.paths, seq, total, r->c.stripe_min);
+    req.paths =
+        stripe::paths_of(r->c.fo.on ? r->c.fo.live : r->c.paths, seq, total, r->c.stripe_min);
   }
   req.pending = static_cast<uint8_t>(stripe::closes(req.paths, r->c.split, r->c.qpp));
   if (r->c.prof.start != nullptr) [[unlikely]]

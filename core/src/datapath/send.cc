@@ -55,24 +55,133 @@ void for_each_chain(const SendComm& s, uint32_t mask, uint64_t seq, Fn fn) {
   }
 }
 
-// The receiver's key of entry i's buffer on the receiver member at the other end of `path`.
-uint32_t entry_rkey(const SendComm& s, int i, int path) {
-  if (s.c.npaths <= 1) return s.snap.e[i].rkey;
-  return s.snap.x[i].rkey[wire::path_member(path, s.c.remote_nmembers)];
+// The adaptive-routing threshold a group's chains are planned with: the comm's, except that a
+// fused comm's single message too large to name its slot and size in one immediate (wire.h
+// kImmFusedSizeMax) always closes with a separate WRITE_WITH_IMM, which carries the record.
+size_t ar_of(const SendComm& s, const size_t* sizes, int n) {
+  return s.c.npaths > 1 && n == 1 && sizes[0] > wire::kImmFusedSizeMax ? 0 : s.ar_threshold;
+}
+// Whether a group's closes carry the completion record (kImmRecord | slot): a grouped receive, or
+// a fused comm's message above kImmFusedSizeMax.
+bool record_close(const SendComm& s, const size_t* sizes, int n) {
+  return n > 1 || (s.c.npaths > 1 && sizes[0] > wire::kImmFusedSizeMax);
 }
 
-// Posts the whole group of the slot at s.head: every chain (path and lane) gets its part of every
-// message (stripe::plan_path: the path's share by weight, then the lane's chunk of it in split
-// mode), then its closing WRITE_WITH_IMM (carrying the completion record on the first chain for
-// grouped receives). Each chain's data WRITEs and its close are on one QP, which RC executes in
-// order, and the receiver completes the receive only once every chain's close arrived: no WRITE of
-// a receive lands after it completed.
+// The receiver's key of entry i's buffer on the receiver member at the other end of `path`.
+uint32_t entry_rkey(const SendComm& s, const cts::Snapshot& snap, int i, int path) {
+  if (s.c.npaths <= 1) return snap.e[i].rkey;
+  return snap.x[i].rkey[wire::path_member(path, s.c.remote_nmembers)];
+}
+
+// Posts one chain of receive `seq` (its slot's entries `snap`, the group reqs[0..nreqs), led by
+// `leader`): path `path`'s lane `lane` of the receive's mask (stripe::plan_path: the path's share
+// by weight, then the lane's chunk of it in split mode), on QP t: the chain's own QP, or where
+// failover sends it (fo_route; then the data lands through t's members: their keys). It ends with
+// its closing WRITE_WITH_IMM, which carries the completion record of a grouped receive on its
+// first chain. On a fused comm every close is a separate WRITE_WITH_IMM naming the receive's slot
+// (wire.h kMembersVersion 3; the record on the first chain), so the receiver takes it whatever QP
+// it arrives on. Each chain's data WRITEs and its close are on one QP, which RC executes in
+// order, and the receiver completes the receive only once every chain's close arrived: no WRITE
+// of a receive lands after it completed.
+Status post_path_chain(SendComm& s, const cts::Snapshot& snap, SendReq* const* reqs, int nreqs,
+                       uint64_t seq, int path, int lane, bool first, int t, SendReq* leader,
+                       uint64_t* bytes_out = nullptr) {
+  const wire::CtsEntry* e = snap.e;
+  const uint32_t mask = snap.paths;
+  const uint32_t slot = static_cast<uint32_t>(seq % wire::kFifoSlots);
+  const int nlanes = stripe::lanes_per_path(s.c.split, s.c.qpp);
+  const int member = s.c.qp_member[t];
+  const int rpath = t / s.c.qpp;  // the receiver member the chain lands on is this path's
+  size_t sizes[wire::kEntriesPerSlot];
+  for (int i = 0; i < nreqs; ++i) sizes[i] = reqs[i]->size;
+  // The chain as stripe::plan_path lays it out: the path's part of each message, WRITEs of at
+  // most 1 MiB each where it is longer, a progress WR signaled every ~1 MiB (progress.h), the
+  // close last. On a one-path comm it is cts::plan_lane's chain: one WRITE per small message,
+  // closed by a WRITE_WITH_IMM.
+  cts::LaneWr plan[cts::kMaxLaneWrs];
+  uint64_t seg = 0;
+  const int nw =
+      static_cast<int>(stripe::plan_path(s.c.paths, mask, sizes, nreqs, path, lane, nlanes,
+                                         ar_of(s, sizes, nreqs), plan, nullptr, nullptr, &seg));
+  ibv_send_wr wrs[cts::kMaxLaneWrs];
+  ibv_sge sges[cts::kMaxLaneWrs];
+  uint64_t lane_bytes = 0, run_bytes = 0, run_wrs = 0;
+  for (int k = 0; k < nw; ++k) {
+    const cts::LaneWr& p = plan[k];
+    ibv_send_wr& w = wrs[k];
+    w = ibv_send_wr{};
+    w.wr_id = kWrUnsignaled;
+    w.opcode = IBV_WR_RDMA_WRITE;
+    if (p.msg >= 0) {
+      const SendReq* r = reqs[p.msg];
+      sges[k] = {reinterpret_cast<uintptr_t>(r->data + p.off), static_cast<uint32_t>(p.len),
+                 r->lkeys[member]};
+      w.sg_list = &sges[k];
+      w.num_sge = 1;
+      w.wr.rdma.remote_addr = e[p.msg].addr + p.off;
+      w.wr.rdma.rkey = entry_rkey(s, snap, p.msg, rpath);
+    }
+    lane_bytes += p.len;
+    run_bytes += p.len;
+    ++run_wrs;
+    if (p.progress) {  // frees its run of WRs and bytes when it completes (poll_send)
+      w.send_flags = IBV_SEND_SIGNALED;
+      w.wr_id = kWrProgress | run_wrs << kWrProgressWrsShift | run_bytes;
+      run_bytes = run_wrs = 0;
+    }
+  }
+  ibv_send_wr* close = &wrs[nw - 1];
+  const bool separate = plan[nw - 1].msg < 0;  // else the last data WRITE carries the immediate
+  bool ar_imm = false;  // adaptive routing: this chain's data WRITEs are closed by their own WR
+  if (!record_close(s, sizes, nreqs)) {
+    ar_imm = separate && nw > 1;
+    if (separate) {  // no data on this chain, or above NCCL_IB_AR_THRESHOLD: a zero-length one
+      close->wr.rdma.remote_addr = e[0].addr;
+      close->wr.rdma.rkey = entry_rkey(s, snap, 0, rpath);
+    }
+    // Every chain states the whole message's size: the receiver checks it against its buffer. A
+    // fused comm's names the receive's slot too (wire.h).
+    const auto bytes = static_cast<uint32_t>(reqs[0]->size);
+    close->imm_data = htonl(s.c.npaths > 1 ? wire::fused_imm(slot, bytes) : bytes);
+  } else {
+    // ar_of made it a separate WR: the record is its payload, never a data WRITE's.
+    sges[nw - 1] = {reinterpret_cast<uintptr_t>(&s.records[slot]), sizeof(wire::DoneRecord),
+                    local_mem_lkey(s.c, t)};
+    close->sg_list = &sges[nw - 1];
+    close->num_sge = first ? 1 : 0;  // the record travels once; other chains only signal
+    close->wr.rdma.remote_addr = s.remote_records + slot * sizeof(wire::DoneRecord);
+    close->wr.rdma.rkey = remote_mem_rkey(s.c, t);
+    close->imm_data = htonl(wire::kImmRecord | slot);
+  }
+  close->opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+  close->send_flags = IBV_SEND_SIGNALED;
+  close->wr_id = leader->index;
+  if (s.c.prof.start != nullptr) [[unlikely]]
+    prof_send_chain(s, t, wrs, plan, nw);
+  if (Status st = post_chain(s, t, wrs, nw); !st.is_ok()) return fail(s.c, st);
+  s.sq_bytes[t] += lane_bytes;
+  s.sq_seg[t] = std::max(s.sq_seg[t], seg);
+  if (s.c.nmembers > 1) s.c.member_bytes[member].add(lane_bytes);  // else: stats.bytes
+  if (ar_imm) s.c.stats.ar_imm_writes.add(1);
+  if (s.c.fo.on) {  // the chain log (health/path_failover.h): its place in t's order of closes
+    PathFailover& f = s.c.fo;
+    if (f.closes[t] - f.log_lo[t] >= static_cast<uint64_t>(kChainLog))
+      return fail(s.c, Status(Code::kInternalError,
+                              "failover: the chain log of " + s.c.describe_qp(t) + " is full"));
+    f.log[static_cast<size_t>(t) * kChainLog + f.closes[t] % kChainLog] =
+        ChainRec{seq, leader->index, static_cast<uint8_t>(path), static_cast<uint8_t>(lane), first};
+    ++f.closes[t];
+  }
+  if (bytes_out != nullptr) *bytes_out = lane_bytes;
+  return Status::ok();
+}
+
+// Posts the whole group of the slot at s.head: every chain (path and lane) of the receive's mask,
+// each where failover routes it (its own QP while its path carries).
 Status post_group(SendComm& s) {
-  const wire::CtsEntry* e = s.snap.e;
   const int nreqs = s.snap.nreqs;
   const uint32_t mask = s.snap.paths;
   const uint32_t slot = static_cast<uint32_t>(s.head % wire::kFifoSlots);
-  const int nlanes = stripe::lanes_per_path(s.c.split, s.c.qpp);
   SendReq* leader = s.slot_reqs[0];
   leader->pending = static_cast<uint8_t>(stripe::closes(mask, s.c.split, s.c.qpp));
   leader->group_n = static_cast<uint8_t>(nreqs);
@@ -84,7 +193,9 @@ Status post_group(SendComm& s) {
   }
   leader->posted_ns = stat_clock_ns();
   s.c.stats.bytes.add(bytes);
-  if (nreqs > 1) {
+  size_t sizes[wire::kEntriesPerSlot];
+  for (int i = 0; i < nreqs; ++i) sizes[i] = s.slot_reqs[i]->size;
+  if (record_close(s, sizes, nreqs)) {
     wire::DoneRecord& r = s.records[slot];
     for (int i = 0; i < wire::kEntriesPerSlot; ++i)
       r.sizes[i] = i < nreqs ? static_cast<uint32_t>(s.slot_reqs[i]->size) : 0;
@@ -92,81 +203,11 @@ Status post_group(SendComm& s) {
     r.bad_index = 0;
     r.seq = s.head + 1;
   }
-  size_t sizes[wire::kEntriesPerSlot];
-  for (int i = 0; i < nreqs; ++i) sizes[i] = s.slot_reqs[i]->size;
   Status st = Status::ok();
   for_each_chain(s, mask, s.head, [&](int path, int lane, int q, bool first) {
     if (!st.is_ok()) return;
-    const int member = s.c.qp_member[q];
-    // The chain as stripe::plan_path lays it out: the path's part of each message, WRITEs of at
-    // most 1 MiB each where it is longer, a progress WR signaled every ~1 MiB (progress.h), the
-    // close last. On a one-path comm it is cts::plan_lane's chain: one WRITE per small message,
-    // closed by a WRITE_WITH_IMM.
-    cts::LaneWr plan[cts::kMaxLaneWrs];
-    uint64_t seg = 0;
-    const int nw =
-        static_cast<int>(stripe::plan_path(s.c.paths, mask, sizes, nreqs, path, lane, nlanes,
-                                           s.ar_threshold, plan, nullptr, nullptr, &seg));
-    ibv_send_wr wrs[cts::kMaxLaneWrs];
-    ibv_sge sges[cts::kMaxLaneWrs];
-    uint64_t lane_bytes = 0, run_bytes = 0, run_wrs = 0;
-    for (int k = 0; k < nw; ++k) {
-      const cts::LaneWr& p = plan[k];
-      ibv_send_wr& w = wrs[k];
-      w = ibv_send_wr{};
-      w.wr_id = kWrUnsignaled;
-      w.opcode = IBV_WR_RDMA_WRITE;
-      if (p.msg >= 0) {
-        const SendReq* r = s.slot_reqs[p.msg];
-        sges[k] = {reinterpret_cast<uintptr_t>(r->data + p.off), static_cast<uint32_t>(p.len),
-                   r->lkeys[member]};
-        w.sg_list = &sges[k];
-        w.num_sge = 1;
-        w.wr.rdma.remote_addr = e[p.msg].addr + p.off;
-        w.wr.rdma.rkey = entry_rkey(s, p.msg, path);
-      }
-      lane_bytes += p.len;
-      run_bytes += p.len;
-      ++run_wrs;
-      if (p.progress) {  // frees its run of WRs and bytes when it completes (poll_send)
-        w.send_flags = IBV_SEND_SIGNALED;
-        w.wr_id = kWrProgress | run_wrs << kWrProgressWrsShift | run_bytes;
-        run_bytes = run_wrs = 0;
-      }
-    }
-    ibv_send_wr* close = &wrs[nw - 1];
-    const bool separate = plan[nw - 1].msg < 0;  // else the last data WRITE carries the immediate
-    bool ar_imm = false;  // adaptive routing: this chain's data WRITEs are closed by their own WR
-    if (nreqs == 1) {
-      ar_imm = separate && nw > 1;
-      if (separate) {  // no data on this chain, or above NCCL_IB_AR_THRESHOLD: a zero-length one
-        close->wr.rdma.remote_addr = e[0].addr;
-        close->wr.rdma.rkey = entry_rkey(s, 0, path);
-      }
-      // Every chain states the whole message's size: the receiver checks it against its buffer.
-      close->imm_data = htonl(static_cast<uint32_t>(s.slot_reqs[0]->size));
-    } else {
-      sges[nw - 1] = {reinterpret_cast<uintptr_t>(&s.records[slot]), sizeof(wire::DoneRecord),
-                      local_mem_lkey(s.c, q)};
-      close->sg_list = &sges[nw - 1];
-      close->num_sge = first ? 1 : 0;  // the record travels once; other chains only signal
-      close->wr.rdma.remote_addr = s.remote_records + slot * sizeof(wire::DoneRecord);
-      close->wr.rdma.rkey = remote_mem_rkey(s.c, q);
-      close->imm_data = htonl(wire::kImmRecord | slot);
-    }
-    close->opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
-    close->send_flags = IBV_SEND_SIGNALED;
-    close->wr_id = leader->index;
-    if (s.c.prof.start != nullptr) [[unlikely]]
-      prof_send_chain(s, q, wrs, plan, nw);
-    if (st = post_chain(s, q, wrs, nw); !st.is_ok()) {
-      st = fail(s.c, st);
-      return;
-    }
-    s.sq_bytes[q] += lane_bytes;
-    s.sq_seg[q] = std::max(s.sq_seg[q], seg);
-    if (s.c.nmembers > 1) s.c.member_bytes[member].add(lane_bytes);  // else: stats.bytes
-    if (ar_imm) s.c.stats.ar_imm_writes.add(1);
+    st = post_path_chain(s, s.snap, s.slot_reqs, nreqs, s.head, path, lane, first,
+                         fo_route(s.c.fo, s.c.qpp, q), leader);
   });
   SLUICE_RETURN_IF_ERROR(st);
   for (int i = 0; i < nreqs; ++i) s.slot_reqs[i]->posted = true;
@@ -195,7 +236,13 @@ Status room_for(SendComm& s, const uint32_t* need, bool* fits) {
 Status reject_send(SendComm& s, int index, size_t size, int tag, uint32_t why) {
   const uint32_t mask = s.snap.paths;
   uint32_t need[wire::kMaxQps] = {};
-  for_each_chain(s, mask, s.head, [&](int, int, int q, bool) { need[q] = 1; });
+  bool routed = true;
+  for_each_chain(s, mask, s.head, [&](int, int, int q, bool) {
+    const int t = fo_route(s.c.fo, s.c.qpp, q);
+    routed = routed && t >= 0;
+    if (t >= 0) need[t] += 1;
+  });
+  if (!routed) return Status::again();  // a path of the receive is fencing (failover)
   bool fits = false;
   SLUICE_RETURN_IF_ERROR(room_for(s, need, &fits));
   if (!fits) return Status::again();
@@ -208,8 +255,9 @@ Status reject_send(SendComm& s, int index, size_t size, int tag, uint32_t why) {
   r.seq = s.head + 1;
   // One close per chain the receiver expects (its entry's paths), the record on the first.
   Status told = Status::ok();
-  for_each_chain(s, mask, s.head, [&](int, int, int q, bool first) {
+  for_each_chain(s, mask, s.head, [&](int, int, int q0, bool first) {
     if (!told.is_ok()) return;
+    const int q = fo_route(s.c.fo, s.c.qpp, q0);
     ibv_sge sge{reinterpret_cast<uintptr_t>(&r), sizeof r, local_mem_lkey(s.c, q)};
     ibv_send_wr w{};
     w.wr_id = kWrReject;
@@ -268,10 +316,17 @@ Status isend_impl(SendComm* s, void* data, size_t size, int tag, MemHandle* mh, 
     for (int i = 0; i < nreqs; ++i) sizes[i] = i == idx ? size : s->slot_reqs[i]->size;
     const int nlanes = stripe::lanes_per_path(s->c.split, s->c.qpp);
     uint32_t need[wire::kMaxQps] = {};
+    bool routed = true;
     for_each_chain(*s, s->snap.paths, s->head, [&](int path, int lane, int q, bool) {
-      need[q] = stripe::plan_path(s->c.paths, s->snap.paths, sizes, nreqs, path, lane, nlanes,
-                                  s->ar_threshold, nullptr);
+      const int t = fo_route(s->c.fo, s->c.qpp, q);
+      routed = routed && t >= 0;
+      if (t >= 0)
+        need[t] += stripe::plan_path(s->c.paths, s->snap.paths, sizes, nreqs, path, lane, nlanes,
+                                     ar_of(*s, sizes, nreqs), nullptr);
     });
+    // A path of the receive is fencing (failover): its chains wait for the substitute the
+    // receiver names in its FENCE.
+    if (!routed) return Status::again();
     bool fits = false;
     SLUICE_RETURN_IF_ERROR(room_for(*s, need, &fits));
     if (!fits) return Status::again();
@@ -317,8 +372,10 @@ Status poll_send_cq(SendComm& s, int member) {
   if (n > 0) s.c.stats.completions.add(static_cast<uint64_t>(n));
   int64_t now = 0;
   for (int k = 0; k < n; ++k) {
-    if (wc[k].status != IBV_WC_SUCCESS)
+    if (wc[k].status != IBV_WC_SUCCESS) {
+      if (fo_error_wc(s.c, wc[k], member, "send")) continue;  // failover takes it
       return fail(s.c, completion_error(s.c, wc[k], "send", member));
+    }
     if (wc[k].wr_id & kWrUnsignaled) continue;
     const int q = qp_index(s.c, wc[k].qp_num, member);
     if (q >= 0) s.c.progress.since_ns[q] = 0;  // progress on that QP (progress.h)
@@ -333,6 +390,13 @@ Status poll_send_cq(SendComm& s, int member) {
       if (q >= 0) s.sq_used[q] -= 1;
       continue;
     }
+    if (wc[k].wr_id & kWrCheck) {  // failback's check of a fresh QP (failback_dp.cc)
+      if (q >= 0) {
+        s.sq_used[q] -= std::min<uint32_t>(1, s.sq_used[q]);
+        fo_check_done(s.c, q);
+      }
+      continue;
+    }
     if (wc[k].wr_id >= static_cast<uint64_t>(SendComm::kPool))  // none of ours: never index by it
       return fail(s.c, Status(Code::kInternalError, "completion with unknown wr_id " +
                                                         std::to_string(wc[k].wr_id) + " on " +
@@ -343,12 +407,23 @@ Status poll_send_cq(SendComm& s, int member) {
     // Its progress WRs (if any) completed before it and freed their runs: it frees the rest.
     if (q >= 0) {
       size_t sizes[wire::kEntriesPerSlot];
-      const int lane = s.c.split ? q % s.c.qpp : 0;
+      int path = q / s.c.qpp, lane = s.c.split ? q % s.c.qpp : 0;
+      if (s.c.fo.on) {  // the chain log says which chain it closed (it may be a replay)
+        PathFailover& f = s.c.fo;
+        const ChainRec& rec = f.log[static_cast<size_t>(q) * kChainLog + f.log_lo[q] % kChainLog];
+        if (f.log_lo[q] == f.closes[q] || rec.leader != wc[k].wr_id)
+          return fail(s.c, Status(Code::kInternalError,
+                                  "failover: a close completed out of the chain log's order on " +
+                                      s.c.describe_qp(q)));
+        path = rec.path;
+        lane = rec.lane;
+        ++f.log_lo[q];
+      }
       for (int i = 0; i < leader->group_n; ++i) sizes[i] = s.pool[leader->group[i]].size;
       uint32_t tail_wrs = 0;
       uint64_t tail_bytes = 0;
-      (void)stripe::plan_path(s.c.paths, leader->paths, sizes, leader->group_n, q / s.c.qpp, lane,
-                              nlanes, s.ar_threshold, nullptr, &tail_wrs, &tail_bytes);
+      (void)stripe::plan_path(s.c.paths, leader->paths, sizes, leader->group_n, path, lane, nlanes,
+                              ar_of(s, sizes, leader->group_n), nullptr, &tail_wrs, &tail_bytes);
       s.sq_used[q] -= tail_wrs;
       s.sq_bytes[q] -= std::min(tail_bytes, s.sq_bytes[q]);
       if (s.sq_used[q] == 0) s.sq_seg[q] = 0;
@@ -369,6 +444,70 @@ Status poll_send_cq(SendComm& s, int member) {
 // Every member's CQ in turn (a one-member comm polls one, as before fusion).
 Status poll_send(SendComm& s) {
   for (int m = 0; m < s.c.nmembers; ++m) SLUICE_RETURN_IF_ERROR(poll_send_cq(s, m));
+  return Status::ok();
+}
+
+Status fo_send_replay(SendComm& s, int p, bool* done) {
+  PathFailover& f = s.c.fo;
+  *done = false;
+  const int nlanes = stripe::lanes_per_path(s.c.split, s.c.qpp);
+  for (int x = p * s.c.qpp; x < (p + 1) * s.c.qpp; ++x) {
+    const int t = fo_route(f, s.c.qpp, x);
+    if (t < 0) return Status::ok();  // the substitute is fencing too: its own FENCE names the next
+    // The receiver polled this many closes on x: the first chains of x's log arrived whole.
+    const uint64_t arrived = f.peer_counts[p][x - p * s.c.qpp];
+    while (f.log_lo[x] < f.closes[x]) {
+      const uint64_t i = f.log_lo[x];
+      const ChainRec rec = f.log[static_cast<size_t>(x) * kChainLog + i % kChainLog];
+      SendReq* leader = &s.pool[rec.leader];
+      if (i < arrived) {  // its close reached the receive: settled without its own completion
+        ++f.log_lo[x];
+        if (--leader->pending == 0) {
+          s.c.stats.add_latency(stat_clock_ns() - leader->posted_ns);
+          for (int g = 0; g < leader->group_n; ++g) s.pool[leader->group[g]].done = true;
+        }
+        continue;
+      }
+      // Not arrived: sent again on t, from the receive's clear-to-send entries, which stay in the
+      // FIFO until the receive completes (the receiver reuses a slot only after that).
+      cts::Snapshot snap;
+      const size_t cells = static_cast<size_t>(s.c.cells());
+      const wire::CtsEntry* e =
+          &s.fifo[(rec.seq % wire::kFifoSlots) * wire::kEntriesPerSlot * cells];
+      if (Status st =
+              cts::take_snapshot_fused(e, rec.seq + 1, s.c.npaths, s.c.remote_nmembers, &snap);
+          !st.is_ok()) {
+        return fail(s.c, Status(Code::kInternalError,
+                                "failover replay: the clear-to-send entries of receive " +
+                                    std::to_string(rec.seq) + " are gone from the FIFO (" +
+                                    st.message() + ") on " + s.c.describe_qp(x)));
+      }
+      SendReq* reqs[wire::kEntriesPerSlot];
+      size_t sizes[wire::kEntriesPerSlot];
+      for (int g = 0; g < leader->group_n; ++g) {
+        reqs[g] = &s.pool[leader->group[g]];
+        sizes[g] = reqs[g]->size;
+      }
+      const uint32_t need =
+          stripe::plan_path(s.c.paths, snap.paths, sizes, leader->group_n, rec.path, rec.lane,
+                            nlanes, ar_of(s, sizes, leader->group_n), nullptr);
+      if (s.sq_used[t] + need > kSendSqDepth) {
+        SLUICE_RETURN_IF_ERROR(poll_send(s));
+        if (s.sq_used[t] + need > kSendSqDepth) return Status::ok();  // the next call goes on
+      }
+      uint64_t bytes = 0;
+      SLUICE_RETURN_IF_ERROR(post_path_chain(s, snap, reqs, leader->group_n, rec.seq, rec.path,
+                                             rec.lane, rec.first, t, leader, &bytes));
+      ++f.log_lo[x];
+      ++f.chains_replayed;
+      f.bytes_replayed += bytes;
+    }
+    // Every WR of x completed or flushed behind its marker: none is on its queue any more.
+    s.sq_used[x] = 0;
+    s.sq_bytes[x] = 0;
+    s.sq_seg[x] = 0;
+  }
+  *done = true;
   return Status::ok();
 }
 

@@ -83,8 +83,9 @@ uint32_t Path::enter_down_after_fence(int64_t now_ms) {
   since_ = now_ms;
   retry_at_ = now_ms + backoff_ms(t_, attempts_ + 1);
   say("fenced on both sides after " + std::to_string(took) +
-      " ms; replaying what did not arrive; next attempt in " + std::to_string(retry_at_ - now_ms) +
-      " ms");
+      " ms; replaying what did not arrive; " +
+      (role_ == Role::kSender ? "next attempt in " + std::to_string(retry_at_ - now_ms) + " ms"
+                              : std::string("the sender offers its recovery")));
   return kReplay | kLog;
 }
 
@@ -94,10 +95,17 @@ uint32_t Path::attempt_failed(Cause c, const std::string& what, int64_t now_ms) 
   since_ = now_ms;
   offered_ = false;
   retry_at_ = now_ms + backoff_ms(t_, attempts_ + 1);
-  say(std::string("recovery attempt ") + std::to_string(attempts_) + " failed in " +
-      state_name(was) + " (" + with_facts(c, what) + "); next in " +
-      std::to_string(retry_at_ - now_ms) + " ms");
-  return kDropFresh | kLog;
+  if (role_ == Role::kSender) {
+    say(std::string("recovery attempt ") + std::to_string(attempts_) + " failed in " +
+        state_name(was) + " (" + with_facts(c, what) + "); next in " +
+        std::to_string(retry_at_ - now_ms) + " ms");
+    return kDropFresh | kLog;
+  }
+  // The receiver answers, the sender offers: a FENCE of the attempt's epoch tells the sender at
+  // once that this one failed here (else it would wait out its attempt's bound).
+  say(std::string("recovery attempt of epoch ") + std::to_string(epoch_) + " failed in " +
+      state_name(was) + " (" + with_facts(c, what) + "); the sender is told and offers again");
+  return kDropFresh | kLog | kSendFence;
 }
 
 uint32_t Path::on_fault(Cause c, const std::string& what, int64_t now_ms) {
@@ -106,7 +114,8 @@ uint32_t Path::on_fault(Cause c, const std::string& what, int64_t now_ms) {
     case State::kRamping:
       return enter_fencing(c, what, now_ms);
     case State::kRecovering:
-      return attempt_failed(Cause::kAttemptFailed, with_facts(c, what), now_ms);
+      return attempt_failed(Cause::kAttemptFailed,
+                            c == Cause::kAttemptFailed ? what : with_facts(c, what), now_ms);
     case State::kChecking:
       return attempt_failed(Cause::kCheckFailed, with_facts(c, what), now_ms);
     case State::kFencing:
@@ -130,7 +139,10 @@ uint32_t Path::on_peer_fence(uint32_t epoch, int64_t now_ms) {
   if (state_ == State::kUp || state_ == State::kRamping) {
     a |= enter_fencing(Cause::kPeerFence, "", now_ms);
   } else if (state_ == State::kRecovering || state_ == State::kChecking) {
-    return kNoAction;  // a FENCE of the epoch being set up cannot come: the peer is not in it yet
+    // The peer's fresh path already carried (its check passed) and failed before this side's
+    // check completed: this side's fresh QPs carried nothing, so dropping them fences them; the
+    // FENCE answers the peer's, whose own fence waits for it.
+    return attempt_failed(Cause::kPeerFence, "the peer fenced the fresh path", now_ms) | kSendFence;
   }
   if (state_ != State::kFencing || peer_fenced_) return a;
   peer_fenced_ = true;
@@ -146,6 +158,19 @@ uint32_t Path::on_port_active(int64_t now_ms) {
 
 uint32_t Path::on_peer_offer(uint32_t epoch, int64_t now_ms) {
   if (epoch <= epoch_ && !(state_ == State::kRecovering && epoch == epoch_)) return kNoAction;
+  if (epoch > epoch_ && (state_ == State::kRecovering || state_ == State::kChecking)) {
+    // The peer gave its attempt up (its bound) and offers the next: this side's fresh QPs of the
+    // old one carried nothing; they go, and the new offer is answered.
+    state_ = State::kRecovering;
+    since_ = now_ms;
+    epoch_ = epoch;
+    offered_ = false;
+    ++attempts_;
+    say("recovering: the peer gave attempt " + std::to_string(epoch - 1) +
+        " up and offered epoch " + std::to_string(epoch) + " (attempt " +
+        std::to_string(attempts_) + ")");
+    return kDropFresh | kAnswer | kLog;
+  }
   if (state_ == State::kRecovering && epoch == epoch_) {
     // Two offers crossed: the sender's stands. The receiver drops its own fresh QPs and
     // answers; the sender ignores the receiver's offer and waits for its answer.
@@ -195,7 +220,9 @@ uint32_t Path::on_tick(int64_t now_ms) {
       if (attempts_ > 0 && now_ms - since_ >= t_.stable_ms) attempts_ = 0;
       return kNoAction;
     case State::kFencing:
-      if (now_ms - since_ < t_.fence_bound_ms) return kNoAction;
+      // No bound of its own (0): the peer answers at its next call; one that is gone is the
+      // liveness watch's (SLUICE_HEARTBEAT_MS).
+      if (t_.fence_bound_ms <= 0 || now_ms - since_ < t_.fence_bound_ms) return kNoAction;
       say(std::string("the fence did not complete within ") + std::to_string(t_.fence_bound_ms) +
           " ms (" + (local_fenced_ ? "" : "this side's drain markers did not flush; ") +
           (peer_fenced_ ? "" : "no FENCE from the peer") + "); cause: " + cause_name(cause_));

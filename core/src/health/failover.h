@@ -34,6 +34,9 @@
 // needs no fence: its QPs are destroyed, and a new attempt uses new QP numbers and random PSNs.
 // A path that has carried data again (kRamping, kUp) is fenced on any fault.
 //
+// Recovery: the sender offers (its clock, its port back), the receiver answers; an attempt that
+// fails on the receiver's side is told to the sender by a FENCE of the attempt's epoch, which
+// ends the sender's attempt at once.
 // Backoff: attempt k (1, 2, ...) starts retry_base_ms x 2^(k-1) after the fence or the last
 // failed attempt, capped at retry_cap_ms; never given up while the comm lives. A port that comes
 // back ACTIVE makes the next attempt due at once. The count returns to 0 only after the path has
@@ -81,6 +84,7 @@ struct Timing {
   int64_t retry_base_ms = 200;
   int64_t retry_cap_ms = 30000;
   int64_t fence_bound_ms = 10000;    // the peer's FENCE must come within this, else the comm fails
+                                     // (0: no bound of its own, SLUICE_FAILOVER_FENCE_MS)
   int64_t attempt_bound_ms = 10000;  // one attempt (offer to checked)
   int64_t ramp_step_ms = 1000;       // per ramp step without a fault
   int64_t stable_ms = 10000;         // kUp this long: the backoff count returns to 0

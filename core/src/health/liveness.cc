@@ -53,7 +53,8 @@ SocketSeen classify_read(long r, int err, const uint8_t* buf) {
 }
 
 SocketSeen feed_peer_bytes(uint8_t* rx, uint16_t* rx_len, const uint8_t* buf, size_t n,
-                           std::string* text) {
+                           std::string* text, PathMsgSink sink, void* ctx) {
+  static_assert(wire::kPathMsgMaxBytes <= wire::kNoticeMaxBytes, "rx holds a path message");
   bool goodbye = false;
   for (size_t i = 0; i < n; ++i) {
     if (*rx_len == 0) {
@@ -61,13 +62,27 @@ SocketSeen feed_peer_bytes(uint8_t* rx, uint16_t* rx_len, const uint8_t* buf, si
         goodbye = true;
         continue;
       }
-      if (buf[i] != wire::kNoticeMagic) return SocketSeen::kGarbage;
+      const bool path_msg = buf[i] == wire::kPathMsgMagic && sink != nullptr;
+      if (buf[i] != wire::kNoticeMagic && !path_msg) return SocketSeen::kGarbage;
     }
     // A notice after the goodbye cannot come from a Sluice peer (it says goodbye last).
     if (goodbye && *rx_len == 0) return SocketSeen::kGarbage;
     if (*rx_len >= wire::kNoticeMaxBytes) return SocketSeen::kBadNotice;
     rx[(*rx_len)++] = buf[i];
     size_t used = 0;
+    if (rx[0] == wire::kPathMsgMagic) {
+      wire::PathMsg m;
+      switch (wire::decode_path_msg(rx, *rx_len, &m, text, &used)) {
+        case wire::PathMsgParse::kIncomplete:
+          continue;
+        case wire::PathMsgParse::kBad:
+          return SocketSeen::kBadNotice;
+        case wire::PathMsgParse::kOk:
+          sink(ctx, m);
+          *rx_len = 0;
+          continue;
+      }
+    }
     switch (wire::decode_notice(rx, *rx_len, text, &used)) {
       case wire::NoticeParse::kIncomplete:
         continue;
@@ -202,7 +217,10 @@ void poll_socket(Conn& c) {
       return;
     }
     std::string text;
-    if (r > 0) seen = feed_peer_bytes(w.rx, &w.rx_len, buf, static_cast<size_t>(r), &text);
+    if (r > 0) {
+      seen = feed_peer_bytes(w.rx, &w.rx_len, buf, static_cast<size_t>(r), &text,
+                             c.fo.on ? fo_take_path_msg : nullptr, &c.fo);
+    }
     if (seen == SocketSeen::kNothing) continue;  // a notice in part: read on
     if (seen == SocketSeen::kGoodbye) {
       w.state = PeerWatch::kGoodbye;
@@ -293,6 +311,10 @@ Status liveness_check(Conn& c, bool new_work) {
   return Status::ok();
 }
 
+void liveness_poll_now(Conn& c) {
+  if (c.watch.started) poll_socket(c);
+}
+
 Status liveness_verdict(Conn& c) {
   if (c.watch.state == PeerWatch::kAlive) return Status::ok();
   return fail_with(c, gone_status(c), false);
@@ -340,6 +362,14 @@ void liveness_async_event(Adapter& a, const ibv_async_event& ev) {
       if (ev.event_type == IBV_EVENT_PORT_ACTIVE) {
         SLUICE_INFO(kSubNet, "%s: port %d is up (%s); new comms can be opened on it",
                     a.name.c_str(), ev.element.port_num, what);
+        // Failover comms with a member on it: their paths there may come back at once.
+        std::lock_guard<std::mutex> lk(a.comms_mu);
+        for (Conn* c : a.comms) {
+          if (!c->fo.on) continue;
+          for (int m = 0; m < c->nmembers; ++m)
+            if (c->members[m].dev->adapter == &a && c->members[m].dev->port == ev.element.port_num)
+              c->fo.port_up.fetch_or(1u << m, std::memory_order_release);
+        }
       } else {
         SLUICE_INFO(kSubNet, "%s: async event %s", a.name.c_str(), what);
       }
@@ -349,7 +379,8 @@ void liveness_async_event(Adapter& a, const ibv_async_event& ev) {
                              info.meaning + "; likely cause: " + info.cause;
   std::vector<std::string> hit;
   size_t total = 0;
-  size_t already = 0;  // comms this event matches that an earlier event already failed
+  size_t already = 0;       // comms this event matches that an earlier event already failed
+  size_t failing_over = 0;  // failover comms that lose a path, not the comm
   {
     std::lock_guard<std::mutex> lk(a.comms_mu);
     for (Conn* c : a.comms) {
@@ -374,6 +405,28 @@ void liveness_async_event(Adapter& a, const ibv_async_event& ev) {
           break;
       }
       if (!match) continue;
+      // A failover comm loses the paths of that member (port, CQ) or of that QP, not the comm:
+      // its driver takes the bits at its next call (datapath/failover_dp.cc) and fails the comm
+      // itself when no path is left.
+      if (c->fo.on && info.scope != AsyncEventInfo::kDevice) {
+        uint32_t bits = 0;
+        for (int m = 0; m < c->nmembers; ++m) {
+          const bool hit = info.scope == AsyncEventInfo::kCq
+                               ? c->members[m].cq.get() == ev.element.cq
+                               : info.scope == AsyncEventInfo::kPort &&
+                                     c->members[m].dev->adapter == &a &&
+                                     c->members[m].dev->port == ev.element.port_num;
+          if (hit) bits |= 1u << m;
+        }
+        if (bits != 0) c->fo.port_down.fetch_or(bits, std::memory_order_release);
+        if (info.scope == AsyncEventInfo::kQp) {
+          for (int q = 0; q < c->nqps; ++q)
+            if (c->qps[q].get() == ev.element.qp)
+              c->fo.qp_event.fetch_or(1u << q, std::memory_order_release);
+        }
+        ++failing_over;
+        continue;
+      }
       if (c->watch.async_failed.load(std::memory_order_relaxed)) {
         ++already;
         continue;
@@ -384,6 +437,11 @@ void liveness_async_event(Adapter& a, const ibv_async_event& ev) {
       ++total;
     }
   }
+  if (failing_over > 0) {
+    SLUICE_INFO(kSubNet, "%s; %zu multi-path comm(s) fail over to their other paths",
+                reason.c_str(), failing_over);
+  }
+  if (total == 0 && failing_over > 0) return;
   if (total == 0 && already > 0) {  // logged once: the comms it hits already failed (and WARNed)
     SLUICE_INFO(kSubNet, "%s; the %zu comm(s) it affects already failed", reason.c_str(), already);
     return;

@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <string>
 
+#include "sluice/core/base/path_msg.h"
 #include "sluice/core/base/status.h"
 #include "sluice/core/base/wire.h"
 
@@ -82,8 +83,12 @@ SocketSeen classify_read(long r, int err, const uint8_t* buf);
 // rx/rx_len), kGoodbye (only goodbye bytes), kNotice (*text: the peer's reason), kBadNotice (*text:
 // what is wrong with it) or kGarbage (neither goodbye nor a notice). Once it returned kNotice,
 // kBadNotice or kGarbage the socket says nothing more that matters.
+// With a sink (a failover comm, health/path_failover.h), path messages (path_msg.h) may come
+// between them, any number: each complete one goes to sink(ctx, msg) and the reading goes on; a
+// bad one is kBadNotice (*text says why). Without a sink a path message is kGarbage.
+using PathMsgSink = void (*)(void* ctx, const wire::PathMsg& m);
 SocketSeen feed_peer_bytes(uint8_t* rx, uint16_t* rx_len, const uint8_t* buf, size_t n,
-                           std::string* text);
+                           std::string* text, PathMsgSink sink = nullptr, void* ctx = nullptr);
 
 // The meaning of an asynchronous event, what it concerns and its likely cause. Unknown or benign
 // events have scope kNone and are only logged at INFO.
@@ -120,6 +125,8 @@ void liveness_tell_peer(Conn& c);
 Status liveness_check(Conn& c, bool new_work);
 // In test, after polling the CQ left the request pending: fails the comm when the peer is gone.
 Status liveness_verdict(Conn& c);
+// A socket poll now, whatever the cadence (failover: a FENCE is awaited). Never blocks.
+void liveness_poll_now(Conn& c);
 
 // The async-event thread's handler for QP, CQ and port events (engine.cc).
 void liveness_async_event(Adapter& a, const ibv_async_event& ev);
