@@ -148,6 +148,15 @@ struct Initiator {
         {"size", "send_rail", "send_bytes/msg", "send_cqes/msg", "send_p50_us", "send_p99_us",
          "recv_rail", "recv_bytes/msg", "recv_cqes/msg", "recv_p50_us", "recv_p99_us"});
     bool rails_seen = false;
+    // Failover (docs/failover.md), a row per size and member where a comm fails over: each side's
+    // worst path state at the end of the counted repetition, its failovers and failbacks, the
+    // bytes the sender replayed, and the longest last stall (fault to replay posted / receives
+    // published again).
+    Table fo(std::string(name) + "_failover",
+             {"size", "send_rail", "send_state", "send_failovers", "send_failbacks",
+              "send_replayed_bytes", "send_stall_ms", "recv_rail", "recv_state", "recv_failovers",
+              "recv_failbacks", "recv_stall_ms"});
+    bool fo_seen = false;
     for (uint64_t size : sizes) {
       uint64_t iters = iters_for(size);
       std::vector<double> gbs, mmsg, cpus, cpur, rgbs, rmmsg;
@@ -203,6 +212,21 @@ struct Initiator {
                    Table::num((one ? peer.bytes : peer.member_bytes[m]) / n, "%.1f"),
                    Table::num((one ? peer.completions : peer.member_completions[m]) / n, "%.3f"),
                    Table::num(pct(peer, 0.5), "%.1f"), Table::num(pct(peer, 0.99), "%.1f")});
+              if (!me.failover_on && !peer.failover_on) continue;
+              fo_seen = true;
+              static const char* kState[] = {"up",         "fencing",  "down",
+                                             "recovering", "checking", "ramping"};
+              auto state = [](int v) { return v >= 0 && v <= 5 ? kState[v] : "?"; };
+              fo.add({Table::integer(size), Table::text(name(me)),
+                      Table::text(state(me.member_state[m])),
+                      Table::integer(me.member_failovers[m]),
+                      Table::integer(me.member_failbacks[m]),
+                      Table::integer(static_cast<long long>(me.member_replayed[m])),
+                      Table::integer(me.member_stall_ms[m]), Table::text(name(peer)),
+                      Table::text(state(peer.member_state[m])),
+                      Table::integer(peer.member_failovers[m]),
+                      Table::integer(peer.member_failbacks[m]),
+                      Table::integer(peer.member_stall_ms[m])});
             }
           }
         }
@@ -265,6 +289,7 @@ struct Initiator {
     }
     tables.push_back(std::move(t));
     if (rails_seen) tables.push_back(std::move(rails));
+    if (fo_seen) tables.push_back(std::move(fo));
   }
 
   // Latency: Sluice's two modes and perftest's ib_write_lat / ib_send_lat, rows of one table.

@@ -68,6 +68,14 @@ struct SideStats {
   char member_name[kMembers][32] = {};
   uint64_t member_bytes[kMembers] = {}, member_completions[kMembers] = {};
   uint64_t latency[SLUICE_EXT_LATENCY_BUCKETS] = {};
+  // Failover (sluiceExt_v2's paths), at the end of the phase, per local member of the paths:
+  // the worst state over the comms (SLUICE_PATH_*), failovers and failbacks summed, bytes the
+  // sender replayed summed, the longest last stall (-1: none). failover_on: some comm fails over.
+  int32_t failover_on = 0;
+  int32_t member_state[kMembers] = {};
+  uint32_t member_failovers[kMembers] = {}, member_failbacks[kMembers] = {};
+  uint64_t member_replayed[kMembers] = {};
+  int64_t member_stall_ms[kMembers] = {-1, -1, -1, -1};
 };
 
 struct Options {

@@ -129,6 +129,11 @@ struct ExtSnap {
   std::string member_name[SideStats::kMembers];
   uint64_t member_bytes[SideStats::kMembers] = {}, member_completions[SideStats::kMembers] = {};
   uint64_t latency[SLUICE_EXT_LATENCY_BUCKETS] = {};
+  bool failover_on = false;
+  int member_state[SideStats::kMembers] = {};
+  uint32_t member_failovers[SideStats::kMembers] = {}, member_failbacks[SideStats::kMembers] = {};
+  uint64_t member_replayed[SideStats::kMembers] = {};
+  int64_t member_stall_ms[SideStats::kMembers] = {-1, -1, -1, -1};
 };
 ExtSnap ext_snap(Net& net, const std::vector<void*>& comms) {
   ExtSnap e;
@@ -159,6 +164,17 @@ ExtSnap ext_snap(Net& net, const std::vector<void*>& comms) {
         e.member_completions[m] += ms.completions;
       }
       for (int b = 0; b < SLUICE_EXT_LATENCY_BUCKETS; ++b) e.latency[b] += ms.latency[b];
+    }
+    e.failover_on = e.failover_on || v2.failover != 0;
+    for (int p = 0; p < v2.nPaths; ++p) {  // by the local member each path runs on
+      const sluicePathStats_v2_t& ps = v2.paths[p];
+      const int m = ps.localMember;
+      if (m < 0 || m >= SideStats::kMembers) continue;
+      e.member_state[m] = std::max(e.member_state[m], ps.state);
+      e.member_failovers[m] += ps.failovers;
+      e.member_failbacks[m] += ps.failbacks;
+      e.member_replayed[m] += ps.bytesReplayed;
+      e.member_stall_ms[m] = std::max(e.member_stall_ms[m], ps.lastStallMs);
     }
   }
   return e;
@@ -194,6 +210,14 @@ struct Counted {
     }
     for (int b = 0; b < SLUICE_EXT_LATENCY_BUCKETS; ++b)
       st->latency[b] = e1.latency[b] - e0.latency[b];
+    st->failover_on = e1.failover_on;
+    for (int m = 0; m < SideStats::kMembers; ++m) {  // as they are at the phase's end
+      st->member_state[m] = e1.member_state[m];
+      st->member_failovers[m] = e1.member_failovers[m];
+      st->member_failbacks[m] = e1.member_failbacks[m];
+      st->member_replayed[m] = e1.member_replayed[m];
+      st->member_stall_ms[m] = e1.member_stall_ms[m];
+    }
   }
 };
 

@@ -693,6 +693,25 @@ int comm_stats_v2(void* comm, sluiceCommStats_v2_t* out) noexcept {
       for (int q = 0; q < s.nqps; ++q) d.qpNum[q] = s.qpn[q];
     }
     full.flushQpNum = st.flush_qpn;
+    static_assert(SLUICE_PATH_UP == 0 && SLUICE_PATH_RAMPING == 5,
+                  "PathStats::state numbers (core/include/sluice/core/api.h)");
+    full.failover = st.failover ? 1 : 0;
+    full.nPaths = std::min(st.npaths, SLUICE_EXT_MAX_MEMBERS);
+    for (int p = 0; p < full.nPaths; ++p) {
+      const sluice::PathStats& s = st.paths[p];
+      sluicePathStats_v2_t& d = full.paths[p];
+      d.state = s.state;
+      d.localMember = s.local_member;
+      d.remoteMember = s.remote_member;
+      d.sharePct = s.share_pct;
+      d.epoch = s.epoch;
+      d.failovers = s.failovers;
+      d.failbacks = s.failbacks;
+      d.attempts = s.attempts;
+      d.bytesReplayed = s.bytes_replayed;
+      d.chainsReplayed = s.chains_replayed;
+      d.lastStallMs = s.last_stall_ms;
+    }
     std::memcpy(out, &full, std::min(room, sizeof full));
     return 0;
   } catch (...) {

@@ -10,7 +10,9 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstddef>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -233,6 +235,50 @@ const sluiceExt_v2_t* ext2() {
   static const auto* e =
       static_cast<const sluiceExt_v2_t*>(dlsym(Lib::get().handle, SLUICE_EXT_V2_SYMBOL));
   return e;
+}
+
+// Failover's per-path statistics (sluiceExt_v2, appended): a healthy comm reports every path up
+// at its full share, no failover, no stall; a fused comm (SLUICE_TEST_FUSE, more than one path)
+// fails over, a one-path comm does not. A caller compiled before the paths were appended (size
+// up to flushQpNum) gets its part and nothing written past it.
+TEST_F(Cost, FailoverStatsShowEveryPathUpOnAHealthyComm) {
+  ASSERT_NE(ext2(), nullptr) << "sluiceExt_v2 not exported";
+  int got = -1;
+  fill_pattern(sbuf_.data(), 4096, 3);
+  ASSERT_TRUE(send_recv(net(), conn_, sbuf_, 4096, rbuf_, 4096, 9, &got));
+  for (void* comm : {conn_.send, conn_.recv}) {
+    sluiceCommStats_v2_t st{};
+    st.size = sizeof st;
+    ASSERT_EQ(ext2()->commStatsV2(comm, &st), 0);
+    const bool fused = st.nMembers > 1 || st.nPaths > 1;
+    EXPECT_EQ(st.failover, fused ? 1 : 0);
+    ASSERT_GE(st.nPaths, 1);
+    ASSERT_LE(st.nPaths, SLUICE_EXT_MAX_MEMBERS);
+    for (int p = 0; p < st.nPaths; ++p) {
+      SCOPED_TRACE("path " + std::to_string(p));
+      const sluicePathStats_v2_t& ps = st.paths[p];
+      EXPECT_EQ(ps.state, SLUICE_PATH_UP);
+      EXPECT_EQ(ps.sharePct, 100);
+      EXPECT_EQ(ps.failovers, 0u);
+      EXPECT_EQ(ps.failbacks, 0u);
+      EXPECT_EQ(ps.bytesReplayed, 0u);
+      EXPECT_EQ(ps.lastStallMs, -1);
+      EXPECT_GE(ps.localMember, 0);
+      EXPECT_LT(ps.localMember, st.nMembers);
+    }
+    // An older caller's struct ends at flushQpNum: the paths are not written.
+    struct {
+      sluiceCommStats_v2_t st;
+      unsigned char canary[8];
+    } old{};
+    std::memset(&old, 0xa5, sizeof old);
+    old.st.size = offsetof(sluiceCommStats_v2_t, failover);
+    ASSERT_EQ(ext2()->commStatsV2(comm, &old.st), 0);
+    const auto* tail =
+        reinterpret_cast<const unsigned char*>(&old.st) + offsetof(sluiceCommStats_v2_t, failover);
+    for (size_t i = 0; i < sizeof old.st - offsetof(sluiceCommStats_v2_t, failover); ++i)
+      ASSERT_EQ(tail[i], 0xa5) << "byte " << i << " past the caller's size written";
+  }
 }
 
 TEST_F(Cost, LongMessagesCostOneWrAndOneCompletionPerMiB) {

@@ -285,6 +285,29 @@ Status comm_stats_v2(void* comm, CommStatsV2* out) {
   m.completions = c.stats.completions.get();
   for (int i = 0; i < kLatencyBuckets; ++i) m.latency[i] = c.stats.latency[i].get();
   if (b->kind == CommKind::kRecv) out->flush_qpn = flush_stats(*static_cast<RecvComm*>(b)).qpn;
+  // Failover, per path (a one-path comm: its one path, up). PathStats::state is the State's
+  // number, as sluice_ext.h's SLUICE_PATH_* say.
+  static_assert(static_cast<int>(failover::State::kUp) == 0 &&
+                static_cast<int>(failover::State::kRamping) == 5);
+  const PathFailover& f = c.fo;
+  out->failover = f.on;
+  out->npaths = std::max(1, std::min(c.npaths, kMaxMembers));
+  for (int p = 0; p < out->npaths; ++p) {
+    PathStats& ps = out->paths[p];
+    const failover::Path& fp = f.path[p];
+    ps = PathStats{};
+    ps.state = static_cast<int>(fp.state());
+    ps.local_member = c.nqps > 0 ? c.qp_member[p * c.qpp] : 0;
+    ps.remote_member = wire::path_member(p, std::max(c.remote_nmembers, 1));
+    ps.share_pct = fp.share_pct();
+    ps.epoch = fp.epoch();
+    ps.failovers = fp.failovers();
+    ps.failbacks = fp.failbacks();
+    ps.attempts = static_cast<uint32_t>(fp.attempts());
+    ps.bytes_replayed = f.path_bytes_replayed[p];
+    ps.chains_replayed = f.path_chains_replayed[p];
+    ps.last_stall_ms = f.path_stall_ms[p];
+  }
   return Status::ok();
 }
 

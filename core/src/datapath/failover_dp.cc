@@ -148,11 +148,17 @@ Status fo_apply(Conn& c, int p, uint32_t a, int64_t now, const wire::PathMsg* pe
   }
   if (a & failover::kReplay) {
     f.down_ms[p] = now;
+    if (!f.can_recover) {
+      SLUICE_INFO(kSubNet,
+                  "%s comm to %s: %s is not brought back (the comm was connected through "
+                  "rdma_cm, whose ids own its QPs); it runs on the paths left",
+                  side(c), c.peer.c_str(), path_desc(c, p).c_str());
+    }
     if (f.sender) {
       f.replay_pending[p] = true;
     } else {
       SLUICE_RETURN_IF_ERROR(fo_recv_republish(*static_cast<RecvComm*>(c.owner)));
-      f.last_stall_ms = now - f.fault_ms[p];
+      f.last_stall_ms = f.path_stall_ms[p] = now - f.fault_ms[p];
       SLUICE_INFO(kSubNet,
                   "receive comm to %s: %s fenced on both sides %lld ms after the fault; every "
                   "receive not yet complete is published again over the paths left",
@@ -326,7 +332,7 @@ Status fo_drive(Conn& c) {
       SLUICE_RETURN_IF_ERROR(fo_send_replay(*static_cast<SendComm*>(c.owner), p, &done));
       if (!done) continue;
       f.replay_pending[p] = false;
-      f.last_stall_ms = now - f.fault_ms[p];
+      f.last_stall_ms = f.path_stall_ms[p] = now - f.fault_ms[p];
       SLUICE_INFO(kSubNet,
                   "send comm to %s: %s fenced on both sides %lld ms after the fault; %llu chains "
                   "(%llu bytes) replayed so far on this comm, later ones go to path %d",

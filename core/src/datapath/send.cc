@@ -501,6 +501,8 @@ Status fo_send_replay(SendComm& s, int p, bool* done) {
       ++f.log_lo[x];
       ++f.chains_replayed;
       f.bytes_replayed += bytes;
+      ++f.path_chains_replayed[p];
+      f.path_bytes_replayed[p] += bytes;
     }
     // Every WR of x completed or flushed behind its marker: none is on its queue any more.
     s.sq_used[x] = 0;

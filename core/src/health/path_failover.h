@@ -117,6 +117,9 @@ struct PathFailover {
   uint64_t chains_replayed = 0;
   uint64_t bytes_replayed = 0;
   uint32_t failbacks = 0;
+  uint64_t path_chains_replayed[stripe::kMaxPaths] = {};
+  uint64_t path_bytes_replayed[stripe::kMaxPaths] = {};
+  int64_t path_stall_ms[stripe::kMaxPaths] = {-1, -1, -1, -1};
   int64_t fault_ms[stripe::kMaxPaths] = {};  // when the path's current failover began
   int64_t last_stall_ms = 0;                 // fault to replayed/republished, the last failover
 };

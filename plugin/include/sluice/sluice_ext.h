@@ -65,11 +65,38 @@ typedef struct {
 } sluiceMemberStats_v2_t;
 
 typedef struct {
+  int state;               /* SLUICE_PATH_UP .. SLUICE_PATH_RAMPING */
+  int localMember;         /* index into members[] of the member it runs on */
+  int remoteMember;        /* the peer's member it faces */
+  int sharePct;            /* of its weight it carries now (25, 50 while ramping back in) */
+  uint32_t epoch;          /* its incarnation: +1 per recovery attempt */
+  uint32_t failovers;      /* times it left the stripe */
+  uint32_t failbacks;      /* times it came back in full */
+  uint32_t attempts;       /* recovery attempts since it was last stable */
+  uint64_t bytesReplayed;  /* send comm: bytes of its chains sent again on another path */
+  uint64_t chainsReplayed; /* ... and how many chains */
+  int64_t lastStallMs;     /* its last failover: fault -> replay posted (send) / receives published
+                              again (receive); -1: none yet */
+} sluicePathStats_v2_t;
+#define SLUICE_PATH_UP 0
+#define SLUICE_PATH_FENCING 1
+#define SLUICE_PATH_DOWN 2
+#define SLUICE_PATH_RECOVERING 3
+#define SLUICE_PATH_CHECKING 4
+#define SLUICE_PATH_RAMPING 5
+
+typedef struct {
   size_t size;               /* in: sizeof(sluiceCommStats_v2_t) of the caller */
   sluiceCommStats_v1_t comm; /* the v1 counters of the comm */
   int nMembers;              /* members filled below (1 today) */
   sluiceMemberStats_v2_t members[SLUICE_EXT_MAX_MEMBERS];
   uint32_t flushQpNum; /* receive comm: its loopback flush QP (0 = none yet) */
+  /* Appended (failover, docs/failover.md): a comm with more than one path (a fused device) keeps
+   * working when one fails. Per path as this side sees it; a one-path comm reports its one path,
+   * up, with failover 0. */
+  int failover; /* 1: the comm fails over (more than one path, and both sides run failover) */
+  int nPaths;
+  sluicePathStats_v2_t paths[SLUICE_EXT_MAX_MEMBERS];
 } sluiceCommStats_v2_t;
 
 typedef struct {

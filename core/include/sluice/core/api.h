@@ -193,11 +193,30 @@ struct MemberStats {
   uint32_t qpn[16] = {};
 };
 inline constexpr int kMaxMembers = 4;
+// Failover (docs/failover.md): one path of a multi-path comm, as its side sees it.
+struct PathStats {
+  int state = 0;           // failover::State: 0 up, 1 fencing, 2 down, 3 recovering, 4 checking,
+                           // 5 ramping
+  int local_member = 0;    // the members (index into CommStatsV2::members) it joins
+  int remote_member = 0;   // the peer's member
+  int share_pct = 100;     // of its weight it carries now (ramping: 25, 50)
+  uint32_t epoch = 0;      // its incarnation: +1 per recovery attempt
+  uint32_t failovers = 0;  // times it left the stripe
+  uint32_t failbacks = 0;  // times it came back in full
+  uint32_t attempts = 0;   // recovery attempts since it was last stable
+  uint64_t bytes_replayed = 0;  // sender: bytes of its chains sent again on another path
+  uint64_t chains_replayed = 0;
+  int64_t last_stall_ms = -1;  // its last failover: fault to replay posted (sender) /
+                               // receives republished (receiver); -1: none yet
+};
 struct CommStatsV2 {
   CommStats base;
   int nmembers = 0;
   MemberStats members[kMaxMembers];
   uint32_t flush_qpn = 0;  // receive comm: the loopback flush QP (0 = none yet)
+  bool failover = false;   // the comm fails over (more than one path, both sides run it)
+  int npaths = 0;
+  PathStats paths[kMaxMembers];
 };
 Status comm_stats_v2(void* comm, CommStatsV2* out);
 
