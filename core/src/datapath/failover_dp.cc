@@ -280,11 +280,13 @@ Status fo_drive(Conn& c) {
   if (f.any_not_up) liveness_poll_now(c);
   if (f.inbox_n > 0 || f.inbox_overflow) SLUICE_RETURN_IF_ERROR(take_inbox(c, now));
   if (!f.any_not_up) return Status::ok();
-  // The drain markers: a poll of the comm's CQs brings them (and records nothing else to apply
-  // here but faults, taken at the next call).
+  // The drain markers, and the checks of a fresh path (the sender's completion, the receiver's
+  // immediate): a poll of the comm's CQs brings them (it records nothing else to apply here but
+  // faults, taken at the next call).
   bool fencing = false;
   for (int p = 0; p < c.npaths; ++p)
-    fencing = fencing || f.path[p].state() == failover::State::kFencing;
+    fencing = fencing || f.path[p].state() == failover::State::kFencing ||
+              f.path[p].state() == failover::State::kChecking;
   if (fencing) {
     if (c.owner->kind == CommKind::kSend) {
       SLUICE_RETURN_IF_ERROR(poll_send(*static_cast<SendComm*>(c.owner)));
