@@ -15,8 +15,9 @@
 // per phase:
 //  * at init the plugin logged the primary's standby, the device on eth0; the comm logged 2 paths,
 //    path 1 (the standby's) of weight 0, failover on;
-//  * before: the standby sent and received at most kQuiet packets on both hosts (no data, no
-//    clear-to-send: host0 sends the CTS writes), while the primary carried the stream;
+//  * before (up to counters both hosts read just before the fault): the standby sent and received
+//    at most kQuiet packets on both hosts (no data, no clear-to-send: host0 sends the CTS
+//    writes), while the primary carried the stream;
 //  * after a quarter of the messages the round's host takes eth1 down: messages keep completing,
 //    its primary sends at most kSlackPackets, the standby carries; both hosts log "failed over"
 //    and "fenced on both sides";
@@ -59,9 +60,10 @@ constexpr size_t kSentinel = 4099;
 // rxe sends at most 128 packets past the last ACK on a QP (RXE_MAX_UNACKED_PSNS): what the primary
 // may still push into its dead link before this side knows (plugin_failover_two_host.cc).
 constexpr long long kSlackPackets = 256;
-// The standby's packets while the primary carries: none are expected; a few allow for what the
-// kernel might send on an idle RC QP.
-constexpr long long kQuiet = 8;
+// The standby's packets while the primary carries: none are expected (measured: 0); 2 allow for
+// what the kernel might send on an idle RC QP. Without the clear-to-send rule (recv.cc cts_qp),
+// the standby carried ~10 CTS writes (and as many ACKs) in a before phase of 15 messages.
+constexpr long long kQuiet = 2;
 
 int g_host = -1;
 
@@ -187,8 +189,8 @@ std::vector<Msg> random_msgs(int count, int run) {
   return v;
 }
 
-enum { kStart, kDown, kUp, kBack, kSettled, kEnd, kMarks };
-constexpr const char* kMarkName[] = {"start", "down", "up", "back", "settled", "end"};
+enum { kStart, kPre, kDown, kUp, kBack, kSettled, kEnd, kMarks };
+constexpr const char* kMarkName[] = {"start", "pre", "down", "up", "back", "settled", "end"};
 
 struct Mark {
   bool set = false;
@@ -288,8 +290,15 @@ std::string stream(Ctx& x, void* comm, RegBuf& buf, const std::vector<Msg>& msgs
         ++done;
       }
     }
-    // The fault and its end: host1 acts and tells host0, which marks them when the byte arrives.
+    // The fault and its end: the actor acts and tells the other host, which marks them when the
+    // byte arrives. Before the fault both hosts read their counters ('P', answered 'p'): the
+    // failover's first packets (the receiver's republished clear-to-send) may reach the other
+    // host before the 'D' does.
     if (acts && !run->mark[kDown].set && done >= down_at) {
+      char b = 'P';
+      if (!write_full(x.side, &b, 1) || !read_full(x.side, &b, 1, wait_limit()) || b != 'p')
+        return "the peer's answer to 'P'";
+      mark(kPre);
       link.down = true;
       if (!set_link(x.host, x.netdev[0], false)) return "eth1 down failed";
       mark(kDown);
@@ -312,9 +321,10 @@ std::string stream(Ctx& x, void* comm, RegBuf& buf, const std::vector<Msg>& msgs
       if (poll(&q, 1, 0) == 1) {
         char b = 0;
         if (!read_full(x.side, &b, 1, wait_limit())) return "side read";
-        if (b != (run->mark[kDown].set ? 'U' : 'D'))
-          return std::string("unexpected side byte '") + b + "'";
-        mark(run->mark[kDown].set ? kUp : kDown);
+        const int k = !run->mark[kPre].set ? kPre : !run->mark[kDown].set ? kDown : kUp;
+        if (b != "PDU"[k - kPre]) return std::string("unexpected side byte '") + b + "'";
+        mark(k);
+        if (k == kPre && !write_full(x.side, "p", 1)) return "side write";
       }
     }
     if (now >= next_poll) {
@@ -327,11 +337,12 @@ std::string stream(Ctx& x, void* comm, RegBuf& buf, const std::vector<Msg>& msgs
   }
   mark(kEnd);
   if (told && !run->mark[kUp].set) {  // the actor's bytes may come after the stream ended
-    for (int k : {kDown, kUp}) {
+    for (int k : {kPre, kDown, kUp}) {
       if (run->mark[k].set) continue;
       char b = 0;
-      if (!read_full(x.side, &b, 1, wait_limit()) || b != (k == kDown ? 'D' : 'U'))
+      if (!read_full(x.side, &b, 1, wait_limit()) || b != "PDU"[k - kPre])
         return std::string("the peer's side byte for ") + kMarkName[k];
+      if (k == kPre && !write_full(x.side, "p", 1)) return "side write";
       run->mark[k] = run->mark[kEnd];
     }
   }
@@ -363,15 +374,15 @@ std::string check_run(const Ctx& x, const Run& r, int actor, size_t info0) {
       return std::string("no ") + kMarkName[k] + " mark: " +
              (k >= kBack ? "the comm did not log its failback (\"back (epoch\") in time" : "");
   const bool sender = x.host == 1;
-  const Mark &s = r.mark[kStart], &d = r.mark[kDown], &u = r.mark[kUp], &st = r.mark[kSettled],
-             &e = r.mark[kEnd];
+  const Mark &s = r.mark[kStart], &pre = r.mark[kPre], &d = r.mark[kDown], &u = r.mark[kUp],
+             &st = r.mark[kSettled], &e = r.mark[kEnd];
   // Before: the standby is quiet on both hosts, the primary carries.
-  if (delta(s, d, true, 1) > kQuiet || delta(s, d, false, 1) > kQuiet)
+  if (delta(s, pre, true, 1) > kQuiet || delta(s, pre, false, 1) > kQuiet)
     return "before the fault the standby " + x.m[1].name + " sent " +
-           std::to_string(delta(s, d, true, 1)) + " and received " +
-           std::to_string(delta(s, d, false, 1)) + " packets (at most " + std::to_string(kQuiet) +
+           std::to_string(delta(s, pre, true, 1)) + " and received " +
+           std::to_string(delta(s, pre, false, 1)) + " packets (at most " + std::to_string(kQuiet) +
            ": no data, no clear-to-send)";
-  if (delta(s, d, sender, 0) <= 0) return "before the fault the primary carried nothing";
+  if (delta(s, pre, sender, 0) <= 0) return "before the fault the primary carried nothing";
   // Down: messages complete on the standby; the actor's primary is out.
   if (r.done_in[kDown] < 1) return "no message completed while eth1 was down";
   if (delta(d, u, sender, 1) <= 0) return "the standby carried nothing while eth1 was down";
@@ -461,6 +472,7 @@ int run(int host) {
   LinkGuard link{"eth1", false, host};
   std::string bad;
   // Round 1: the sender's eth1 goes down and up; round 2, on the same comm: the receiver's.
+  Mark prev;                                  // the end of the round before
   for (int round = 1; round <= 2; ++round) {  // both run, whatever round 1's checks said
     const int actor = round == 1 ? 1 : 0;
     if (!sync(x, static_cast<char>('0' + round))) return fail(3, "sync before a round");
@@ -471,7 +483,14 @@ int run(int host) {
     print_transitions(info1);
     if (!e.empty()) return fail(5 + round, "round " + std::to_string(round) + ": " + e);
     std::fprintf(stderr, "host%d: round %d: host%d's eth1 down and up\n", host, round, actor);
-    print_phase(x, r, kStart, kDown, "before");
+    if (prev.set) {  // between the rounds (the syncs): nothing is expected on either device
+      Run gap;
+      gap.mark[kStart] = prev;
+      gap.mark[kPre] = r.mark[kStart];
+      print_phase(x, gap, kStart, kPre, "between");
+    }
+    prev = r.mark[kEnd];
+    print_phase(x, r, kStart, kPre, "before");
     print_phase(x, r, kDown, kUp, "down");
     print_phase(x, r, kUp, kBack, "recovering");
     print_phase(x, r, kBack, kSettled, "back");
