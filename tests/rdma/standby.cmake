@@ -23,3 +23,15 @@ add_test(NAME plugin_standby_two_host
 set_tests_properties(plugin_standby_two_host PROPERTIES LABELS "rdma;bed;faults;nosan" TIMEOUT 200
                      SKIP_RETURN_CODE 77   # 77: nested inside a VM bed, cannot boot VMs there
                      ENVIRONMENT "SLUICE_STANDBY=1;SLUICE_FAILBACK_RETRY_MS=100;SLUICE_FAILBACK_RETRY_CAP_MS=800;SLUICE_FAILBACK_RAMP_MS=250;SLUICE_LIVENESS_POLL_MS=100;SLUICE_TEST_DEADLINE_S=60;SLUICE_TEST_STANDBY_MESSAGES=60")
+
+# The plugin's data-path matrix (plugin_rdma_qps1's, in one VM) with SLUICE_STANDBY=1: every comm
+# of the test pair runs over its device and that device's standby (2 paths, path 1 of weight 0),
+# so the fused wire format (cell-pair clear-to-send entries, closes naming their receive) carries
+# every case of the matrix on one path; the Cost tests' per-message WR and completion counts hold
+# as for one device, since nothing is striped over the standby. Measured: 33 tests in 46 s.
+sluice_add_rdma_test(NAME plugin_rdma_standby
+                     COMMAND $<TARGET_FILE:plugin_rdma_test>
+                             --gtest_filter=${SLUICE_PLUGIN_DATA_TESTS})
+set_property(TEST plugin_rdma_standby APPEND PROPERTY ENVIRONMENT SLUICE_STANDBY=1 SLUICE_CM=oob
+                                                                 NCCL_IB_QPS_PER_CONNECTION=1)
+set_property(TEST plugin_rdma_standby APPEND PROPERTY LABELS nosan)
