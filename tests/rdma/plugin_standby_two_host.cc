@@ -487,6 +487,7 @@ int run(int host) {
       Run gap;
       gap.mark[kStart] = prev;
       gap.mark[kPre] = r.mark[kStart];
+      gap.mark[kPre].done = prev.done;  // messages: none between the rounds
       print_phase(x, gap, kStart, kPre, "between");
     }
     prev = r.mark[kEnd];
