@@ -59,6 +59,27 @@ printf '%s\n' "$text" | grep -q "^Fabric features: rdma-core entry points beyond
   { echo "FAIL: no rdma-core entry-point line"; exit 1; }
 printf '%s\n' "$json" | grep -q '"fabric": {"rdma_core": ' ||
   { echo "FAIL: sluice-info --json lacks fabric"; exit 1; }
+# Standby (SLUICE_STANDBY, docs/standby.md): off by default, and every test device's would-be
+# standby with its reason; with SLUICE_STANDBY=1 it is on, and of the bed's two rxe devices each has
+# the other.
+printf '%s\n' "$text" | grep -q "^Standby (.*): off (SLUICE_STANDBY=0); with SLUICE_STANDBY=1" ||
+  { echo "FAIL: no standby section saying it is off"; exit 1; }
+printf '%s\n' "$json" | grep -q '"standby": {"on": false, "state": "off (SLUICE_STANDBY=0)"' ||
+  { echo "FAIL: sluice-info --json lacks standby"; exit 1; }
+on_text=$(SLUICE_STANDBY=1 "$info") || { echo "sluice-info failed"; exit 1; }
+printf '%s\n' "$on_text" | grep -q "^Standby (.*): on (SLUICE_STANDBY=1)" ||
+  { echo "FAIL: SLUICE_STANDBY=1 does not turn the standby on in sluice-info"; exit 1; }
+for dev in $devs; do
+  printf '%s\n' "$on_text" | grep -Eq "^  $dev(:[0-9]+)?: standby [^ ]+: " ||
+    { echo "FAIL: no standby line for $dev"; exit 1; }
+done
+set -- $devs
+if [ "$ndev" -eq 2 ] && case "$1$2" in rxe*rxe*) true ;; *) false ;; esac; then
+  printf '%s\n' "$on_text" | grep -Eq "^  $1(:[0-9]+)?: standby $2(:[0-9]+)?: " ||
+    { echo "FAIL: $1's standby is not $2"; exit 1; }
+  printf '%s\n' "$on_text" | grep -Eq "^  $2(:[0-9]+)?: standby $1(:[0-9]+)?: " ||
+    { echo "FAIL: $2's standby is not $1"; exit 1; }
+fi
 # On an rdma-core without ibv_reg_dmabuf_mr (before 34; simulated: SLUICE_TEST_HIDE_VERBS) the
 # GPUDirect decision says so for every device.
 old_text=$(SLUICE_TEST_HIDE_VERBS=ibv_reg_dmabuf_mr "$info") || { echo "sluice-info failed"; exit 1; }

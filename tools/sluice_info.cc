@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "info_fusion.h"
+#include "info_standby.h"
 #include "sluice/core/base/config.h"
 #include "sluice/core/base/fabric.h"
 #include "sluice/core/base/flow_label.h"
@@ -505,6 +506,27 @@ int main(int argc, char** argv) {
         port_facts.push_back({d.name, p.num, p.active, static_cast<int>(p.speed_gbps * 1000)});
   const info::FusionReport fusion =
       info::fusion_report(t, cfg, port_facts, drv.current_device_bus_id());
+  // Each device's standby (info_standby.h): the ports the engine would use, with the memory kinds
+  // each registers (the GPUDirect decision; none known from an XML topology).
+  std::vector<info::StandbyPort> standby_ports;
+  for (const auto& d : devices) {
+    int ptr = 0;
+    for (const auto& r : gdr_rows)
+      if (r.name == d.name) ptr = r.d.ptr_support;
+    if (d.ports.empty() && !t.is_live()) {  // an XML NIC without port states: maybe active
+      standby_ports.push_back({d.name, 1, false, true, "", ptr});
+      continue;
+    }
+    for (const auto& p : d.ports) {
+      if (p.num <= 0 || (!p.transport.empty() && p.transport != "InfiniBand")) continue;
+      if (p.active && p.link_layer == "Ethernet" && p.chosen_index < 0) continue;  // no RoCE GID
+      const std::string link = p.link_layer == "Ethernet"     ? "RoCE"
+                               : p.link_layer == "InfiniBand" ? "InfiniBand"
+                                                              : "";
+      standby_ports.push_back({d.name, p.num, d.ports.size() > 1, p.active, link, ptr});
+    }
+  }
+  const info::StandbyReport standby = info::standby_report(t, cfg, standby_ports);
   auto ptr_text = [](int ptr) {
     std::string s = "HOST";
     if (ptr & kPtrCuda) s += "|CUDA";
@@ -648,6 +670,15 @@ int main(int argc, char** argv) {
       o << (i ? ", " : "") << "{\"device\": " << json_str(rr.device) << ", \"port\": " << rr.port
         << ", \"rail\": " << rr.rail << ", \"plane\": " << rr.plane
         << ", \"reason\": " << json_str(rr.reason) << "}";
+    }
+    o << "]}";
+    o << ",\n  \"standby\": {\"on\": " << (standby.on ? "true" : "false")
+      << ", \"state\": " << json_str(standby.state) << ", \"devices\": [";
+    for (size_t i = 0; i < standby.rows.size(); ++i) {
+      const auto& sr = standby.rows[i];
+      o << (i ? "," : "") << "\n    {\"name\": " << json_str(sr.name)
+        << ", \"standby\": " << json_str(sr.standby) << ", \"nearness\": " << json_str(sr.nearness)
+        << ", \"reason\": " << json_str(sr.reason) << "}";
     }
     o << "]}"
       << ",\n  \"memlock\": " << json_str(memlock_str(rl)) << ",\n  \"warnings\": [";
@@ -794,6 +825,10 @@ int main(int argc, char** argv) {
   for (const auto& rr : fusion.rails)
     o << "  " << rr.device << ":" << rr.port << ": rail " << rr.rail << ", plane " << rr.plane
       << ": " << rr.reason << "\n";
+  o << "Standby (a second device per comm, used only when the first fails): " << standby.state
+    << (standby.on ? "" : "; with SLUICE_STANDBY=1 each device's would be") << "\n";
+  if (standby.rows.empty()) o << "  no usable device\n";
+  for (const auto& sr : standby.rows) o << "  " << sr.name << ": standby " << sr.reason << "\n";
   o << "Locked-memory limit (ulimit -l): " << memlock_str(rl) << "\n";
   o << "\nWarnings: " << (warnings.empty() ? "none" : std::to_string(warnings.size())) << "\n";
   for (const auto& w : warnings) o << "  WARNING " << w.what << "\n    fix: " << w.fix << "\n";

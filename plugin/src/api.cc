@@ -226,7 +226,7 @@ Status copy_mhandles(int n, void* const* mhandles, MemHandle** out) {
 Status acquire_engine() {
   SLUICE_RETURN_IF_ERROR(engine_acquire(current_sink(), make_locality_provider(),
                                         make_order_provider(), &gpu::make_gpu_ops,
-                                        make_weight_provider()));
+                                        make_weight_provider(), make_nearness_provider()));
   if (device_count() <= 0) {
     engine_release();
     // NCCL: "If no device is present or usable, init should not return ncclSuccess".

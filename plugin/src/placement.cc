@@ -8,6 +8,7 @@
 #include "sluice/gpu/cuda_driver.h"
 #include "sluice/topology/affinity.h"
 #include "sluice/topology/fusion.h"
+#include "sluice/topology/standby.h"
 #include "sluice/topology/topology.h"
 
 namespace sluice::plugin {
@@ -103,6 +104,14 @@ FusionWeightProvider make_weight_provider() {
       out.reasons.push_back(gpu >= 0 ? "GPU " + bus + ": " + w.reason : w.reason);
     }
     return out;
+  };
+}
+
+NearnessProvider make_nearness_provider() {
+  auto shared = shared_topology();
+  return [shared](const Config& cfg, const std::string& a, const std::string& b) {
+    const topo::Topology* t = shared->get(cfg);
+    return t == nullptr ? standby::Nearness::kUnknown : topo::nic_nearness(*t, a, b);
   };
 }
 

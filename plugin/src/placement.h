@@ -19,4 +19,8 @@ DeviceOrderProvider make_order_provider();
 // (sluice/topology/fusion.h); without a topology, core weighs them by port speed.
 FusionWeightProvider make_weight_provider();
 
+// How near two verbs devices are (sluice/topology/standby.h), for each device's standby
+// (SLUICE_STANDBY); without a topology every pair is of unknown nearness.
+NearnessProvider make_nearness_provider();
+
 }  // namespace sluice::plugin

@@ -60,6 +60,7 @@
 #include <string>
 #include <vector>
 
+#include "bed_link.h"
 #include "bed_tc.h"
 #include "plugin_bed.h"
 #include "side_channel.h"
@@ -144,50 +145,9 @@ void print_transitions(const char* step, size_t from) {
 
 // ---- Links, ports and tc ----------------------------------------------------------------------
 
-// `ip link set IF up|down` in-process (SIOCSIFFLAGS): a fork + exec took over a second on a loaded
-// TCG VM (docs/test-bed.md).
+// The bed's links and ports: bed_link.h (this VM's name in the lines set_link prints).
 bool set_link(const std::string& ifname, bool up) {
-  std::fprintf(stderr, "host%d: + ip link set %s %s\n", g_host, ifname.c_str(), up ? "up" : "down");
-  const int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return false;
-  ifreq ifr{};
-  std::snprintf(ifr.ifr_name, sizeof ifr.ifr_name, "%s", ifname.c_str());
-  bool ok = ioctl(fd, SIOCGIFFLAGS, &ifr) == 0;
-  if (ok) {
-    ifr.ifr_flags = static_cast<short>(up ? (ifr.ifr_flags | IFF_UP) : (ifr.ifr_flags & ~IFF_UP));
-    ok = ioctl(fd, SIOCSIFFLAGS, &ifr) == 0;
-  }
-  if (!ok) std::fprintf(stderr, "SIOCSIFFLAGS %s: %s\n", ifname.c_str(), std::strerror(errno));
-  close(fd);
-  return ok;
-}
-
-// Takes a link up again when it goes out of scope while down (a failed step).
-struct LinkGuard {
-  std::string ifname;
-  bool down = false;
-  ~LinkGuard() {
-    if (down) set_link(ifname, true);
-  }
-};
-
-std::string port_dir(const Props& p) {
-  return "/sys/class/infiniband/" + p.name.substr(0, p.name.find(':')) + "/ports/" +
-         std::to_string(p.port > 0 ? p.port : 1) + "/";
-}
-
-// The port is ACTIVE and the IPv4-mapped GID of `addr` is in its table (sysfs writes GIDs as 8
-// groups of 4 hex digits).
-bool port_back(const Props& p, const std::string& addr) {
-  if (!contains(read_line(port_dir(p) + "state"), "ACTIVE")) return false;
-  in_addr a{};
-  if (inet_pton(AF_INET, addr.c_str(), &a) != 1) return false;
-  const uint32_t v = ntohl(a.s_addr);
-  char want[64];
-  std::snprintf(want, sizeof want, "0000:0000:0000:0000:0000:ffff:%04x:%04x", v >> 16, v & 0xffff);
-  for (int i = 0; i < 16; ++i)
-    if (read_line(port_dir(p) + "gids/" + std::to_string(i)).rfind(want, 0) == 0) return true;
-  return false;
+  return nettest::set_link(g_host, ifname, up);
 }
 
 // Drops RoCE v2 (UDP dport 4791, IPv4 and IPv6) arriving on the given netdevs: bed_tc.h's RoceDrop,

@@ -129,6 +129,8 @@ TEST(Config, EveryParameterReachesItsField) {
       {"SLUICE_FAILBACK_RETRY_MS", "50"},
       {"SLUICE_FAILBACK_RETRY_CAP_MS", "800"},
       {"SLUICE_FAILBACK_RAMP_MS", "250"},
+      {"SLUICE_STANDBY", "1"},
+      {"SLUICE_STANDBY_MAP", "rxe1=rxe0,mlx5_0:1=none"},
       {"SLUICE_LOG", "info"},
   };
   std::vector<ParamSource> sources;
@@ -185,6 +187,8 @@ TEST(Config, EveryParameterReachesItsField) {
   EXPECT_EQ(c.failback_retry_ms, 50);
   EXPECT_EQ(c.failback_retry_cap_ms, 800);
   EXPECT_EQ(c.failback_ramp_ms, 250);
+  EXPECT_TRUE(c.standby);
+  EXPECT_EQ(c.standby_map, "rxe1=rxe0,mlx5_0:1=none");
   EXPECT_EQ(c.log_level, 3);
 
   // One source per parameter, in table (= param_docs) order, each set by its canonical name.
@@ -423,6 +427,18 @@ TEST(Config, FlowLabelIsAutoOffOrASeed) {
   EXPECT_NE(bad.message().find("auto|off|<seed>"), std::string::npos) << bad.message();
 }
 
+TEST(Config, StandbyIsOffByDefaultAndItsMapIsValidated) {
+  EXPECT_FALSE(Config{}.standby);
+  EXPECT_TRUE(load_ok({{"SLUICE_STANDBY", "1"}}).standby);
+  EXPECT_FALSE(load_ok({{"SLUICE_STANDBY", "0"}}).standby);
+  EXPECT_EQ(load_ok({{"SLUICE_STANDBY_MAP", " rxe1 = rxe0 "}}).standby_map, "rxe1 = rxe0");
+  for (const char* bad : {"rxe1", "rxe1=", "=rxe0", "rxe1=rxe1", "rxe1=rxe0,rxe1=none", "a=b=c"}) {
+    SCOPED_TRACE(bad);
+    EXPECT_EQ(load_error({{"SLUICE_STANDBY_MAP", bad}}).message().rfind("SLUICE_STANDBY_MAP=\"", 0),
+              0u);
+  }
+}
+
 TEST(Config, FreeStringsAreKeptTrimmed) {
   const Config c = load_ok({{"SLUICE_GPU_NIC_MAP", " anything goes "}, {"SLUICE_TOPO_FILE", "x"}});
   EXPECT_EQ(c.gpu_nic_map, "anything goes");
@@ -474,7 +490,7 @@ TEST(Config, LogLevelForTheLoggerUsesTheTableRow) {
 
 TEST(ParamDocs, OneRowPerParameterWithEverythingFilledIn) {
   const auto& docs = param_docs();
-  EXPECT_EQ(docs.size(), 53u);
+  EXPECT_EQ(docs.size(), 55u);
   std::set<std::string> names;
   for (const ParamDoc& d : docs) {
     SCOPED_TRACE(d.name);

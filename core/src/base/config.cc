@@ -20,6 +20,7 @@
 #include "sluice/core/base/hca_filter.h"
 #include "sluice/core/base/log.h"
 #include "sluice/core/base/net_addr.h"
+#include "sluice/core/base/standby.h"
 
 namespace sluice {
 namespace {
@@ -59,6 +60,9 @@ Status check_rails(std::string_view v) {
 }
 Status check_weights(std::string_view v) {
   return NamedList::parse(v, NamedList::Kind::kWeights).status();
+}
+Status check_standby_map(std::string_view v) {
+  return standby::parse_map(v).status();
 }
 Status check_cidr(std::string_view v) {
   return Cidr::parse(v).status();
@@ -241,6 +245,11 @@ const std::vector<Param>& table() {
     {.name = "SLUICE_FAILBACK_RAMP_MS", .type = Type::kInt, .field = &Config::failback_ramp_ms,
      .min = 0, .max = 3600000,
      .doc = "A path that is back carries 25 %, then 50 %, then all of its share, one step per this many milliseconds without a fault"},
+    {.name = "SLUICE_STANDBY", .type = Type::kBool, .field = &Config::standby,
+     .doc = "A comm on one physical device also holds connected QPs on a standby device, the nearest other NIC by the topology (docs/standby.md): it carries nothing (no data, no clear-to-send) until the primary fails, then the comm fails over to it and back. Off by default: it doubles every registration (each buffer on both adapters) and the comm's QPs. Needs SLUICE_FAILOVER"},
+    {.name = "SLUICE_STANDBY_MAP", .type = Type::kString, .field = &Config::standby_map,
+     .check = check_standby_map, .allowed_text = "primary=standby,... (device names; standby none = no standby)",
+     .doc = "Each named device's standby, instead of the topology's choice; a device not named keeps the topology's"},
     // Logging
     {.name = "SLUICE_LOG", .type = Type::kEnum, .field = &Config::log_level,
      .choices = {{"none", 0}, {"warn", 2}, {"info", 3}, {"trace", 5}},

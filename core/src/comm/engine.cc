@@ -55,7 +55,8 @@ Engine* engine() {
 Result<std::unique_ptr<Engine>> Engine::create(const LocalityProvider& locality,
                                                const DeviceOrderProvider& order,
                                                const GpuProvider& gpu,
-                                               const FusionWeightProvider& weights) {
+                                               const FusionWeightProvider& weights,
+                                               const NearnessProvider& nearness) {
   SLUICE_INFO(kSubInit | kSubNet, "%s", version_line());  // first line: what is running
   std::unique_ptr<Engine> e(new Engine());
   std::vector<ParamSource> sources;
@@ -113,6 +114,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const LocalityProvider& locality,
     d->props.members[0] = d->index;
     if (rc.rail != kNetIdUndef) SLUICE_INFO(kSubInit | kSubNet, "%s", d->rail_reason.c_str());
   }
+  e->choose_standbys(nearness);
   for (auto& a : e->adapters_) {
     Adapter* ap = a.get();
     e->threads_.emplace_back([eng = e.get(), ap] { eng->async_loop(ap); });
@@ -331,14 +333,14 @@ Engine::~Engine() {
 }
 
 Status engine_acquire(LogSink sink, LocalityProvider locality, DeviceOrderProvider order,
-                      GpuProvider gpu, FusionWeightProvider weights) {
+                      GpuProvider gpu, FusionWeightProvider weights, NearnessProvider nearness) {
   std::lock_guard<std::mutex> lk(g_engine_mu);
   if (sink != nullptr) set_log_sink(sink);
   if (g_refs > 0) {
     ++g_refs;
     return Status::ok();
   }
-  auto e = Engine::create(locality, order, gpu, weights);
+  auto e = Engine::create(locality, order, gpu, weights, nearness);
   if (!e.is_ok()) return e.status();
   g_engine = std::move(e).value().release();
   g_engine_ptr.store(g_engine, std::memory_order_release);
@@ -389,20 +391,71 @@ void engine_release() {
   g_engine = nullptr;
 }
 
-std::vector<Device*> Engine::members_of(int dev) const {
-  if (Device* d = device(dev)) return {d};
+void Engine::choose_standbys(const NearnessProvider& nearness) {
+  std::vector<standby::Candidate> cands;
+  for (const auto& d : devices_)
+    cands.push_back(
+        {d->name, d->adapter->name, d->roce ? "RoCE" : "InfiniBand", true, d->gdr.ptr_support});
+  standby::NearnessFn near;
+  if (nearness) {
+    near = [&](int a, int b) {
+      return nearness(cfg_, devices_[a]->adapter->name, devices_[b]->adapter->name);
+    };
+  }
+  auto map = standby::parse_map(cfg_.standby_map);  // config.cc checked the syntax
+  if (!map.is_ok()) map = std::vector<standby::MapEntry>{};
+  const auto choices = standby::choose(cands, near, map.value());
+  for (size_t i = 0; i < devices_.size(); ++i) {
+    Device& d = *devices_[i];
+    d.standby = choices[i].standby >= 0 ? devices_[choices[i].standby].get() : nullptr;
+    d.standby_reason = choices[i].reason;
+  }
+  if (!cfg_.standby) return;
+  for (const auto& name : standby::unmatched_primaries(cands, map.value()))
+    SLUICE_WARN("SLUICE_STANDBY_MAP=%s names '%s', which is no device Sluice uses",
+                cfg_.standby_map.c_str(), name.c_str());
+  for (const auto& d : devices_) {
+    const bool refused = d->standby == nullptr &&
+                         d->standby_reason.rfind("none: SLUICE_STANDBY_MAP", 0) == 0 &&
+                         d->standby_reason.find("=none") == std::string::npos;
+    if (refused) SLUICE_WARN("%s: standby %s", d->name.c_str(), d->standby_reason.c_str());
+    SLUICE_INFO(kSubInit | kSubNet, "%s: standby %s%s", d->name.c_str(), d->standby_reason.c_str(),
+                cfg_.failover ? "" : "; not used: SLUICE_STANDBY needs SLUICE_FAILOVER=1");
+  }
+}
+
+Device* Engine::standby_of(const Device& d) const {
+  if (!standby_on() || d.standby == nullptr) return nullptr;
+  ibv_port_attr pa{};
+  if (ibv_query_port(d.standby->adapter->ctx.get(), d.standby->port, &pa) != 0 ||
+      pa.state != IBV_PORT_ACTIVE) {
+    SLUICE_INFO(kSubNet, "%s: standby %s left out of this comm: its port is %s", d.name.c_str(),
+                d.standby->name.c_str(), ibv_port_state_str(pa.state));
+    return nullptr;
+  }
+  return d.standby;
+}
+
+std::vector<Device*> Engine::members_of(int dev, std::vector<uint32_t>* weights) const {
+  if (Device* d = device(dev)) {
+    if (Device* s = standby_of(*d)) {
+      if (weights != nullptr) *weights = {1, 0};  // fallback only: it carries when d cannot
+      return {d, s};
+    }
+    if (weights != nullptr) *weights = {1};
+    return {d};
+  }
   std::lock_guard<std::mutex> lk(vdev_mu_);
   const int v = dev - static_cast<int>(devices_.size());
   if (v < 0 || v >= static_cast<int>(vdevices_.size())) return {};
+  if (weights != nullptr) *weights = vdevices_[v]->weights;
   return vdevices_[v]->members;
 }
 
 std::vector<uint32_t> Engine::weights_of(int dev) const {
-  if (device(dev) != nullptr) return {1};
-  std::lock_guard<std::mutex> lk(vdev_mu_);
-  const int v = dev - static_cast<int>(devices_.size());
-  if (v < 0 || v >= static_cast<int>(vdevices_.size())) return {};
-  return vdevices_[v]->weights;
+  std::vector<uint32_t> w;
+  (void)members_of(dev, &w);
+  return w;
 }
 
 int Engine::device_total() const {

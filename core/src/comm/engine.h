@@ -120,6 +120,10 @@ struct Device {
   AdaptiveRouting ar;  // sends above ar.threshold close with a separate WRITE_WITH_IMM
   std::atomic<bool> ece_said{false};  // the first connection's ECE outcome was logged
   std::string rail_reason;            // where props.rail_id came from (SLUICE_NIC_RAILS)
+  // Its standby (base/standby.h), chosen at init whether SLUICE_STANDBY is on or not (the INFO
+  // lines and sluice-info say it alike); used by a comm on this device only when it is on.
+  Device* standby = nullptr;
+  std::string standby_reason;  // "rxe0: the only other RoCE device (...)", "none: ..."
 };
 
 // A fused device (make_vdevice): index >= the physical devices' count. Created at NCCL's init,
@@ -141,7 +145,8 @@ class Engine {
   static Result<std::unique_ptr<Engine>> create(const LocalityProvider& locality,
                                                 const DeviceOrderProvider& order,
                                                 const GpuProvider& gpu,
-                                                const FusionWeightProvider& weights = {});
+                                                const FusionWeightProvider& weights = {},
+                                                const NearnessProvider& nearness = {});
   ~Engine();
 
   const Config& config() const { return cfg_; }
@@ -152,11 +157,16 @@ class Engine {
     return i >= 0 && i < static_cast<int>(devices_.size()) ? devices_[i].get() : nullptr;
   }
 
-  // The physical devices a comm on `dev` runs over, and their shares of the bytes: {device(dev)}
-  // and {1} for a physical device, the members and weights of a fused one; empty for an index
-  // that names no device.
-  std::vector<Device*> members_of(int dev) const;
+  // The physical devices a comm on `dev` runs over, and their shares of the bytes (`weights`, if
+  // not null): {device(dev)} and {1} for a physical device, {device(dev), its standby} and {1, 0}
+  // for one with a standby in use (standby_of), the members and weights of a fused one; empty for
+  // an index that names no device. Members and weights of one comm come from one call.
+  std::vector<Device*> members_of(int dev, std::vector<uint32_t>* weights = nullptr) const;
   std::vector<uint32_t> weights_of(int dev) const;
+  // SLUICE_STANDBY (with SLUICE_FAILOVER): d's standby when it has one and its port is ACTIVE now
+  // (a standby that is down when a comm opens is left out of it, with an INFO line), else null.
+  Device* standby_of(const Device& d) const;
+  bool standby_on() const { return cfg_.standby && cfg_.failover; }
   // make_vdevice (api.h): appends a VDevice, or says why not.
   Status make_vdevice(const int* devs, int n, int max_members, int* out_dev);
   // Physical and fused devices together (device_count()), and either one's properties.
@@ -179,6 +189,7 @@ class Engine {
   Engine() = default;
   Status discover(const LocalityProvider& locality);
   Status apply_order(const DeviceOrderProvider& order);
+  void choose_standbys(const NearnessProvider& nearness);
   void async_loop(Adapter* a);
   friend void engine_release();
 

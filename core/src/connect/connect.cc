@@ -66,8 +66,9 @@ struct ConnectState {
   uint8_t tc = 0, sl = 0;
   CmConnector cm;      // SLUICE_CM's choice, and the rdma_cm ids in rdmacm mode (cm_rdmacm.h)
   RouteGid gid_route;  // oob: our GID as the route to the listener says (route_gid.h)
-  // Fusion (wire.h): our members and weights (Engine::members_of / weights_of), and whether the
-  // member extensions are exchanged (either side fused, the listener knows them).
+  // Fusion (wire.h): our members and weights (Engine::members_of: a fused device's, or a device
+  // and its standby), and whether the member extensions are exchanged (either side has more than
+  // one member, the listener knows them).
   std::vector<Device*> members;
   std::vector<uint32_t> weights;
   bool ext = false;
@@ -427,7 +428,7 @@ Status connect(int dev, void* handle, const CommConfig& cfg, SendComm** out) {
   *out = nullptr;
   Engine* e = engine();
   if (e == nullptr) return Status(Code::kInvalidUsage, "connect called before init");
-  if (e->members_of(dev).empty())
+  if (dev < 0 || dev >= e->device_total())  // every call of a connect: no port query here
     return Status(Code::kInvalidArgument, "connect: no device " + std::to_string(dev));
   wire::Handle h;
   std::memcpy(&h, handle, sizeof h);
@@ -457,8 +458,7 @@ Status connect(int dev, void* handle, const CommConfig& cfg, SendComm** out) {
     st->peer = sockaddr_text(st->addr);
     st->deadline = Clock::now() + std::chrono::milliseconds(e->config().connect_timeout_ms);
     st->comm = std::make_unique<SendComm>();
-    st->members = e->members_of(dev);
-    st->weights = e->weights_of(dev);
+    st->members = e->members_of(dev, &st->weights);
     if (st->members.size() > 1 && h.members == 0) {  // a Sluice before fusion: one member
       SLUICE_INFO(kSubNet,
                   "connect to %s: the listener runs a Sluice without fused devices; using %s only",
@@ -510,8 +510,8 @@ Status connect(int dev, void* handle, const CommConfig& cfg, SendComm** out) {
   std::memcpy(handle, &h, sizeof h);
   if (!st.is_ok()) {
     *out = nullptr;
-    const Device& d = *e->members_of(dev)[0];
-    ibv_port_attr pa{};  // a port that went down explains any failure above best
+    const Device& d = *s->members[0];  // the state lives on in `node` until we return
+    ibv_port_attr pa{};                // a port that went down explains any failure above best
     std::string down;
     if (ibv_query_port(d.adapter->ctx.get(), d.port, &pa) == 0) {
       const bool named_with_port = d.name.find(':') != std::string::npos;  // "dev:port"

@@ -198,7 +198,8 @@ Status build_recv_comm(ListenComm& l, ListenComm::Pending& p) {
 Status listen(int dev, void* handle, ListenComm** out) {
   Engine* e = engine();
   if (e == nullptr) return Status(Code::kInvalidUsage, "listen called before init");
-  const std::vector<Device*> members = e->members_of(dev);
+  std::vector<uint32_t> weights;
+  const std::vector<Device*> members = e->members_of(dev, &weights);
   Device* d = members.empty() ? nullptr : members[0];
   if (d == nullptr)
     return Status(Code::kInvalidArgument, "listen: no device " + std::to_string(dev));
@@ -207,7 +208,7 @@ Status listen(int dev, void* handle, ListenComm** out) {
   auto l = std::make_unique<ListenComm>();
   l->dev = d;
   l->members = members;
-  l->weights = e->weights_of(dev);
+  l->weights = weights;
   l->nonce = random_u64() | 1;
   sockaddr_storage sa = e->oob_interface().addr;
   l->fd = socket(sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);

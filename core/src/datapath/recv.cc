@@ -110,11 +110,19 @@ Status post_receive_wrs(RecvComm& r) {
   return Status::ok();
 }
 
-// The QP that carries the clear-to-send write of receives from `from`: spread over every QP (of
-// every path: any of them reaches the sender's FIFO, with the key of the sender's member on that
-// path); on a failover comm one of a path that carries.
+// The QP that carries the clear-to-send write of receives from `from`: spread over the QPs of the
+// paths that carry data (any of them reaches the sender's FIFO, with the key of the sender's
+// member on that path), so a path of weight 0 (fallback only: a standby) carries no clear-to-send
+// while another carries and the primary keeps its PCIe locality; on a failover comm by the live
+// weights, and one of a path that carries. With every path weighted, every QP in turn.
 int cts_qp(const RecvComm& r, uint64_t from) {
-  const int q = static_cast<int>(from % static_cast<uint64_t>(r.c.nqps));
+  const stripe::Paths& w = r.c.fo.on ? r.c.fo.live : r.c.paths;
+  int carry[wire::kMaxQps];
+  int n = 0;
+  for (int k = 0; k < r.c.nqps; ++k)
+    if (w.weight[k / r.c.qpp] > 0) carry[n++] = k;
+  const int q = n > 0 ? carry[from % static_cast<uint64_t>(n)]
+                      : static_cast<int>(from % static_cast<uint64_t>(r.c.nqps));
   if (!r.c.fo.on) return q;
   const int t = fo_route(r.c.fo, r.c.qpp, q);
   if (t >= 0) return t;

@@ -20,6 +20,7 @@
 
 #include "sluice/core/base/config.h"
 #include "sluice/core/base/log.h"
+#include "sluice/core/base/standby.h"
 #include "sluice/core/base/status.h"
 #include "sluice/core/memory/gdr.h"
 
@@ -79,13 +80,21 @@ struct FusionWeights {
 using FusionWeightProvider = std::function<Result<FusionWeights>(
     const Config& cfg, const std::vector<FusionMemberInfo>& members)>;
 
+// How near the verbs device `b` is to `a` (PCIe switch, host bridge, NUMA node, socket), from
+// topology/ through the plugin, for the choice of each device's standby (sluice/core/base/
+// standby.h, SLUICE_STANDBY). Empty: nearness unknown, the standby is the first eligible device.
+using NearnessProvider =
+    std::function<standby::Nearness(const Config& cfg, const std::string& a, const std::string& b)>;
+
 // Process-wide engine: refcounted. The first acquire reads the configuration and discovers devices;
 // the last release stops and joins every thread Sluice started and frees everything.
 // `sink` (may be NULL) becomes the log sink; `locality` (may be empty) places devices; `order`
 // (may be empty) reorders them; `gpu` (may be empty) decides GPUDirect per device; `weights`
-// (may be empty) weighs the members of fused devices.
+// (may be empty) weighs the members of fused devices; `nearness` (may be empty) places devices
+// relative to each other for the standby choice.
 Status engine_acquire(LogSink sink, LocalityProvider locality = {}, DeviceOrderProvider order = {},
-                      GpuProvider gpu = {}, FusionWeightProvider weights = {});
+                      GpuProvider gpu = {}, FusionWeightProvider weights = {},
+                      NearnessProvider nearness = {});
 void engine_release();
 
 // Number of usable devices (one per active port that passes NCCL_IB_HCA). Requires the engine.

@@ -71,6 +71,8 @@ struct Config {
   int failback_retry_ms = 200;        // SLUICE_FAILBACK_RETRY_MS: first recovery attempt's delay
   int failback_retry_cap_ms = 30000;  // SLUICE_FAILBACK_RETRY_CAP_MS: the backoff's cap
   int failback_ramp_ms = 1000;        // SLUICE_FAILBACK_RAMP_MS: per ramp step (25, 50, 100 %)
+  bool standby = false;     // SLUICE_STANDBY: a comm on one device also holds QPs on its standby
+  std::string standby_map;  // SLUICE_STANDBY_MAP: primary=standby,... instead of the topology
   // Logging
   int log_level = 2;  // SLUICE_LOG: level of the stderr log where NCCL's logger is absent
 };
