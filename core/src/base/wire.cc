@@ -456,6 +456,19 @@ NoticeParse decode_notice(const uint8_t* p, size_t n, std::string* text, size_t*
     *text = "failure notice with a bad checksum (corrupt)";
     return NoticeParse::kBad;
   }
+  // Version 1 writes printable ASCII only (encode_notice): a version-1 text with any other byte,
+  // under a good checksum, came from no Sluice and is refused, so that a reason is always quoted
+  // exactly as the peer sent it. A later version's text is made printable ('?').
+  if (p[1] == kNoticeVersion) {
+    for (size_t i = 0; i < len; ++i) {
+      const uint8_t b = p[kNoticeHeaderBytes + i];
+      if (printable(b) != static_cast<char>(b)) {
+        *text = "failure notice of version 1 with a non-printable byte (" + std::to_string(b) +
+                ") at " + std::to_string(i) + " of its text";
+        return NoticeParse::kBad;
+      }
+    }
+  }
   text->assign(len, '?');
   for (size_t i = 0; i < len; ++i) (*text)[i] = printable(p[kNoticeHeaderBytes + i]);
   *used = total;

@@ -373,8 +373,9 @@ inline constexpr size_t kNoticeMaxBytes = kNoticeHeaderBytes + kNoticeMaxText + 
 size_t encode_notice(const std::string& reason, uint8_t* out);
 
 // Decodes the first n bytes a peer sent (starting with kNoticeMagic). kIncomplete: a valid prefix,
-// more bytes needed; kBad: not a valid notice (*text says why); kOk: *text is the reason (its
-// bytes made printable) and *used the notice's length.
+// more bytes needed; kBad: not a valid notice (*text says why; a version-1 text with a byte that
+// is not printable ASCII is refused); kOk: *text is the reason (a later version's bytes made
+// printable) and *used the notice's length.
 enum class NoticeParse { kIncomplete, kBad, kOk };
 NoticeParse decode_notice(const uint8_t* p, size_t n, std::string* text, size_t* used);
 
