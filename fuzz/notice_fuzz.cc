@@ -82,7 +82,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                    k);
         FUZZ_CHECK(m.path < wire::kMaxMetaMembers && m.nqps >= 1 && m.nqps <= wire::kMaxQps,
                    "path %u, %u QPs", m.path, m.nqps);
-        if (m.type != wire::PathMsgType::kFence) {
+        if (wire::path_msg_has_qps(m.type)) {
           for (int q = 0; q < m.nqps; ++q)
             FUZZ_CHECK(m.qps[q].qpn > 0 && m.qps[q].qpn < (1u << 24) && m.qps[q].psn < (1u << 24),
                        "QP %d: qpn %u psn %u", q, m.qps[q].qpn, m.qps[q].psn);

@@ -42,7 +42,7 @@ void recover(Path& p, int64_t now) {
   ASSERT_EQ(p.on_peer_answer(p.epoch(), now), kConnect);
   ASSERT_EQ(p.on_connected(now), kCheck);
   ASSERT_EQ(p.state(), State::kChecking);
-  ASSERT_EQ(p.on_checked(now), kRestripe | kLog);
+  ASSERT_EQ(p.on_checked(now), kRestripe | kLog | kSendChecked);
   ASSERT_EQ(p.state(), State::kRamping);
 }
 
@@ -244,7 +244,10 @@ TEST(Path, PeerOfferStartsAnAnsweredAttempt) {
   EXPECT_EQ(p.epoch(), 1u);
   EXPECT_EQ(p.on_peer_answer(1, 11), kNoAction) << "an answer to an offer this side never made";
   EXPECT_EQ(p.on_connected(12), kCheck);
-  EXPECT_EQ(p.on_checked(13), kRestripe | kLog);
+  EXPECT_EQ(p.on_checked(13), kNoAction) << "the check's immediates alone prove one direction";
+  EXPECT_EQ(p.state(), State::kChecking);
+  EXPECT_EQ(p.on_peer_checked(1, 14), kRestripe | kLog);
+  EXPECT_EQ(p.state(), State::kRamping);
   // An offer on a path that is up is not taken (the peer cannot be ahead without a fence).
   Path q(Role::kReceiver, timing());
   EXPECT_EQ(q.on_peer_offer(1, 5), kNoAction);
@@ -333,7 +336,55 @@ TEST(Path, ANewerOfferReplacesTheAttemptInProgress) {
   EXPECT_EQ(r.attempts(), 2);
   EXPECT_EQ(r.on_peer_offer(2, 5001), kNoAction) << "the same offer twice";
   EXPECT_EQ(r.on_connected(5002), kCheck);
-  EXPECT_EQ(r.on_checked(5003), kRestripe | kLog);
+  EXPECT_EQ(r.on_peer_checked(1, 5003), kNoAction) << "the CHECKED of the attempt replaced";
+  EXPECT_EQ(r.on_checked(5003), kNoAction);
+  EXPECT_EQ(r.on_peer_checked(2, 5004), kRestripe | kLog);
+}
+
+// A one-way fault (the receiver's ACKs lost): the sender's check never completes, so it sends no
+// CHECKED; the receiver, whose check immediates did arrive, stays out of its stripe until the
+// attempt's bound ends the attempt or the sender's next offer replaces it. Either order of the
+// immediates and the CHECKED admits the path; only the receiver takes a CHECKED, once.
+TEST(Path, TheReceiverRampsInOnlyWithTheSendersChecked) {
+  Path r(Role::kReceiver, timing());
+  fail_and_fence(r, 0);
+  ASSERT_EQ(r.on_peer_offer(1, 100), kAnswer | kLog);
+  ASSERT_EQ(r.on_peer_checked(1, 100), kNoAction) << "not checking yet";
+  ASSERT_EQ(r.on_connected(101), kCheck);
+  EXPECT_EQ(r.on_checked(102), kNoAction);
+  EXPECT_EQ(r.on_checked(103), kNoAction) << "polled again: still waiting";
+  EXPECT_FALSE(r.carries());
+  EXPECT_EQ(r.share_pct(), 0);
+  EXPECT_EQ(r.on_tick(101 + 2999), kNoAction);
+  const uint32_t a = r.on_tick(101 + 3000);
+  EXPECT_EQ(a, kDropFresh | kLog | kSendFence) << "no CHECKED within the attempt's bound";
+  EXPECT_EQ(r.state(), State::kDown);
+  EXPECT_EQ(r.cause(), Cause::kLocalPort) << "the failover's first cause stands";
+  EXPECT_NE(r.describe().find("path check failed"), std::string::npos) << r.describe();
+  EXPECT_EQ(r.on_peer_checked(1, 3200), kNoAction) << "a CHECKED after the attempt ended";
+
+  // The CHECKED before the immediates: admitted on the last immediate.
+  Path q(Role::kReceiver, timing());
+  fail_and_fence(q, 0);
+  ASSERT_EQ(q.on_peer_offer(1, 100), kAnswer | kLog);
+  ASSERT_EQ(q.on_connected(101), kCheck);
+  EXPECT_EQ(q.on_peer_checked(0, 102), kNoAction) << "another epoch's";
+  EXPECT_EQ(q.on_peer_checked(1, 102), kNoAction);
+  EXPECT_EQ(q.on_peer_checked(1, 102), kNoAction) << "once";
+  EXPECT_EQ(q.on_checked(103), kRestripe | kLog);
+  EXPECT_EQ(q.state(), State::kRamping);
+  EXPECT_EQ(q.share_pct(), kRampPct[0]);
+
+  // The sender ramps in on its completions and says so; it ignores a CHECKED.
+  Path s(Role::kSender, timing());
+  fail_and_fence(s, 0);
+  ASSERT_EQ(s.on_tick(s.retry_at_ms()), kOffer | kLog);
+  ASSERT_EQ(s.on_peer_answer(s.epoch(), 200), kConnect);
+  ASSERT_EQ(s.on_connected(201), kCheck);
+  EXPECT_EQ(s.on_peer_checked(s.epoch(), 202), kNoAction);
+  EXPECT_EQ(s.state(), State::kChecking);
+  EXPECT_EQ(s.on_checked(203), kRestripe | kLog | kSendChecked);
+  EXPECT_EQ(s.on_checked(204), kNoAction) << "once";
 }
 
 TEST(Paths, SharesFollowWeightsStatesAndFallback) {

@@ -119,6 +119,47 @@ TEST(PathMsg, OfferAndAnswerRoundTrip) {
   }
 }
 
+// The sender's word that its check completed: a header and a checksum, no body; a body (of
+// version 1) or a substitute byte is refused.
+TEST(PathMsg, CheckedRoundTripsWithNoBody) {
+  PathMsg m;
+  m.type = PathMsgType::kChecked;
+  m.path = 1;
+  m.epoch = 9;
+  m.nqps = 2;
+  auto b = enc(m);
+  ASSERT_EQ(b.size(), kPathMsgHeaderBytes + 4);
+  PathMsg out;
+  std::string why;
+  size_t used = 0;
+  for (size_t k = 0; k < b.size(); ++k)
+    ASSERT_EQ(decode_path_msg(b.data(), k, &out, &why, &used), PathMsgParse::kIncomplete) << k;
+  ASSERT_EQ(dec(b, &out, &why, &used), PathMsgParse::kOk) << why;
+  EXPECT_EQ(used, b.size());
+  EXPECT_EQ(out.type, PathMsgType::kChecked);
+  EXPECT_EQ(out.path, 1);
+  EXPECT_EQ(out.epoch, 9u);
+  EXPECT_EQ(out.nqps, 2);
+  EXPECT_STREQ(path_msg_type_name(out.type), "path checked");
+  EXPECT_FALSE(path_msg_has_qps(PathMsgType::kChecked));
+  auto sub = b;
+  sub[9] = 1;
+  reseal(sub);
+  EXPECT_EQ(dec(sub, &out, &why, &used), PathMsgParse::kBad);
+  EXPECT_NE(why.find("substitute"), std::string::npos) << why;
+  auto body = b;
+  body[10] = 8;  // 8 body bytes claimed, in version 1
+  body.insert(body.begin() + kPathMsgHeaderBytes, 8, 0);
+  reseal(body);
+  EXPECT_EQ(dec(body, &out, &why, &used), PathMsgParse::kBad);
+  EXPECT_NE(why.find("expected 0"), std::string::npos) << why;
+  auto unknown = b;
+  unknown[2] = 5;
+  reseal(unknown);
+  EXPECT_EQ(dec(unknown, &out, &why, &used), PathMsgParse::kBad);
+  EXPECT_NE(why.find("unknown type 5"), std::string::npos) << why;
+}
+
 struct Edit {
   const char* name;
   size_t at;
@@ -131,7 +172,7 @@ TEST(PathMsg, EveryHeaderFieldIsValidated) {
       {"magic", 0, 0xf7, "expected, first byte 247"},
       {"version 0", 1, 0, "of version 0"},
       {"type 0", 2, 0, "of unknown type 0"},
-      {"type 4", 2, 4, "of unknown type 4"},
+      {"type 5", 2, 5, "of unknown type 5"},
       {"path 4", 3, 4, "for path 4"},
       {"no QPs", 8, 0, "with 0 QPs"},
       {"17 QPs", 8, 17, "with 17 QPs"},

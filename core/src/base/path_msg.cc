@@ -33,7 +33,7 @@ uint64_t get64(const uint8_t* p) {
 
 bool known(uint8_t t) {
   return t >= static_cast<uint8_t>(PathMsgType::kFence) &&
-         t <= static_cast<uint8_t>(PathMsgType::kAnswer);
+         t <= static_cast<uint8_t>(PathMsgType::kChecked);
 }
 
 constexpr uint32_t k24 = 1u << 24;
@@ -65,20 +65,23 @@ const char* path_msg_type_name(PathMsgType t) {
       return "recovery offer";
     case PathMsgType::kAnswer:
       return "recovery answer";
+    case PathMsgType::kChecked:
+      return "path checked";
   }
   return "unknown";
 }
 
 size_t path_msg_body_bytes(PathMsgType type, int nqps) {
   const size_t n = static_cast<size_t>(nqps);
-  return type == PathMsgType::kFence ? 8 * n + 8 : sizeof(MemberInfo) + sizeof(PathQp) * n;
+  if (type == PathMsgType::kFence) return 8 * n + 8;
+  return path_msg_has_qps(type) ? sizeof(MemberInfo) + sizeof(PathQp) * n : 0;
 }
 
 size_t encode_path_msg(const PathMsg& m, uint8_t* out) {
   if (!known(static_cast<uint8_t>(m.type)) || m.path >= kMaxMetaMembers || m.nqps < 1 ||
       m.nqps > kMaxQps)
     return 0;
-  if (m.type != PathMsgType::kFence && !bad_address(m).empty()) return 0;
+  if (path_msg_has_qps(m.type) && !bad_address(m).empty()) return 0;
   if (m.type == PathMsgType::kFence && (m.sub > kMaxMetaMembers || m.sub == m.path + 1)) return 0;
   const size_t b = path_msg_body_bytes(m.type, m.nqps);
   out[0] = kPathMsgMagic;
@@ -93,7 +96,7 @@ size_t encode_path_msg(const PathMsg& m, uint8_t* out) {
   if (m.type == PathMsgType::kFence) {
     for (int q = 0; q < m.nqps; ++q) put64(body + 8 * q, m.last_seq[q]);
     put64(body + 8 * m.nqps, m.from_seq);
-  } else {
+  } else if (path_msg_has_qps(m.type)) {
     static_assert(std::is_trivially_copyable_v<MemberInfo>);
     std::memcpy(body, &m.member, sizeof m.member);  // its fields are little-endian on the hosts
     for (int q = 0; q < m.nqps; ++q) {
@@ -154,7 +157,7 @@ PathMsgParse decode_path_msg(const uint8_t* p, size_t n, PathMsg* out, std::stri
     m.sub = p[1] == kPathMsgVersion ? p[9] : 0;
     for (int q = 0; q < m.nqps; ++q) m.last_seq[q] = get64(body + 8 * q);
     m.from_seq = get64(body + 8 * m.nqps);
-  } else {
+  } else if (path_msg_has_qps(type)) {
     std::memcpy(&m.member, body, sizeof m.member);
     for (int q = 0; q < m.nqps; ++q) {
       m.qps[q].qpn = get32(body + sizeof(MemberInfo) + 8 * q);

@@ -93,6 +93,13 @@ Status fo_apply(Conn& c, int p, uint32_t a, int64_t now, const wire::PathMsg* pe
 // back on QP q (the sender's completion, the receiver's immediate).
 Status fo_recovery_action(Conn& c, int p, uint32_t a, const wire::PathMsg* peer, int64_t now);
 bool fo_may_offer(const Conn& c, int p, int64_t now);
+// A path message of type t for path p at its current epoch (path, epoch, QP count set), and its
+// sending on the kept socket: a write that fails fails the comm (its peer could never finish
+// the fence or the attempt). fo_fence_msg: this side's FENCE of path p for `epoch`, with its
+// close counts, substitute and first receive without the path (the receiver's).
+wire::PathMsg fo_msg(const Conn& c, wire::PathMsgType t, int p);
+wire::PathMsg fo_fence_msg(const Conn& c, int p, uint32_t epoch);
+Status fo_send_msg(Conn& c, const wire::PathMsg& m);
 bool fo_may_answer(const Conn& c, int p, int64_t now);
 void fo_check_done(Conn& c, int q);
 bool fo_error_wc(Conn& c, const ibv_wc& wc, int member, const char* what);

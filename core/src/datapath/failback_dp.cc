@@ -5,13 +5,14 @@
 // in the port's table (a RoCE flap may move its index). The receiver brings its fresh QPs to RTS
 // with the offer, posts one receive WR on each for the check and answers; the sender brings its
 // own to RTS with the answer and posts the check: a zero-length WRITE_WITH_IMM of
-// wire::kImmPathCheck on each fresh QP. It moves no byte, so it touches no memory; its completion
-// proves the path to the sender, its immediate to the receiver. Then the path ramps back into the
-// stripe (the receiver puts it in new receives' masks by its ramp share). An attempt that fails
-// (an error completion, the attempt's bound, a FENCE from the peer) needs no fence: the fresh QPs
-// carried no data; they go to ERROR and the next attempt replaces them.
-#include <sys/socket.h>
-
+// wire::kImmPathCheck on each fresh QP. It moves no byte, so it touches no memory. Its completion
+// (the receiver's ACK came back) proves the path both ways to the sender, which ramps in and
+// sends CHECKED on the socket; its immediate proves only the sender's direction, so the receiver
+// ramps in on its immediates and that word together: a path that drops the ACKs only (a one-way
+// fault) never returns. The receiver puts the path in new receives' masks by its ramp share, so
+// no chain uses it before both sides took it back. An attempt that fails (an error completion,
+// the attempt's bound, a FENCE from the peer, no CHECKED) needs no fence: the fresh QPs carried
+// no data; they go to ERROR and the next attempt replaces them.
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -163,29 +164,6 @@ Status connect_fresh(Conn& c, int p, const wire::PathMsg& peer) {
   return Status::ok();
 }
 
-Status send_msg(Conn& c, const wire::PathMsg& m) {
-  uint8_t buf[wire::kPathMsgMaxBytes];
-  const size_t n = wire::encode_path_msg(m, buf);
-  if (n == 0) return Status(Code::kInternalError, "failback: a path message did not encode");
-  const ssize_t sent = ::send(c.fd, buf, n, MSG_DONTWAIT | MSG_NOSIGNAL);
-  if (sent != static_cast<ssize_t>(n)) {
-    return Status(Code::kRemoteError,
-                  std::string("failback: the ") + wire::path_msg_type_name(m.type) + " to peer " +
-                      c.peer + " could not be sent on the connection socket (" +
-                      (sent < 0 ? std::string(std::strerror(errno)) : "short write") + ")");
-  }
-  return Status::ok();
-}
-
-wire::PathMsg msg_of(const Conn& c, wire::PathMsgType t, int p) {
-  wire::PathMsg m;
-  m.type = t;
-  m.path = static_cast<uint8_t>(p);
-  m.epoch = c.fo.path[p].epoch();
-  m.nqps = static_cast<uint8_t>(c.qpp);
-  return m;
-}
-
 // The check: the sender's zero-length WRITE_WITH_IMM on each fresh QP (the receiver's records
 // address, with its key on that path: no byte moves).
 Status post_checks(SendComm& s, int p) {
@@ -247,15 +225,15 @@ Status fo_recovery_action(Conn& c, int p, uint32_t a, const wire::PathMsg* peer,
   PathFailover& f = c.fo;
   if (a & failover::kDropFresh) drop_fresh(c, p);
   if (a & failover::kOffer) {  // the sender: fresh QPs, the offer
-    wire::PathMsg m = msg_of(c, wire::PathMsgType::kOffer, p);
+    wire::PathMsg m = fo_msg(c, wire::PathMsgType::kOffer, p);
     std::string why;
     if (!member_now(c, p, &m, &why))
       return attempt_fault(c, p, Status(Code::kRemoteError, why), now);
     if (Status st = fresh_qps(c, p, &m); !st.is_ok()) return attempt_fault(c, p, st, now);
-    if (Status st = send_msg(c, m); !st.is_ok()) return fail(c, st);
+    SLUICE_RETURN_IF_ERROR(fo_send_msg(c, m));
   }
   if (a & failover::kAnswer) {  // the receiver: fresh QPs at RTS, the check's WRs, the answer
-    wire::PathMsg m = msg_of(c, wire::PathMsgType::kAnswer, p);
+    wire::PathMsg m = fo_msg(c, wire::PathMsgType::kAnswer, p);
     std::string why;
     if (!member_now(c, p, &m, &why))
       return attempt_fault(c, p, Status(Code::kRemoteError, why), now);
@@ -263,7 +241,7 @@ Status fo_recovery_action(Conn& c, int p, uint32_t a, const wire::PathMsg* peer,
     if (Status st = connect_fresh(c, p, *peer); !st.is_ok()) return attempt_fault(c, p, st, now);
     if (Status st = post_check_credits(*static_cast<RecvComm*>(c.owner), p); !st.is_ok())
       return attempt_fault(c, p, st, now);
-    if (Status st = send_msg(c, m); !st.is_ok()) return fail(c, st);
+    SLUICE_RETURN_IF_ERROR(fo_send_msg(c, m));
     SLUICE_RETURN_IF_ERROR(fo_apply(c, p, f.path[p].on_connected(now), now));
   }
   if (a & failover::kConnect) {  // the sender: its fresh QPs at RTS with the answer

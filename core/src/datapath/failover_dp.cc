@@ -41,24 +41,6 @@ Status every_path_failed(Conn& c) {
                                         failover::paths_report(c.fo.path, c.npaths)));
 }
 
-// Sends a path message on the kept socket. A message this small fits an idle socket's buffer; a
-// short or refused write fails the comm (its peer could never finish the fence).
-Status send_path_msg(Conn& c, const wire::PathMsg& m) {
-  uint8_t buf[wire::kPathMsgMaxBytes];
-  const size_t n = wire::encode_path_msg(m, buf);
-  if (n == 0)
-    return fail(c, Status(Code::kInternalError, "failover: a path message did not encode"));
-  const ssize_t sent = ::send(c.fd, buf, n, MSG_DONTWAIT | MSG_NOSIGNAL);
-  if (sent != static_cast<ssize_t>(n)) {
-    return fail(c, Status(Code::kRemoteError,
-                          "failover: the FENCE of " + path_desc(c, m.path) + " to peer " + c.peer +
-                              " could not be sent on the connection socket (" +
-                              (sent < 0 ? std::string(std::strerror(errno)) : "short write") +
-                              "); " + failover::paths_report(c.fo.path, c.npaths)));
-  }
-  return Status::ok();
-}
-
 // Moves the path's QPs to ERROR and posts each one's drain marker (a full send queue takes it
 // once flushed WRs were polled: retried at every step).
 Status fence_local(Conn& c, int p) {
@@ -112,6 +94,48 @@ Status fault(Conn& c, int p, failover::Cause cause, const std::string& what, int
 
 }  // namespace
 
+wire::PathMsg fo_msg(const Conn& c, wire::PathMsgType t, int p) {
+  wire::PathMsg m;
+  m.type = t;
+  m.path = static_cast<uint8_t>(p);
+  m.epoch = c.fo.path[p].epoch();
+  m.nqps = static_cast<uint8_t>(c.qpp);
+  return m;
+}
+
+wire::PathMsg fo_fence_msg(const Conn& c, int p, uint32_t epoch) {
+  const PathFailover& f = c.fo;
+  wire::PathMsg m = fo_msg(c, wire::PathMsgType::kFence, p);
+  m.epoch = epoch;
+  for (int k = 0; k < c.qpp; ++k) m.last_seq[k] = f.closes[p * c.qpp + k];
+  if (!f.sender) {
+    m.sub = static_cast<uint8_t>(f.sub[p] + 1);
+    m.from_seq = f.from_seq[p];
+  }
+  return m;
+}
+
+// A message this small fits an idle socket's buffer; a short or refused write fails the comm.
+Status fo_send_msg(Conn& c, const wire::PathMsg& m) {
+  uint8_t buf[wire::kPathMsgMaxBytes];
+  const size_t n = wire::encode_path_msg(m, buf);
+  if (n == 0) {
+    return fail(c, Status(Code::kInternalError, std::string("failover: a ") +
+                                                    wire::path_msg_type_name(m.type) +
+                                                    " message did not encode"));
+  }
+  const ssize_t sent = ::send(c.fd, buf, n, MSG_DONTWAIT | MSG_NOSIGNAL);
+  if (sent != static_cast<ssize_t>(n)) {
+    return fail(c, Status(Code::kRemoteError,
+                          std::string("failover: the ") + wire::path_msg_type_name(m.type) +
+                              " of " + path_desc(c, m.path) + " to peer " + c.peer +
+                              " could not be sent on the connection socket (" +
+                              (sent < 0 ? std::string(std::strerror(errno)) : "short write") +
+                              "); " + failover::paths_report(c.fo.path, c.npaths)));
+  }
+  return Status::ok();
+}
+
 Status fo_apply(Conn& c, int p, uint32_t a, int64_t now, const wire::PathMsg* peer) {
   PathFailover& f = c.fo;
   if (a & failover::kLog) {
@@ -126,26 +150,20 @@ Status fo_apply(Conn& c, int p, uint32_t a, int64_t now, const wire::PathMsg* pe
   if (a & failover::kRestripe) SLUICE_RETURN_IF_ERROR(restripe(c));
   if (a & failover::kFenceLocal) SLUICE_RETURN_IF_ERROR(fence_local(c, p));
   if (a & failover::kSendFence) {
-    wire::PathMsg m;
-    m.type = wire::PathMsgType::kFence;
-    m.path = static_cast<uint8_t>(p);
-    m.epoch = f.path[p].epoch();
-    m.nqps = static_cast<uint8_t>(c.qpp);
-    for (int k = 0; k < c.qpp; ++k) m.last_seq[k] = f.closes[p * c.qpp + k];
     if (!f.sender) {
       const int s = choose_sub(c, p);
       if (s < 0) return every_path_failed(c);
       f.sub[p] = static_cast<int8_t>(s);
-      m.sub = static_cast<uint8_t>(s + 1);
       // Every receive from here on leaves the path out (restriped at the fault, or earlier).
       f.from_seq[p] = static_cast<RecvComm*>(c.owner)->seq;
-      m.from_seq = f.from_seq[p];
       // The credits the path's QPs still held go to the substitute before the FENCE tells the
       // sender to send there.
       SLUICE_RETURN_IF_ERROR(fo_recv_move_credits(*static_cast<RecvComm*>(c.owner), p, s));
     }
-    SLUICE_RETURN_IF_ERROR(send_path_msg(c, m));
+    SLUICE_RETURN_IF_ERROR(fo_send_msg(c, fo_fence_msg(c, p, f.path[p].epoch())));
   }
+  if (a & failover::kSendChecked)
+    SLUICE_RETURN_IF_ERROR(fo_send_msg(c, fo_msg(c, wire::PathMsgType::kChecked, p)));
   if (a & failover::kReplay) {
     f.down_ms[p] = now;
     if (!f.can_recover) {
@@ -199,14 +217,7 @@ Status take_inbox(Conn& c, int64_t now) {
                     "receive comm to %s: path %d: the recovery offer of epoch %u waits for the "
                     "old QPs' receive WRs to flush; refused, the sender offers again",
                     c.peer.c_str(), p, m.epoch);
-        wire::PathMsg no;
-        no.type = wire::PathMsgType::kFence;
-        no.path = static_cast<uint8_t>(p);
-        no.epoch = m.epoch;
-        no.nqps = static_cast<uint8_t>(c.qpp);
-        no.sub = static_cast<uint8_t>(f.sub[p] + 1);
-        no.from_seq = f.from_seq[p];
-        SLUICE_RETURN_IF_ERROR(send_path_msg(c, no));
+        SLUICE_RETURN_IF_ERROR(fo_send_msg(c, fo_fence_msg(c, p, m.epoch)));
         continue;
       }
       SLUICE_RETURN_IF_ERROR(fo_apply(c, p, f.path[p].on_peer_offer(m.epoch, now), now, &m));
@@ -215,6 +226,11 @@ Status take_inbox(Conn& c, int64_t now) {
     if (m.type == wire::PathMsgType::kAnswer) {  // to the sender: its offer accepted
       if (!f.sender) continue;
       SLUICE_RETURN_IF_ERROR(fo_apply(c, p, f.path[p].on_peer_answer(m.epoch, now), now, &m));
+      continue;
+    }
+    if (m.type == wire::PathMsgType::kChecked) {  // to the receiver: the path works both ways
+      if (f.sender) continue;
+      SLUICE_RETURN_IF_ERROR(fo_apply(c, p, f.path[p].on_peer_checked(m.epoch, now), now));
       continue;
     }
     if (f.sender) {
@@ -320,10 +336,9 @@ Status fo_drive(Conn& c) {
     if (st == failover::State::kChecking) {
       bool all = true;
       for (int q = p * c.qpp; q < (p + 1) * c.qpp; ++q) all = all && f.checked[q];
-      if (all) {
-        SLUICE_RETURN_IF_ERROR(fo_apply(c, p, f.path[p].on_checked(now), now));
-        continue;
-      }
+      if (all) SLUICE_RETURN_IF_ERROR(fo_apply(c, p, f.path[p].on_checked(now), now));
+      // The receiver waits for the sender's CHECKED within the attempt's bound (on_tick).
+      if (f.path[p].state() != failover::State::kChecking) continue;
     }
     SLUICE_RETURN_IF_ERROR(fo_apply(c, p, f.path[p].on_tick(now), now));
   }

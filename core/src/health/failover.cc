@@ -201,17 +201,33 @@ uint32_t Path::on_connected(int64_t now_ms) {
   if (state_ != State::kRecovering) return kNoAction;
   state_ = State::kChecking;
   since_ = now_ms;
+  local_checked_ = peer_checked_ = false;
   return kCheck;
 }
 
-uint32_t Path::on_checked(int64_t now_ms) {
-  if (state_ != State::kChecking) return kNoAction;
+uint32_t Path::enter_ramping(int64_t now_ms) {
   state_ = State::kRamping;
   since_ = step_at_ = now_ms;
   ramp_step_ = 0;
   say("back (epoch " + std::to_string(epoch_) + ", attempt " + std::to_string(attempts_) +
       "): ramping in at " + std::to_string(kRampPct[0]) + "% of its share");
   return kRestripe | kLog;
+}
+
+uint32_t Path::on_checked(int64_t now_ms) {
+  if (state_ != State::kChecking || local_checked_) return kNoAction;
+  local_checked_ = true;
+  // The sender's completions prove both directions: it ramps in and tells the receiver, whose
+  // immediates prove only the sender's direction.
+  if (role_ == Role::kSender) return enter_ramping(now_ms) | kSendChecked;
+  return peer_checked_ ? enter_ramping(now_ms) : kNoAction;
+}
+
+uint32_t Path::on_peer_checked(uint32_t epoch, int64_t now_ms) {
+  if (role_ != Role::kReceiver || state_ != State::kChecking || epoch != epoch_ || peer_checked_)
+    return kNoAction;
+  peer_checked_ = true;
+  return local_checked_ ? enter_ramping(now_ms) : kNoAction;
 }
 
 uint32_t Path::on_tick(int64_t now_ms) {

@@ -14,7 +14,10 @@
 //   kRecovering an attempt: fresh QPs, offer and answer over the kept socket, RTR and RTS.
 //   kChecking   the fresh QPs are connected; a zero-byte signaled RDMA WRITE on each (it moves no
 //               byte, so it touches no memory, and its ACK proves the path end to end) is in
-//               flight.
+//               flight. The sender leaves it when every check completed (the receiver's ACKs
+//               came back: both directions work) and says so (CHECKED); the receiver leaves it
+//               only with both its check immediates (sender to receiver) and that word, so a path
+//               whose ACKs are lost (a one-way fault) never returns to either side's stripe.
 //   kRamping    back in the stripe at a part of its share, one step more per ramp interval
 //               without a fault, then kUp.
 //
@@ -78,6 +81,7 @@ enum Action : uint32_t {
   kRestripe = 1u << 8,    // the path's share changed: recompute the stripe
   kLog = 1u << 9,         // a transition worth its one INFO line (describe() has it)
   kCommFails = 1u << 10,  // give the comm up (describe() says why)
+  kSendChecked = 1u << 11,  // the sender: send CHECKED (path, epoch): its checks completed
 };
 
 struct Timing {
@@ -131,8 +135,12 @@ class Path {
   uint32_t on_peer_answer(uint32_t epoch, int64_t now_ms);
   // This side's fresh QPs are at RTS (after kAnswer or kConnect).
   uint32_t on_connected(int64_t now_ms);
-  // Every zero-byte check of the fresh path completed well.
+  // Every zero-byte check of the fresh path completed well: on the sender, its WRITEs' completions
+  // (it ramps in and sends CHECKED); on the receiver, their immediates (it ramps in once the
+  // sender's CHECKED came too).
   uint32_t on_checked(int64_t now_ms);
+  // The receiver: the sender's CHECKED for `epoch` (another epoch's is ignored).
+  uint32_t on_peer_checked(uint32_t epoch, int64_t now_ms);
   // The clock: due attempts, ramp steps, the fence's and an attempt's bounds, the stable reset.
   uint32_t on_tick(int64_t now_ms);
 
@@ -140,6 +148,7 @@ class Path {
   uint32_t enter_fencing(Cause c, const std::string& what, int64_t now_ms);
   uint32_t enter_down_after_fence(int64_t now_ms);
   uint32_t attempt_failed(Cause c, const std::string& what, int64_t now_ms);
+  uint32_t enter_ramping(int64_t now_ms);
   void say(std::string s) { text_ = std::move(s); }
 
   Role role_ = Role::kSender;
@@ -149,7 +158,9 @@ class Path {
   Cause cause_ = Cause::kNone;
   bool local_fenced_ = false;
   bool peer_fenced_ = false;
-  bool offered_ = false;  // kRecovering: this side sent the offer of epoch_
+  bool offered_ = false;        // kRecovering: this side sent the offer of epoch_
+  bool local_checked_ = false;  // kChecking: this side's checks completed (receiver: arrived)
+  bool peer_checked_ = false;   // kChecking, receiver: the sender's CHECKED of epoch_ came
   int attempts_ = 0;
   int ramp_step_ = 0;
   int64_t since_ = 0;     // when the current state began

@@ -22,6 +22,10 @@
 //   kAnswer  {u32 qpn, u32 psn}: the fresh QPs of a recovery attempt; the offer starts the
 //            attempt (its epoch is the new incarnation), the answer accepts it with the other
 //            side's QPs.
+//   kChecked no body: the sender's zero-byte check completed on every fresh QP of the path's
+//            epoch, so the path works both ways (the check's immediate proves only sender to
+//            receiver; its completion needs the receiver's ACK). The receiver puts the path back
+//            in its receives only on this word and its own check immediates.
 // A later version may append body bytes (b above its type's size, up to kPathMsgMaxBytes in all)
 // inside the checksum; a version-1 reader takes the part it knows. An unknown type is refused:
 // the comm then fails as a protocol mismatch, never waits. A peer that speaks no path messages
@@ -43,7 +47,11 @@ inline constexpr size_t kPathMsgHeaderBytes = 12;
 inline constexpr size_t kPathMsgMaxBytes = 256;  // any version: what a reader may have to hold
 inline constexpr uint64_t kNoSeq = ~uint64_t{0};
 
-enum class PathMsgType : uint8_t { kFence = 1, kOffer = 2, kAnswer = 3 };
+enum class PathMsgType : uint8_t { kFence = 1, kOffer = 2, kAnswer = 3, kChecked = 4 };
+// Offers and answers carry an address and QPs; the others do not.
+inline bool path_msg_has_qps(PathMsgType t) {
+  return t == PathMsgType::kOffer || t == PathMsgType::kAnswer;
+}
 
 struct PathQp {
   uint32_t qpn = 0;  // 1 .. 2^24 - 1
@@ -58,7 +66,7 @@ struct PathMsg {
   uint8_t sub = 0;                  // kFence: substitute path + 1 (0: none)
   uint64_t last_seq[kMaxQps] = {};  // kFence: closes polled (receiver) / chains posted (sender)
   uint64_t from_seq = 0;            // kFence: the receiver's first receive without the path
-  MemberInfo member = {};           // kOffer, kAnswer
+  MemberInfo member = {};           // kOffer, kAnswer (path_msg_has_qps)
   PathQp qps[kMaxQps] = {};         // kOffer, kAnswer
 };
 
