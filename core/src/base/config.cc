@@ -15,6 +15,7 @@
 #include <utility>
 #include <variant>
 
+#include "base/text.h"
 #include "sluice/core/base/flow_label.h"
 #include "sluice/core/base/fusion_spec.h"
 #include "sluice/core/base/hca_filter.h"
@@ -260,12 +261,7 @@ const std::vector<Param>& table() {
 }
 // clang-format on
 
-std::string_view trim(std::string_view s) {
-  const auto first = s.find_first_not_of(" \t\r\n");
-  if (first == std::string_view::npos) return {};
-  const auto last = s.find_last_not_of(" \t\r\n");
-  return s.substr(first, last - first + 1);
-}
+using text::trim;
 
 bool iequals(std::string_view a, std::string_view b) {
   return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {

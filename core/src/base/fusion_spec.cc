@@ -2,17 +2,14 @@
 
 #include <charconv>
 
+#include "base/text.h"
+
 namespace sluice {
 namespace {
 
 constexpr size_t kMaxEntries = 64;
 
-std::string_view trim(std::string_view s) {
-  const auto b = s.find_first_not_of(" \t\r\n");
-  if (b == std::string_view::npos) return {};
-  const auto e = s.find_last_not_of(" \t\r\n");
-  return s.substr(b, e - b + 1);
-}
+using text::trim;
 
 bool parse_int(std::string_view s, long long lo, long long hi, int* out) {
   s = trim(s);

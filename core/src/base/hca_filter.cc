@@ -4,18 +4,15 @@
 #include <string>
 #include <utility>
 
+#include "base/text.h"
+
 namespace sluice {
 namespace {
 
 constexpr size_t kMaxEntries = 32;  // NCCL's MAX_IB_DEVS; NCCL silently drops the rest
 constexpr int kMaxPort = 255;       // ibv port numbers are uint8_t
 
-std::string_view trim(std::string_view s) {
-  const auto first = s.find_first_not_of(" \t\r\n");
-  if (first == std::string_view::npos) return {};
-  const auto last = s.find_last_not_of(" \t\r\n");
-  return s.substr(first, last - first + 1);
-}
+using text::trim;
 
 std::string entry_text(const HcaFilter::Entry& e) {
   return e.port < 0 ? e.name : e.name + ":" + std::to_string(e.port);

@@ -11,17 +11,13 @@
 #include <string>
 #include <tuple>
 
+#include "base/text.h"
 #include "sluice/core/base/hca_filter.h"
 
 namespace sluice {
 namespace {
 
-std::string_view trim(std::string_view s) {
-  const auto first = s.find_first_not_of(" \t\r\n");
-  if (first == std::string_view::npos) return {};
-  const auto last = s.find_last_not_of(" \t\r\n");
-  return s.substr(first, last - first + 1);
-}
+using text::trim;
 
 std::string family_name(int family) {
   switch (family) {

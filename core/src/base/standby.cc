@@ -3,15 +3,12 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "base/text.h"
+
 namespace sluice::standby {
 namespace {
 
-std::string_view trim(std::string_view s) {
-  const auto first = s.find_first_not_of(" \t\r\n");
-  if (first == std::string_view::npos) return {};
-  const auto last = s.find_last_not_of(" \t\r\n");
-  return s.substr(first, last - first + 1);
-}
+using text::trim;
 
 std::string hex(int v) {
   char b[16];
