@@ -19,4 +19,4 @@ add_test(NAME plugin_cm_addr_two_host
 # the address bound differs), so this one runs unsanitized only.
 set_tests_properties(plugin_cm_addr_two_host PROPERTIES LABELS "rdma;bed;nosan" TIMEOUT 300
                      SKIP_RETURN_CODE 77   # 77: nested inside a VM bed, cannot boot VMs there
-                     ENVIRONMENT "NCCL_IB_QPS_PER_CONNECTION=2;NCCL_IB_SPLIT_DATA_ON_QPS=1;SLUICE_CONNECT_TIMEOUT_MS=8000;SLUICE_HANDSHAKE_TIMEOUT_MS=4000;SLUICE_TEST_DEADLINE_S=60")
+                     ENVIRONMENT "NCCL_IB_TIMEOUT=14;NCCL_IB_QPS_PER_CONNECTION=2;NCCL_IB_SPLIT_DATA_ON_QPS=1;SLUICE_CONNECT_TIMEOUT_MS=8000;SLUICE_HANDSHAKE_TIMEOUT_MS=4000;SLUICE_TEST_DEADLINE_S=60")
