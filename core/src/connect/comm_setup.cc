@@ -47,24 +47,11 @@ Status create_qps(Conn& c, int nqps, const QpCaps& caps, int cqe, wire::Meta* m)
   }
   c.nqps = nqps;
   m->nqps = static_cast<uint8_t>(nqps);
+  c.max_inline = caps.max_inline_data;
   for (int q = 0; q < nqps; ++q) {
-    Device& d = *c.members[c.qp_member[q]].dev;
-    ibv_cq* cq = c.members[c.qp_member[q]].cq.get();
     QpCaps k = caps;
-    auto qp = create_rc_qp(d.adapter->pd.get(), cq, k);
-    if (!qp.is_ok() && k.max_inline_data > 0) {
-      k.max_inline_data = 0;  // the device takes no inline data of that size: post from memory
-      qp = create_rc_qp(d.adapter->pd.get(), cq, k);
-    }
-    if (!qp.is_ok()) return qp.status().with_context(d.name);
-    c.qps[q] = std::move(qp).value();
-    c.max_inline = k.max_inline_data;
-    InitParams ip;
-    ip.port = d.port;
-    ip.pkey_index = static_cast<uint16_t>(cfg.pkey_index);
-    ip.access = IBV_ACCESS_REMOTE_WRITE;
-    ip.retry = mqp_retry_from(cfg);
-    SLUICE_RETURN_IF_ERROR(qp_to_init(c.qps[q].get(), ip).with_context(d.name));
+    SLUICE_RETURN_IF_ERROR(qp_bring_init(c, q, &k));
+    c.max_inline = std::min(c.max_inline, k.max_inline_data);  // what every QP takes
     m->qps[q].qpn = c.qps[q]->qp_num;
     m->qps[q].psn = random_psn();
   }
@@ -95,20 +82,6 @@ void agree_ece(Conn& c, const wire::Meta& remote) {
   c.ece = ece_intersection(c.ece_local, theirs);
   SLUICE_TRACE(kSubNet, "%s: ECE local %s, peer %s, set %s", c.describe_qp(0).c_str(),
                ece_text(c.ece_local).c_str(), ece_text(theirs).c_str(), ece_text(c.ece).c_str());
-}
-
-Status set_agreed_ece(Conn& c, int q) {
-  if (!c.ece.supported) return Status::ok();
-  const int rc = set_ece(c.qps[q].get(), c.ece);
-  if (rc == 0) return Status::ok();
-  if (rc == EOPNOTSUPP) {  // as NCCL: a provider that takes none is not an error
-    c.ece = Ece{};
-    return Status::ok();
-  }
-  return Status(Code::kSystemError, "ibv_set_ece(" + ece_text(c.ece) + ") on " + c.describe_qp(q) +
-                                        " failed: " + std::strerror(rc) + " (errno " +
-                                        std::to_string(rc) +
-                                        "); NCCL_IB_ECE_ENABLE=0 connects without ECE");
 }
 
 void choose_flow_labels(Conn& c, const wire::Meta& local, const wire::Meta& remote) {
@@ -166,43 +139,22 @@ Status accept_peer_meta(Conn& c, const wire::Meta& local, const wire::Meta& remo
 Status connect_qps(Conn& c, const wire::Meta& local, const wire::Meta& remote,
                    const wire::MetaMembers& lx, const wire::MetaMembers& rx, uint8_t tc,
                    uint8_t sl) {
-  const Config& cfg = engine()->config();
   SLUICE_RETURN_IF_ERROR(accept_peer_meta(c, local, remote));
   const int qpp = c.nqps / c.npaths;
   for (int q = 0; q < c.nqps; ++q) {
-    const Device& d = *c.members[c.qp_member[q]].dev;
     // The path's two ends (one member each side: member 0 and Meta's own fields when unfused).
     const wire::MemberInfo& me = lx.members[c.qp_member[q]];
     const wire::MemberInfo& peer = rx.members[wire::qp_member(q, qpp, rx.nmembers)];
-    RtrParams r;
-    r.path_mtu = static_cast<ibv_mtu>(std::min(me.mtu, peer.mtu));
-    r.dest_qpn = remote.qps[q].qpn;
-    r.rq_psn = remote.qps[q].psn;
-    r.max_dest_rd_atomic = 1;
-    r.min_rnr_timer = static_cast<uint8_t>(cfg.min_rnr_timer);
-    r.port = d.port;
-    r.is_global = d.roce;
-    std::memcpy(r.dgid.raw, peer.gid, 16);
-    r.sgid_index = me.gid_index;
-    r.hop_limit = 255;
-    r.traffic_class = tc;
-    r.flow_label = c.flow.label(static_cast<uint32_t>(q));
-    r.dlid = peer.lid;
-    r.sl = sl;
-    r.retry = mqp_retry_from(cfg);
-    c.remote_qpn[q] = remote.qps[q].qpn;
-    SLUICE_RETURN_IF_ERROR(set_agreed_ece(c, q));
-    Status st = qp_to_rtr(c.qps[q].get(), r);
-    if (!st.is_ok()) return st.with_context(c.describe_qp(q));
-    RtsParams s;
-    s.sq_psn = local.qps[q].psn;
-    s.timeout = static_cast<uint8_t>(cfg.ib_timeout);
-    s.retry_cnt = static_cast<uint8_t>(cfg.retry_cnt);
-    s.rnr_retry = static_cast<uint8_t>(cfg.rnr_retry);
-    s.max_rd_atomic = 1;
-    s.retry = mqp_retry_from(cfg);
-    st = qp_to_rts(c.qps[q].get(), s);
-    if (!st.is_ok()) return st.with_context(c.describe_qp(q));
+    QpEnds e;
+    e.mtu = me.mtu;
+    e.sgid_index = me.gid_index;
+    e.peer = &peer;
+    e.dest_qpn = remote.qps[q].qpn;
+    e.dest_psn = remote.qps[q].psn;
+    e.sq_psn = local.qps[q].psn;
+    e.tc = tc;
+    e.sl = sl;
+    SLUICE_RETURN_IF_ERROR(qp_bring_connect(c, q, e));
     std::memcpy(c.fo.member_gid[q / qpp], me.gid, 16);  // failback finds it again by value
   }
   // Failback brings a path's QPs up again the way this bring-up did (datapath/failback_dp.cc).

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "comm/comm.h"
+#include "comm/qp_bringup.h"
 #include "sluice/core/base/qp.h"
 #include "sluice/core/base/wire.h"
 
@@ -47,10 +48,8 @@ void fill_local_members(const Conn& c, const wire::Meta& local,
 // c.mem_lkey / c.mem_rkey for every member.
 Status register_member_memory(Conn& c, NumaBuffer& mem, size_t bytes, const verbs::Mr& mr0);
 // ECE (fabric.h): what both ends offer, from our QP 0's answer and the peer's metadata (run by
-// accept_peer_meta), and ibv_set_ece of it on QP q before its RTR (a provider answering
-// EOPNOTSUPP leaves the connection without ECE, as NCCL's).
+// accept_peer_meta); each QP sets it before its RTR (set_agreed_ece, comm/qp_bringup.h).
 void agree_ece(Conn& c, const wire::Meta& remote);
-Status set_agreed_ece(Conn& c, int q);
 int numa_of(const Device& d);
 // Registers the first `bytes` of the comm's own memory (FIFO / records / staging) with the device.
 Status register_comm_memory(Device& d, NumaBuffer& mem, size_t bytes, verbs::Mr* out);

@@ -17,6 +17,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "comm/qp_bringup.h"
 #include "datapath/datapath_internal.h"
 #include "sluice/core/base/log.h"
 #include "sluice/core/base/qp.h"
@@ -83,24 +84,16 @@ bool member_now(Conn& c, int p, wire::PathMsg* m, std::string* why) {
 // Replaces path p's QPs by fresh ones at INIT, into m.qps (with their PSNs).
 Status fresh_qps(Conn& c, int p, wire::PathMsg* m) {
   PathFailover& f = c.fo;
-  const Config& cfg = engine()->config();
   const bool sender = f.sender;
   QpCaps caps = sender ? QpCaps{kSendSqDepth, 1, 1, 1, 0}
                        : QpCaps{kRecvSqDepth, kRecvRqDepth * static_cast<uint32_t>(c.npaths), 1, 1,
                                 c.max_inline};
   for (int k = 0; k < c.qpp; ++k) {
     const int q = p * c.qpp + k;
-    Device& d = *c.members[c.qp_member[q]].dev;
     c.qps[q].reset();  // in ERROR since its fence, its work polled (or dropped with it)
-    auto qp = create_rc_qp(d.adapter->pd.get(), c.members[c.qp_member[q]].cq.get(), caps);
-    if (!qp.is_ok()) return qp.status().with_context("failback: fresh QP on " + d.name);
-    c.qps[q] = std::move(qp).value();
-    InitParams ip;
-    ip.port = d.port;
-    ip.pkey_index = static_cast<uint16_t>(cfg.pkey_index);
-    ip.access = IBV_ACCESS_REMOTE_WRITE;
-    ip.retry = mqp_retry_from(cfg);
-    SLUICE_RETURN_IF_ERROR(qp_to_init(c.qps[q].get(), ip).with_context(d.name));
+    QpCaps k_caps = caps;
+    SLUICE_RETURN_IF_ERROR(qp_bring_init(c, q, &k_caps).with_context("failback: fresh QP"));
+    c.max_inline = std::min(c.max_inline, k_caps.max_inline_data);  // what every QP takes
     // A new incarnation: its counts start again on both sides.
     f.qp_fenced[q] = f.marker_posted[q] = f.marker_seen[q] = f.checked[q] = false;
     f.closes[q] = f.credits[q] = f.log_lo[q] = 0;
@@ -123,43 +116,26 @@ Status fresh_qps(Conn& c, int p, wire::PathMsg* m) {
   return Status::ok();
 }
 
-// RTR and RTS of path p's fresh QPs against the peer's offer or answer.
+// RTR and RTS of path p's fresh QPs against the peer's offer or answer: the bring-up of
+// connection setup (comm/qp_bringup.h), with the comm's agreed ECE, this side's port read again
+// and its GID index found again (member_now).
 Status connect_fresh(Conn& c, int p, const wire::PathMsg& peer) {
   PathFailover& f = c.fo;
-  const Config& cfg = engine()->config();
   for (int k = 0; k < c.qpp; ++k) {
     const int q = p * c.qpp + k;
     const Device& d = *c.members[c.qp_member[q]].dev;
     ibv_port_attr attr{};
     (void)ibv_query_port(d.adapter->ctx.get(), d.port, &attr);
-    RtrParams r;
-    r.path_mtu = static_cast<ibv_mtu>(std::min<int>(attr.active_mtu, peer.member.mtu));
-    r.dest_qpn = peer.qps[k].qpn;
-    r.rq_psn = peer.qps[k].psn;
-    r.max_dest_rd_atomic = 1;
-    r.min_rnr_timer = static_cast<uint8_t>(cfg.min_rnr_timer);
-    r.port = d.port;
-    r.is_global = d.roce;
-    std::memcpy(r.dgid.raw, peer.member.gid, 16);
-    r.sgid_index = f.fresh_gid_index[p];
-    r.hop_limit = 255;
-    r.traffic_class = f.tc;
-    r.flow_label = c.flow.label(static_cast<uint32_t>(q));
-    r.dlid = peer.member.lid;
-    r.sl = f.sl;
-    r.retry = mqp_retry_from(cfg);
-    c.remote_qpn[q] = peer.qps[k].qpn;
-    SLUICE_RETURN_IF_ERROR(
-        qp_to_rtr(c.qps[q].get(), r).with_context("failback: " + c.describe_qp(q)));
-    RtsParams s;
-    s.sq_psn = f.fresh_psn[q];
-    s.timeout = static_cast<uint8_t>(cfg.ib_timeout);
-    s.retry_cnt = static_cast<uint8_t>(cfg.retry_cnt);
-    s.rnr_retry = static_cast<uint8_t>(cfg.rnr_retry);
-    s.max_rd_atomic = 1;
-    s.retry = mqp_retry_from(cfg);
-    SLUICE_RETURN_IF_ERROR(
-        qp_to_rts(c.qps[q].get(), s).with_context("failback: " + c.describe_qp(q)));
+    QpEnds e;
+    e.mtu = static_cast<uint8_t>(attr.active_mtu);
+    e.sgid_index = f.fresh_gid_index[p];
+    e.peer = &peer.member;
+    e.dest_qpn = peer.qps[k].qpn;
+    e.dest_psn = peer.qps[k].psn;
+    e.sq_psn = f.fresh_psn[q];
+    e.tc = f.tc;
+    e.sl = f.sl;
+    SLUICE_RETURN_IF_ERROR(qp_bring_connect(c, q, e).with_context("failback"));
   }
   return Status::ok();
 }
