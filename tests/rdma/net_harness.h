@@ -50,6 +50,13 @@ inline long env_long(const char* name, long dflt) {
   return std::strtol(v, nullptr, 10);
 }
 
+inline long long ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(b - a).count();
+}
+inline long long ms_since(Clock::time_point t) {
+  return ms_between(t, Clock::now());
+}
+
 // ---- Logger
 // --------------------------------------------------------------------------------------
 
@@ -71,6 +78,21 @@ inline std::vector<std::string> g_info;  // guarded by g_info_mu
 inline std::vector<std::string> kept_info() {
   std::lock_guard<std::mutex> lk(g_info_mu);
   return g_info;
+}
+
+// How many INFO lines are kept so far: a mark for info_with.
+inline size_t info_size() {
+  std::lock_guard<std::mutex> lk(g_info_mu);
+  return g_info.size();
+}
+
+// The kept INFO lines from index `from` on that contain `text`.
+inline std::vector<std::string> info_with(size_t from, const std::string& text) {
+  std::lock_guard<std::mutex> lk(g_info_mu);
+  std::vector<std::string> out;
+  for (size_t i = from; i < g_info.size(); ++i)
+    if (g_info[i].find(text) != std::string::npos) out.push_back(g_info[i]);
+  return out;
 }
 
 inline void test_logger(ncclDebugLogLevel level, unsigned long /*flags*/, const char* file,

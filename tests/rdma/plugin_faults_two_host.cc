@@ -24,18 +24,17 @@
 //   (retry + 1) = 34 s at the defaults and infinite on rxe at NCCL_IB_RETRY_CNT=7, and the progress
 //   watchdog's 52 s are both longer). After up: new connections carry verified bytes both ways, no
 //   leak.
-#include <arpa/inet.h>
-#include <net/if.h>
-#include <sys/ioctl.h>
+#include <poll.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <string>
 
+#include "bed_link.h"
+#include "bed_resources.h"
 #include "plugin_bed.h"
 #include "side_channel.h"
 
@@ -64,10 +63,6 @@ int fail(int host, int code, const std::string& what) {
   return code;
 }
 
-long long ms_since(Clock::time_point t) {
-  return duration_cast<milliseconds>(Clock::now() - t).count();
-}
-
 long keepalive_bound_ms() {
   const long hb = env_long("SLUICE_HEARTBEAT_MS", 0);
   return 5 * ((hb + 999) / 1000) * 1000 + kMarginMs;  // the kernel counts keepalive in seconds
@@ -91,22 +86,8 @@ ncclResult_t test_until_error(Net& n, void* req, Clock::time_point since, long b
 
 // ---- The link -----------------------------------------------------------------------------------
 
-// `ip link set eth0 up|down` done in-process (SIOCSIFFLAGS): no fork + exec, whose delay on a
+// eth0 is taken down and up in-process by bed_link.h's set_link: no fork + exec, whose delay on a
 // loaded TCG VM (over a second, seen) would blur when the link went down.
-bool set_link(bool up) {
-  const int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return false;
-  ifreq ifr{};
-  std::snprintf(ifr.ifr_name, sizeof ifr.ifr_name, "%s", "eth0");
-  bool ok = ioctl(fd, SIOCGIFFLAGS, &ifr) == 0;
-  if (ok) {
-    ifr.ifr_flags = static_cast<short>(up ? (ifr.ifr_flags | IFF_UP) : (ifr.ifr_flags & ~IFF_UP));
-    ok = ioctl(fd, SIOCSIFFLAGS, &ifr) == 0;
-  }
-  if (!ok) std::fprintf(stderr, "SIOCSIFFLAGS eth0: %s\n", std::strerror(errno));
-  close(fd);
-  return ok;
-}
 
 bool port_active(const sluice::rdmatest::TestPort& p) {
   for (const auto& a : sluice::rdmatest::active_rdma_ports())
@@ -114,26 +95,11 @@ bool port_active(const sluice::rdmatest::TestPort& p) {
   return false;
 }
 
-// The GID of this host's bed address (IPv4-mapped) is in the port's table again: rdma_cm and the
-// route-checked GID of oob need it. sysfs writes GIDs as 8 groups of 4 hex digits.
+// The GID of this host's bed address (IPv4-mapped) is in the port's table again (bed_link.h):
+// rdma_cm and the route-checked GID of oob need it.
 bool bed_gid_present(const sluice::rdmatest::TestPort& p) {
   const char* addr = std::getenv("SLUICE_BED_ADDR");
-  in_addr a{};
-  if (addr == nullptr || inet_pton(AF_INET, addr, &a) != 1) return false;
-  const uint32_t v = ntohl(a.s_addr);
-  char want[64];
-  std::snprintf(want, sizeof want, "0000:0000:0000:0000:0000:ffff:%04x:%04x", v >> 16, v & 0xffff);
-  for (int i = 0; i < 16; ++i) {
-    const std::string path = "/sys/class/infiniband/" + p.dev + "/ports/" + std::to_string(p.port) +
-                             "/gids/" + std::to_string(i);
-    FILE* f = std::fopen(path.c_str(), "r");
-    if (f == nullptr) continue;
-    char buf[64] = {};
-    const bool got = std::fgets(buf, sizeof buf, f) != nullptr;
-    std::fclose(f);
-    if (got && std::string(buf).rfind(want, 0) == 0) return true;
-  }
-  return false;
+  return addr != nullptr && gid_listed(port_dir(p.dev, p.port), addr);
 }
 
 // Up again and usable: port ACTIVE and the bed address's GID back, bounded by wait_limit().
@@ -198,24 +164,6 @@ std::string exchange(Net& n, int host, void* sc, void* rc, size_t size, int roun
   if (bad.empty()) bad = check_fill(r.data() + size, kGuard, kGuardByte);
   return bad;
 }
-
-struct Resources {
-  int fds = 0;
-  long qp = 0, cq = 0, mr = 0;
-  static Resources now() {
-    using sluice::rdmatest::count_own;
-    return {open_fd_count(), count_own("qp"), count_own("cq"), count_own("mr")};
-  }
-  std::string diff(const Resources& base) const {
-    if (qp < 0 || base.qp < 0) return "rdma resource show failed";
-    std::string d;
-    if (fds != base.fds) d += " fds " + std::to_string(base.fds) + " -> " + std::to_string(fds);
-    if (qp != base.qp) d += " qp " + std::to_string(base.qp) + " -> " + std::to_string(qp);
-    if (cq != base.cq) d += " cq " + std::to_string(base.cq) + " -> " + std::to_string(cq);
-    if (mr != base.mr) d += " mr " + std::to_string(base.mr) + " -> " + std::to_string(mr);
-    return d;
-  }
-};
 
 // What every phase but idle starts with: init, one listener, handles swapped over the side socket,
 // a verified exchange both ways on fresh connections that are then closed (it opens whatever the
@@ -336,7 +284,7 @@ int before_connect(int host) {
     b = 'D';
     if (!write_full(s.side, &b, 1)) return fail(host, 6, "sync");
     usleep(100 * 1000);  // let the byte leave before the link goes
-    if (!set_link(false)) return fail(host, 7, "eth0 down");
+    if (!set_link(host, "eth0", false)) return fail(host, 7, "eth0 down");
     const auto t = Clock::now();
     r = connect_until_error(host, s, t, bound, &took, &listener_problem);
     w = last_warn();
@@ -347,7 +295,7 @@ int before_connect(int host) {
         listener_problem = "host1's listener returned " + std::string(rc ? "a comm" : "an error");
       usleep(10 * 1000);
     }
-    if (!set_link(true)) return fail(host, 7, "eth0 up");
+    if (!set_link(host, "eth0", true)) return fail(host, 7, "eth0 up");
     long long back = 0;
     auto poll_listener = [&] {
       void* rc = nullptr;
@@ -409,7 +357,7 @@ int mid_stream(int host) {
     usleep(300 * 1000);  // the send is under way
     if (s.n.test(req, &done, nullptr) != ncclSuccess || done)
       return fail(host, 5, "the 16 MiB arrived before the link went down: nothing was in flight");
-    if (!set_link(false)) return fail(host, 7, "eth0 down");
+    if (!set_link(host, "eth0", false)) return fail(host, 7, "eth0 down");
     const auto t = Clock::now();
     bound = kPortBound;
     r = test_until_error(s.n, req, t, bound, &done);
@@ -417,7 +365,7 @@ int mid_stream(int host) {
     w = last_warn();
     // Down until host0 has seen it by keepalive, then up.
     while (ms_since(t) < keepalive_bound_ms()) usleep(10 * 1000);
-    if (!set_link(true)) return fail(host, 7, "eth0 up");
+    if (!set_link(host, "eth0", true)) return fail(host, 7, "eth0 up");
     long long back = 0;
     if (!wait_link_back(
             s.port, [] { return true; }, &back))
@@ -533,10 +481,10 @@ int idle(int host) {
   if (!write_full(side, &b, 1)) return 6;
   usleep(100 * 1000);                    // let the byte leave before the link goes
   sluice::rdmatest::ExpectWarns expect;  // the port event
-  if (!set_link(false)) return 7;
+  if (!set_link(host, "eth0", false)) return 7;
   // Alive, comm open, link down until host0's bound has passed: host0 must notice by keepalive.
   usleep(static_cast<useconds_t>(keepalive_bound_ms() + 1000) * 1000);
-  if (!set_link(true)) return 7;
+  if (!set_link(host, "eth0", true)) return 7;
   long long back = 0;
   if (!wait_link_back(
           ports[0], [] { return true; }, &back))

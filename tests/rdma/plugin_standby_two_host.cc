@@ -32,34 +32,27 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "bed_link.h"
+#include "bed_resources.h"
+#include "bed_stream.h"
 #include "plugin_bed.h"
 #include "side_channel.h"
 
 namespace nettest {
 namespace {
 
-using std::chrono::duration_cast;
 using std::chrono::milliseconds;
 
+// kWindow, the messages (4 KiB .. 4 MiB, kSentinel) in slots of kSlot bytes, and kSlackPackets
+// (what the primary may still push into its dead link before this side knows): bed_stream.h.
 constexpr uint16_t kSidePort = 47126;
 constexpr int kTag = 37;
-constexpr int kWindow = 8;
-constexpr size_t kMinMsg = 4096;
-constexpr size_t kMaxMsg = size_t{4} << 20;
-constexpr size_t kSlot = (kMaxMsg + kGuard + 4095) / 4096 * 4096;
-constexpr size_t kSentinel = 4099;
-// rxe sends at most 128 packets past the last ACK on a QP (RXE_MAX_UNACKED_PSNS): what the primary
-// may still push into its dead link before this side knows (plugin_failover_two_host.cc).
-constexpr long long kSlackPackets = 256;
 // The standby's packets while the primary carries: none are expected (measured: 0); 2 allow for
 // what the kernel might send on an idle RC QP. Without the clear-to-send rule (recv.cc cts_qp),
 // the standby carried ~10 CTS writes (and as many ACKs) in a before phase of 15 messages.
@@ -67,25 +60,9 @@ constexpr long long kQuiet = 2;
 
 int g_host = -1;
 
-long long ms_between(Clock::time_point a, Clock::time_point b) {
-  return duration_cast<milliseconds>(b - a).count();
-}
-
 int fail(int code, const std::string& what) {
   std::fprintf(stderr, "host%d: FAILED (%d): %s\n", g_host, code, what.c_str());
   return code;
-}
-
-size_t info_size() {
-  std::lock_guard<std::mutex> lk(g_info_mu);
-  return g_info.size();
-}
-std::vector<std::string> info_with(size_t from, const std::string& text) {
-  std::lock_guard<std::mutex> lk(g_info_mu);
-  std::vector<std::string> out;
-  for (size_t i = from; i < g_info.size(); ++i)
-    if (contains(g_info[i], text)) out.push_back(g_info[i]);
-  return out;
 }
 
 // [0] the primary (the device on eth1), [1] its standby (the device on eth0).
@@ -99,23 +76,13 @@ struct Ctx {
   std::string addr2;  // SLUICE_BED_ADDR2: eth1's address, whose GID must come back
 };
 
-struct Counters {
-  long long sent[2] = {}, rcvd[2] = {};
-};
-Counters counters(const Ctx& x) {
-  usleep(30 * 1000);  // ib_core caches hw_counters for 10 ms
-  Counters c;
-  for (int i = 0; i < 2; ++i) {
-    const int port = x.m[i].port > 0 ? x.m[i].port : 1;
-    c.sent[i] = device_sent_packets(x.m[i].name, port);
-    c.rcvd[i] = device_rcvd_packets(x.m[i].name, port);
-  }
-  return c;
+// Both devices' packets (bed_link.h), past ib_core's 10 ms cache of hw_counters.
+LinkCounters counters(const Ctx& x) {
+  return link_counters(x.m);
 }
 
 bool sync(const Ctx& x, char tag) {
-  char b = 0;
-  return write_full(x.side, &tag, 1) && read_full(x.side, &b, 1, wait_limit()) && b == tag;
+  return side_sync(x.side, tag);
 }
 
 // The two physical devices, by the link each is on; the primary's standby as the plugin logged it.
@@ -144,49 +111,16 @@ std::string find_devices(Ctx& x) {
 
 // host0 listens on the primary and accepts, host1 connects from its primary.
 std::string open_comm(Ctx& x, void** comm) {
-  *comm = nullptr;
-  char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
-  const auto deadline = Clock::now() + wait_limit();
-  if (x.host == 0) {
-    void* lc = nullptr;
-    if (x.n.listen(x.dev, handle, &lc) != ncclSuccess) return "listen: " + last_warn();
-    if (!write_full(x.side, handle, sizeof handle)) return "side write";
-    while (*comm == nullptr) {
-      if (x.n.accept(lc, comm) != ncclSuccess) return "accept: " + last_warn();
-      if (Clock::now() > deadline) return "accept timed out";
-      if (*comm == nullptr) usleep(100);
-    }
-    x.n.close_listen(lc);
-    return {};
-  }
-  if (!read_full(x.side, handle, sizeof handle, wait_limit())) return "side read";
-  while (*comm == nullptr) {
-    if (x.n.connect(x.dev, handle, comm) != ncclSuccess) return "connect: " + last_warn();
-    if (Clock::now() > deadline) return "connect timed out";
-    if (*comm == nullptr) usleep(100);
-  }
-  return {};
+  return open_side_comm(x.n, x.host, x.side, x.dev, comm);
 }
 
 ncclResult_t close_comm(Ctx& x, void* comm) {
-  return x.host == 1 ? x.n.close_send(comm) : x.n.close_recv(comm);
+  return close_side_comm(x.n, x.host, comm);
 }
 
-struct Msg {
-  size_t size = 0, cap = 0;
-  uint64_t seed = 0;
-};
-
+// bed_stream.h's random_msgs of this round.
 std::vector<Msg> random_msgs(int count, int run) {
-  std::mt19937_64 rng(0x57a1d + static_cast<uint64_t>(run));
-  std::uniform_real_distribution<double> u(std::log(double(kMinMsg)), std::log(double(kMaxMsg)));
-  std::vector<Msg> v;
-  for (int i = 0; i < count; ++i) {
-    const size_t s = std::clamp<size_t>(size_t(std::exp(u(rng))), kMinMsg, kMaxMsg);
-    v.push_back({s, i % 2 == 0 ? kMaxMsg : s, pattern_seed(s, 100000u * run + i, kTag)});
-  }
-  v.push_back({kSentinel, kSentinel, pattern_seed(kSentinel, 100000u * run + 99999, kTag)});
-  return v;
+  return nettest::random_msgs(0x57a1d + static_cast<uint64_t>(run), run, count, kTag, false);
 }
 
 enum { kStart, kPre, kDown, kUp, kBack, kSettled, kEnd, kMarks };
@@ -196,7 +130,7 @@ struct Mark {
   bool set = false;
   Clock::time_point t{};
   int done = 0;
-  Counters c;
+  LinkCounters c;
 };
 
 struct Run {
@@ -242,20 +176,8 @@ std::string stream(Ctx& x, void* comm, RegBuf& buf, const std::vector<Msg>& msgs
     while (posted < total && posted - done < kWindow) {
       const Msg& m = msgs[posted];
       uint8_t* p = buf.data() + (posted % kWindow) * kSlot;
-      void* mh = buf.mh();
       void* req = nullptr;
-      ncclResult_t r;
-      if (sender) {
-        fill_pattern(p, m.size, m.seed);
-        r = x.n.isend(comm, p, m.size, kTag, mh, &req);
-      } else {
-        std::memset(p, kGuardByte, m.size + kGuard);
-        std::memset(p + kMaxMsg, kGuardByte, kGuard);
-        void* data = p;
-        size_t cap = m.cap;
-        int tag = kTag;
-        r = x.n.irecv(comm, 1, &data, &cap, &tag, &mh, &req);
-      }
+      const ncclResult_t r = post_msg(x.n, comm, sender, p, buf.mh(), m, kTag, &req);
       if (r != ncclSuccess)
         return std::string(sender ? "isend" : "irecv") + " of message " + std::to_string(posted) +
                " returned " + std::to_string(r) + ": " + last_warn();
@@ -275,10 +197,7 @@ std::string stream(Ctx& x, void* comm, RegBuf& buf, const std::vector<Msg>& msgs
                  std::to_string(m.size) + " bytes";
         if (!sender) {
           const uint8_t* p = buf.data() + (done % kWindow) * kSlot;
-          std::string bad = check_pattern(p, m.size, m.seed);
-          if (bad.empty()) bad = check_fill(p + m.size, kGuard, kGuardByte);
-          if (bad.empty()) bad = check_fill(p + kMaxMsg, kGuard, kGuardByte);
-          if (!bad.empty())
+          if (const std::string bad = check_msg(p, m); !bad.empty())
             return "message " + std::to_string(done) + " (" + std::to_string(m.size) +
                    " bytes, phase " + kMarkName[phase_of(*run)] + "): " + bad;
         }
@@ -306,14 +225,11 @@ std::string stream(Ctx& x, void* comm, RegBuf& buf, const std::vector<Msg>& msgs
     } else if (acts && run->mark[kDown].set && !run->mark[kUp].set && done >= up_at) {
       if (!set_link(x.host, x.netdev[0], true)) return "eth1 up failed";
       link.down = false;
-      const auto t = Clock::now();
-      while (!port_back(x.m[0], x.addr2)) {
-        if (ms_between(t, Clock::now()) > 20000)
-          return x.m[0].name + " not ACTIVE with its GID 20 s after eth1 up";
-        usleep(10 * 1000);
-      }
+      long long took = 0;
+      if (!wait_port_back(x.m[0], x.addr2, &took, 10))
+        return x.m[0].name + " not ACTIVE with its GID 20 s after eth1 up";
       std::fprintf(stderr, "host%d: %s ACTIVE with the GID of %s %lld ms after eth1 up\n", x.host,
-                   x.m[0].name.c_str(), x.addr2.c_str(), ms_between(t, Clock::now()));
+                   x.m[0].name.c_str(), x.addr2.c_str(), took);
       mark(kUp);
       if (const char b = 'U'; !write_full(x.side, &b, 1)) return "side write";
     } else if (told && !run->mark[kUp].set && now >= next_poll) {
@@ -350,7 +266,7 @@ std::string stream(Ctx& x, void* comm, RegBuf& buf, const std::vector<Msg>& msgs
 }
 
 long long delta(const Mark& a, const Mark& b, bool sent, int member) {
-  return sent ? b.c.sent[member] - a.c.sent[member] : b.c.rcvd[member] - a.c.rcvd[member];
+  return nettest::delta(a.c, b.c, sent, member);
 }
 
 void print_phase(const Ctx& x, const Run& r, int from, int to, const char* name) {
@@ -417,14 +333,6 @@ void print_transitions(size_t from) {
         break;
       }
 }
-
-struct Resources {
-  long qp = 0, cq = 0, mr = 0;
-  static Resources now() {
-    using sluice::rdmatest::count_own;
-    return {count_own("qp"), count_own("cq"), count_own("mr")};
-  }
-};
 
 int run(int host) {
   g_host = host;
@@ -507,12 +415,9 @@ int run(int host) {
   if (!sync(x, 'e')) return fail(3, "sync after the stream");
   buf.reset();
   if (close_comm(x, comm) != ncclSuccess && bad.empty()) bad = "close: " + last_warn();
-  const Resources now = Resources::now();
-  if (bad.empty() && (now.qp != base.qp || now.cq != base.cq || now.mr != base.mr))
-    bad = "QPs/CQs/MRs not back to the baseline: qp " + std::to_string(base.qp) + " -> " +
-          std::to_string(now.qp) + ", cq " + std::to_string(base.cq) + " -> " +
-          std::to_string(now.cq) + ", mr " + std::to_string(base.mr) + " -> " +
-          std::to_string(now.mr);
+  // QPs, CQs and MRs (bed_resources.h), not the fds.
+  const std::string leak = Resources::now().diff(base, false);
+  if (bad.empty() && !leak.empty()) bad = "QPs/CQs/MRs not back to the baseline:" + leak;
   if (x.n.finalize() != ncclSuccess && bad.empty()) bad = "finalize";
   close(x.side);
   if (!bad.empty()) return fail(7, bad);

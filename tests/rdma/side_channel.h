@@ -1,7 +1,9 @@
 // Bounded pipe/socket I/O for the rdma tests that run more than one process, and the side TCP
 // connection between the two VMs of scripts/rdma-bed --two-host (host0 listens on `port`, host1
-// connects to SLUICE_BED_PEER_ADDR, retrying until host0 is up). Used by plugin_faults_test.cc,
-// plugin_faults_two_host.cc and plugin_two_host_test.cc.
+// connects to SLUICE_BED_PEER_ADDR, retrying until host0 is up), with the sync of the two hosts
+// and a comm opened across it (host0 receives, host1 sends). Used by plugin_faults_test.cc,
+// plugin_faults_two_host.cc, plugin_two_host_test.cc, plugin_lossy_two_host_test.cc,
+// plugin_failover_*.cc and plugin_standby_two_host.cc.
 #pragma once
 
 #include <arpa/inet.h>
@@ -13,6 +15,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <string>
 
 #include "net_harness.h"
 
@@ -77,6 +80,45 @@ inline int side_socket(int host, uint16_t port) {
     usleep(200 * 1000);
   }
   return -1;
+}
+
+// Both hosts at the same point: each writes `tag` on the side connection and reads the other's.
+inline bool side_sync(int side, char tag) {
+  char b = 0;
+  return write_full(side, &tag, 1) && read_full(side, &b, 1, wait_limit()) && b == tag;
+}
+
+// A fresh comm on device `dev` of each host: host0 listens (a listener per comm), sends the handle
+// over the side connection and accepts (a receive comm), host1 connects (a send comm); bounded by
+// wait_limit(). "" or what failed.
+inline std::string open_side_comm(Net& n, int host, int side, int dev, void** comm) {
+  *comm = nullptr;
+  char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+  const auto deadline = Clock::now() + wait_limit();
+  if (host == 0) {
+    void* lc = nullptr;
+    if (n.listen(dev, handle, &lc) != ncclSuccess) return "listen: " + last_warn();
+    if (!write_full(side, handle, sizeof handle)) return "side write";
+    while (*comm == nullptr) {
+      if (n.accept(lc, comm) != ncclSuccess) return "accept: " + last_warn();
+      if (Clock::now() > deadline) return "accept timed out";
+      if (*comm == nullptr) usleep(100);
+    }
+    n.close_listen(lc);
+    return {};
+  }
+  if (!read_full(side, handle, sizeof handle, wait_limit())) return "side read";
+  while (*comm == nullptr) {
+    if (n.connect(dev, handle, comm) != ncclSuccess) return "connect: " + last_warn();
+    if (Clock::now() > deadline) return "connect timed out";
+    if (*comm == nullptr) usleep(100);
+  }
+  return {};
+}
+
+// Closes what open_side_comm opened on this host.
+inline ncclResult_t close_side_comm(Net& n, int host, void* comm) {
+  return host == 1 ? n.close_send(comm) : n.close_recv(comm);
 }
 
 }  // namespace nettest
