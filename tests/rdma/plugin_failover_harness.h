@@ -60,8 +60,8 @@ inline constexpr char kFenced[] = "fenced on both sides";
 
 // An INFO line of a failover transition.
 inline bool is_transition(const std::string& l) {
-  for (const char* t : {kFailedOver, kFenced, "recovering", "recovery attempt", "back (epoch",
-                        "back in full", "fence did not complete"})
+  for (const char* t : {kFailedOver, kFenced, "recovering", "recovery attempt", "checked one way",
+                        "back (epoch", "back in full", "fence did not complete"})
     if (contains(l, t)) return true;
   return false;
 }
@@ -200,6 +200,8 @@ inline long long poll_ms() {
 // (msg_at), the same on both hosts.
 
 inline constexpr char kBack[] = "back (epoch";
+inline constexpr char kCheckedOneWay[] = "checked one way";  // the receiver, waiting for CHECKED
+inline constexpr char kOffered[] = "offered epoch";          // the receiver, answering an attempt
 inline constexpr char kBackFull[] = "back in full";
 // Member 1 carries again once its counter (host1: sent, host0: received) rose this much since the
 // link came up: the path check is one packet; a quarter share of one striped 4 MiB message, the

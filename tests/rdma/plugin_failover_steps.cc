@@ -227,11 +227,17 @@ int step_silent(Ctx& x, int step) {
   Run r;
   std::string e = stream(x, comm, buf, msgs, f, false, &r);
   if (e.empty()) e = catch_up(x, f, &r);
+  // While the filter is in place path 1 works one way: host1's packets reach host0, host0's ACKs
+  // are dropped. host0 reads its log of that window before host1 lifts the filter: its answered
+  // recovery attempts must have stopped at "checked one way", never "back".
+  const size_t info_lifted = info_size();
+  const bool synced = sync(x, 'd');
   if (x.host == 1) {
     std::fprintf(stderr, "host%d: [%s] the filter dropped %ld packets\n", x.host, name,
                  drop.dropped());
     if (!drop.remove()) e = e.empty() ? "removing the tc filter" : e;
   }
+  if (!synced && e.empty()) e = "sync before the filter was lifted";
   print_transitions(name, info0);
   if (!e.empty()) return fail(10 + step, std::string(name) + ": " + e);
   const char* names[3] = {"before", "dropped", "quiet"};
@@ -263,6 +269,22 @@ int step_silent(Ctx& x, int step) {
     if (bad.empty() && gone > slack)
       bad = x.m[1].name + " sent " + std::to_string(gone) + " packets while out of the stripe (" +
             x.m[0].name + " " + std::to_string(kept) + "; slack " + std::to_string(slack) + ")";
+  }
+  if (bad.empty() && x.host == 0) {
+    // The one-way path, as the receiver saw it while dropped (info0 .. info_lifted).
+    const auto in_window = [&](const char* text) {
+      return info_with(info0, text).size() - info_with(info_lifted, text).size();
+    };
+    const size_t one_way = in_window(kCheckedOneWay), back = in_window(kBack);
+    std::fprintf(stderr,
+                 "host%d: [%s] while dropped: %zu recovery attempt(s) answered, %zu \"%s\", %zu "
+                 "\"%s\"\n",
+                 x.host, name, in_window(kOffered), one_way, kCheckedOneWay, back, kBack);
+    if (one_way < 1)
+      bad = std::string("no recovery attempt reached \"") + kCheckedOneWay +
+            "\" while the ACKs were dropped (the one-way check was not exercised)";
+    else if (back > 0)
+      bad = std::string("path 1 was taken back (\"") + kBack + "\") while it worked one way only";
   }
   if (bad.empty()) bad = logged_transitions(info0);
   buf.reset();

@@ -244,7 +244,8 @@ TEST(Path, PeerOfferStartsAnAnsweredAttempt) {
   EXPECT_EQ(p.epoch(), 1u);
   EXPECT_EQ(p.on_peer_answer(1, 11), kNoAction) << "an answer to an offer this side never made";
   EXPECT_EQ(p.on_connected(12), kCheck);
-  EXPECT_EQ(p.on_checked(13), kNoAction) << "the check's immediates alone prove one direction";
+  EXPECT_EQ(p.on_checked(13), kLog) << "the check's immediates alone prove one direction";
+  EXPECT_NE(p.describe().find("checked one way"), std::string::npos) << p.describe();
   EXPECT_EQ(p.state(), State::kChecking);
   EXPECT_EQ(p.on_peer_checked(1, 14), kRestripe | kLog);
   EXPECT_EQ(p.state(), State::kRamping);
@@ -337,7 +338,7 @@ TEST(Path, ANewerOfferReplacesTheAttemptInProgress) {
   EXPECT_EQ(r.on_peer_offer(2, 5001), kNoAction) << "the same offer twice";
   EXPECT_EQ(r.on_connected(5002), kCheck);
   EXPECT_EQ(r.on_peer_checked(1, 5003), kNoAction) << "the CHECKED of the attempt replaced";
-  EXPECT_EQ(r.on_checked(5003), kNoAction);
+  EXPECT_EQ(r.on_checked(5003), kLog);
   EXPECT_EQ(r.on_peer_checked(2, 5004), kRestripe | kLog);
 }
 
@@ -351,8 +352,8 @@ TEST(Path, TheReceiverRampsInOnlyWithTheSendersChecked) {
   ASSERT_EQ(r.on_peer_offer(1, 100), kAnswer | kLog);
   ASSERT_EQ(r.on_peer_checked(1, 100), kNoAction) << "not checking yet";
   ASSERT_EQ(r.on_connected(101), kCheck);
-  EXPECT_EQ(r.on_checked(102), kNoAction);
-  EXPECT_EQ(r.on_checked(103), kNoAction) << "polled again: still waiting";
+  EXPECT_EQ(r.on_checked(102), kLog);
+  EXPECT_EQ(r.on_checked(103), kNoAction) << "polled again: still waiting, said once";
   EXPECT_FALSE(r.carries());
   EXPECT_EQ(r.share_pct(), 0);
   EXPECT_EQ(r.on_tick(101 + 2999), kNoAction);
@@ -385,6 +386,20 @@ TEST(Path, TheReceiverRampsInOnlyWithTheSendersChecked) {
   EXPECT_EQ(s.state(), State::kChecking);
   EXPECT_EQ(s.on_checked(203), kRestripe | kLog | kSendChecked);
   EXPECT_EQ(s.on_checked(204), kNoAction) << "once";
+
+  // The sender's check fails (its RC retries ran out: the ACKs do not come back): the attempt
+  // ends at once, its fresh QPs dropped, the next on the backoff schedule; no fence (they carried
+  // nothing), no CHECKED.
+  Path t(Role::kSender, timing());
+  fail_and_fence(t, 0);
+  ASSERT_EQ(t.on_tick(t.retry_at_ms()), kOffer | kLog);
+  ASSERT_EQ(t.on_peer_answer(t.epoch(), 200), kConnect);
+  ASSERT_EQ(t.on_connected(201), kCheck);
+  const uint32_t ta = t.on_fault(Cause::kCompletion, "retry exceeded on the check", 1541);
+  EXPECT_EQ(ta, kDropFresh | kLog);
+  EXPECT_EQ(t.state(), State::kDown);
+  EXPECT_NE(t.describe().find("path check failed"), std::string::npos) << t.describe();
+  EXPECT_EQ(t.retry_at_ms(), 1541 + backoff_ms(timing(), 2));
 }
 
 TEST(Paths, SharesFollowWeightsStatesAndFallback) {

@@ -374,7 +374,11 @@ bool fo_error_wc(Conn& c, const ibv_wc& wc, int member, const char* what) {
   }
   if (f.qp_fenced[q]) return true;  // flushed behind the fence: settled by the replay
   const int p = q / c.qpp;
-  if (f.pending_cause[p] == failover::Cause::kNone && f.path[p].carries()) {
+  // A fresh QP's error during an attempt (the check's RC retries ran out: the path does not work
+  // both ways) ends the attempt now, not at its bound.
+  const failover::State st = f.path[p].state();
+  const bool attempt = st == failover::State::kRecovering || st == failover::State::kChecking;
+  if (f.pending_cause[p] == failover::Cause::kNone && (f.path[p].carries() || attempt)) {
     f.pending_cause[p] = failover::Cause::kCompletion;
     f.pending_what[p] = completion_error(c, wc, what, member).message();
   }

@@ -220,7 +220,10 @@ uint32_t Path::on_checked(int64_t now_ms) {
   // The sender's completions prove both directions: it ramps in and tells the receiver, whose
   // immediates prove only the sender's direction.
   if (role_ == Role::kSender) return enter_ramping(now_ms) | kSendChecked;
-  return peer_checked_ ? enter_ramping(now_ms) : kNoAction;
+  if (peer_checked_) return enter_ramping(now_ms);
+  say("checked one way (epoch " + std::to_string(epoch_) +
+      "): the sender's checks arrived; waiting for its CHECKED (its ACKs must get back)");
+  return kLog;
 }
 
 uint32_t Path::on_peer_checked(uint32_t epoch, int64_t now_ms) {

@@ -137,7 +137,7 @@ class Path {
   uint32_t on_connected(int64_t now_ms);
   // Every zero-byte check of the fresh path completed well: on the sender, its WRITEs' completions
   // (it ramps in and sends CHECKED); on the receiver, their immediates (it ramps in once the
-  // sender's CHECKED came too).
+  // sender's CHECKED came too; before it, one INFO: "checked one way").
   uint32_t on_checked(int64_t now_ms);
   // The receiver: the sender's CHECKED for `epoch` (another epoch's is ignored).
   uint32_t on_peer_checked(uint32_t epoch, int64_t now_ms);
