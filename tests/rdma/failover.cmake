@@ -2,9 +2,11 @@
 # nosan): both VMs fuse their two devices (path 0 on eth0, path 1 on eth1) and every connection is
 # fused -> fused, host1 sending, host0 receiving, 4 KiB .. 4 MiB messages, every byte verified
 # (tests/rdma/plugin_failover_two_host.cc says what each step checks; the steps and their harness
-# are in plugin_failover_*.cc and plugin_failover_harness.h). One boot, two runs a host:
+# are in plugin_failover_*.cc and plugin_failover_harness.h). One boot, three runs a host:
 #  1. at NCCL_IB_TIMEOUT=17 (537 ms; rxe still retries forever at the default retry count), each
-#     step on a fresh connection:
+#     step on a fresh connection; sender-port, fence and idle connected oob (a fused device's
+#     SLUICE_CM=auto), receiver-port in a run of its own with SLUICE_CM=rdmacm (every path through
+#     rdma_cm, checked by its route's INFO): failback replaces QPs that rdma_cm established:
 #     sender-port: host1's eth1 down for a quarter of a 4 s cycle and up again, three times on the
 #     same comm mid-stream: no call fails, messages keep completing while down, the eth1 member
 #     carries again after each up within the bounds the failback knobs give (cap + 3 s to "back",
@@ -18,7 +20,7 @@
 #     re-posted (every buffer checked whole, "fence check: N buffers re-posted, 0 late bytes");
 #     idle: eth1 down with nothing in flight, then 8 messages arrive while the eth1 member sends
 #     nothing;
-#  2. at short RC timers (NCCL_IB_TIMEOUT=16, NCCL_IB_RETRY_CNT=4: 1.34 s; at 15, 671 ms, path 0
+#  2. (the third run) at short RC timers (NCCL_IB_TIMEOUT=16, NCCL_IB_RETRY_CNT=4: 1.34 s; at 15, 671 ms, path 0
 #     once ran out of its retries at load 8 while path 1 was dropped), connections D, E:
 #     silent: every RoCE packet arriving on host1's eth1 dropped by a tc filter mid-stream (no port
 #     event): the stream completes, failed over by RC retries or the watchdog; all-gone: RoCE
@@ -50,11 +52,12 @@ target_compile_definitions(plugin_failover_two_host_test PRIVATE
 add_dependencies(plugin_failover_two_host_test nccl-net-sluice)
 set(_fo "$<TARGET_FILE:plugin_failover_two_host_test>")
 set(_fo_run1 "env NCCL_IB_TIMEOUT=17 ${_fo}")
+set(_fo_cm "env NCCL_IB_TIMEOUT=17 SLUICE_CM=rdmacm ${_fo}")
 set(_fo_short "env NCCL_IB_TIMEOUT=16 NCCL_IB_RETRY_CNT=4 ${_fo}")
 add_test(NAME plugin_failover_two_host
   COMMAND ${SLUICE_SKIP_STATUS} ${PROJECT_SOURCE_DIR}/scripts/rdma-bed --two-host --timeout 400 --
-    "${_fo_run1} 0 sender-port,receiver-port,fence,idle && ${_fo_short} 0 silent,all-gone"
-    "${_fo_run1} 1 sender-port,receiver-port,fence,idle && ${_fo_short} 1 silent,all-gone")
+    "${_fo_run1} 0 sender-port,fence,idle && ${_fo_cm} 0 receiver-port && ${_fo_short} 0 silent,all-gone"
+    "${_fo_run1} 1 sender-port,fence,idle && ${_fo_cm} 1 receiver-port && ${_fo_short} 1 silent,all-gone")
 set_tests_properties(plugin_failover_two_host PROPERTIES LABELS "rdma;bed;faults;nosan" TIMEOUT 420
                      SKIP_RETURN_CODE 77   # 77: nested inside a VM bed, cannot boot VMs there
                      ENVIRONMENT "SLUICE_LIVENESS_POLL_MS=100;SLUICE_TEST_DEADLINE_S=60;SLUICE_TEST_FAILOVER_MESSAGES=150;SLUICE_TEST_ALL_GONE_MS=20000;SLUICE_FAILBACK_RETRY_MS=100;SLUICE_FAILBACK_RETRY_CAP_MS=800;SLUICE_FAILBACK_RAMP_MS=250;SLUICE_TEST_FLAP_MS=4000")

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <mutex>
 #include <string>
@@ -108,8 +109,15 @@ inline bool sync(const Ctx& x, char tag) {
 }
 
 // A fresh fused connection: host0 listens (a listener per connection) and accepts, host1 connects.
+// With SLUICE_CM=rdmacm the connection must have been made through rdma_cm (its route's INFO).
 inline std::string open_comm(Ctx& x, void** comm) {
-  return open_side_comm(x.n, x.host, x.side, x.vdev, comm);
+  const size_t from = info_size();
+  std::string e = open_side_comm(x.n, x.host, x.side, x.vdev, comm);
+  const char* cm = std::getenv("SLUICE_CM");
+  if (e.empty() && cm != nullptr && std::string(cm) == "rdmacm" &&
+      info_with(from, "rdma_cm route for").empty())
+    e = "SLUICE_CM=rdmacm, but no INFO \"rdma_cm route for\": not connected through rdma_cm";
+  return e;
 }
 inline ncclResult_t close_comm(Ctx& x, void* comm) {
   return close_side_comm(x.n, x.host, comm);

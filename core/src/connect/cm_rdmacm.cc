@@ -98,6 +98,14 @@ Status modify_qp(const CmLink& l, rdma_cm_id* id, Conn& c, int q, ibv_qp_state s
     GidBytes g;
     std::memcpy(g.data(), a.ah_attr.grh.dgid.raw, 16);
     if (a.ah_attr.is_global && q == 0) c.remote_gid = gid_to_string(g);
+    // Failback (datapath/failback_dp.cc) finds the route's source GID again by value after a
+    // flap and brings the path's fresh QPs up over the kept socket, as in oob mode: our QPs are
+    // our own (rdma_cm only established them, by QP number), so they can be replaced.
+    const Device& md = *c.members[c.qp_member[q]].dev;
+    ibv_gid sg{};
+    if (a.ah_attr.is_global &&
+        ibv_query_gid(md.adapter->ctx.get(), md.port, a.ah_attr.grh.sgid_index, &sg) == 0)
+      std::memcpy(c.fo.member_gid[q / std::max(1, c.nqps / std::max(1, c.npaths))], sg.raw, 16);
     if (q == 0) {
       SLUICE_INFO(kSubNet,
                   "rdma_cm route for %s: source GID index %u, peer GID %s, path MTU %d, flow "
@@ -117,6 +125,13 @@ Status modify_qp(const CmLink& l, rdma_cm_id* id, Conn& c, int q, ibv_qp_state s
                         std::string("ibv_modify_qp to ") + (state == IBV_QPS_RTR ? "RTR" : "RTS") +
                             " with rdma_cm's attributes for " + c.describe_qp(q),
                         rc);
+  }
+  if (state == IBV_QPS_RTS) {
+    // An iWARP QP is connected only through rdma_cm: its path fails over but is not brought back.
+    const Device& md = *c.members[c.qp_member[q]].dev;
+    c.fo.can_recover = md.adapter->ctx->device->transport_type != IBV_TRANSPORT_IWARP;
+    c.fo.tc = l.tc;
+    c.fo.sl = l.sl;
   }
   return Status::ok();
 }

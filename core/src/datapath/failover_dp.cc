@@ -168,8 +168,8 @@ Status fo_apply(Conn& c, int p, uint32_t a, int64_t now, const wire::PathMsg* pe
     f.down_ms[p] = now;
     if (!f.can_recover) {
       SLUICE_INFO(kSubNet,
-                  "%s comm to %s: %s is not brought back (the comm was connected through "
-                  "rdma_cm, whose ids own its QPs); it runs on the paths left",
+                  "%s comm to %s: %s is not brought back (an iWARP comm: its QPs connect only "
+                  "through rdma_cm); it runs on the paths left",
                   side(c), c.peer.c_str(), path_desc(c, p).c_str());
     }
     if (f.sender) {

@@ -92,10 +92,11 @@ struct PathFailover {
   // carry; the fallback paths when no weighted one carries).
   stripe::Paths live;
   bool any_not_up = false;  // some path is not kUp: the driver polls the socket every call
-  // Recovery (failback; datapath/failback_dp.cc). Set at connect by the oob bring-up: the paths'
-  // traffic class and service level and each local member's GID (found again by value in the
-  // port's table after a flap: its index may have moved). A comm connected through rdma_cm
-  // (can_recover false) fails over but does not bring a path back.
+  // Recovery (failback; datapath/failback_dp.cc). Set at connect by either bring-up (oob's, or
+  // rdma_cm's from its route): the paths' traffic class and service level and each local
+  // member's GID (found again by value in the port's table after a flap: its index may have
+  // moved). An iWARP comm (can_recover false: its QPs connect only through rdma_cm) fails over
+  // but does not bring a path back.
   bool can_recover = false;
   uint8_t tc = 0, sl = 0;
   uint8_t member_gid[stripe::kMaxPaths][16] = {};
