@@ -15,7 +15,7 @@
 #     weight's share; per phase each member's packets on both hosts; per flap the stall of the
 #     failover and of the failback, median and min-max printed with the bandwidth before, during
 #     and after; receiver-port: the same with host0's eth1; fence: RoCE arriving on host0's eth1
-#     delayed 1 s (ifb + netem), host1's eth1 down 100 ms later, so that path 1's packets reach
+#     delayed 1 s (ifb + netem), host1's eth1 down 300 ms later, so that path 1's packets reach
 #     host0 after the fence: none of them may land in a receive buffer that completed or was
 #     re-posted (every buffer checked whole, "fence check: N buffers re-posted, 0 late bytes");
 #     idle: eth1 down with nothing in flight, then 8 messages arrive while the eth1 member sends

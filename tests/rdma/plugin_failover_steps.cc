@@ -12,7 +12,7 @@
 namespace nettest::failover {
 
 // fence: path 1's packets delayed kDelayMs at host0's eth1 ingress (ifb + netem; or at host1's
-// egress with SLUICE_TEST_FENCE_DELAY=sender), host1's eth1 down 100 ms later; every receive
+// egress with SLUICE_TEST_FENCE_DELAY=sender), host1's eth1 down 300 ms later; every receive
 // buffer checked whole at its completion, before its re-post and at the end.
 int step_fence(Ctx& x, int step) {
   const char* name = "fence";
@@ -27,8 +27,10 @@ int step_fence(Ctx& x, int step) {
   const int delayer = at_sender ? 1 : 0;
   // Long enough that the packets path 1 sent last arrive after host0's fence: with the delay in
   // place path 1 sends one window (128 packets per QP) and waits for its ACKs, so its last
-  // packets left around the delay's start, 100 ms before the link went down; the fence took up to
-  // ~400 ms after the link on the bed (the FENCE waits for the flush of the sender's QPs).
+  // packets left between the delay's start and the link going down 300 ms later (100 ms was too
+  // short: in one run path 1 sent a single packet in it, so that only 2 arrived late); the fence
+  // took up to ~400 ms after the link on the bed (the FENCE waits for the flush of the sender's
+  // QPs), so whatever path 1 sent delayed arrives after it.
   constexpr long long kDelayMs = 1000;
   static constexpr const char* kIfb = "ifbfence";
   const auto delay = [](long long ms) { return "delay " + std::to_string(ms) + "ms"; };
@@ -57,7 +59,7 @@ int step_fence(Ctx& x, int step) {
   ev[0].act = [&] { return netem.change(delay(kDelayMs)); };
   ev[1].actor = 1;
   ev[1].name = "down";
-  ev[1].after_ms = 100;
+  ev[1].after_ms = 300;
   ev[1].act = [&link] { return link.down(); };
   ev[2].actor = delayer;
   ev[2].name = "undelayed";  // every delayed packet has arrived

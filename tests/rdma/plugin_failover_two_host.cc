@@ -54,7 +54,7 @@
 //                 failover. From the start host0 redirects the RoCE packets arriving on its eth1
 //                 through an ifb device with netem (no delay); after 2 x kWindow messages it sets
 //                 the delay to kDelayMs (1 s; tc runs in a thread of its own while the stream goes
-//                 on); 100 ms later host1 takes its eth1 down (the failover: both sides fence
+//                 on); 300 ms later host1 takes its eth1 down (the failover: both sides fence
 //                 path 1 and host1 replays on path 0), 1.3 s later host0 removes the delay (every
 //                 delayed packet has arrived) and host1 takes eth1 up; the stream runs on until
 //                 "back in full". (The delay sits at host0: a netem on host1's eth1 loses its queue
