@@ -83,9 +83,10 @@ uint32_t entry_rkey(const SendComm& s, const cts::Snapshot& snap, int i, int pat
 // it arrives on. Each chain's data WRITEs and its close are on one QP, which RC executes in
 // order, and the receiver completes the receive only once every chain's close arrived: no WRITE
 // of a receive lands after it completed.
+// A replay (`replay`: fo_send_replay) starts no profiler events (wr_events.h).
 Status post_path_chain(SendComm& s, const cts::Snapshot& snap, SendReq* const* reqs, int nreqs,
                        uint64_t seq, int path, int lane, bool first, int t, SendReq* leader,
-                       uint64_t* bytes_out = nullptr) {
+                       uint64_t* bytes_out = nullptr, bool replay = false) {
   const wire::CtsEntry* e = snap.e;
   const uint32_t mask = snap.paths;
   const uint32_t slot = static_cast<uint32_t>(seq % wire::kFifoSlots);
@@ -156,8 +157,8 @@ Status post_path_chain(SendComm& s, const cts::Snapshot& snap, SendReq* const* r
   close->opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
   close->send_flags = IBV_SEND_SIGNALED;
   close->wr_id = leader->index;
-  if (s.c.prof.start != nullptr) [[unlikely]]
-    prof_send_chain(s, t, wrs, plan, nw);
+  if (s.c.prof.start != nullptr && !replay) [[unlikely]]
+    prof_send_chain(s.c, t, wrs, plan, nw, reqs, nreqs);
   if (Status st = post_chain(s, t, wrs, nw); !st.is_ok()) return fail(s.c, st);
   s.sq_bytes[t] += lane_bytes;
   s.sq_seg[t] = std::max(s.sq_seg[t], seg);
@@ -460,6 +461,10 @@ Status fo_send_replay(SendComm& s, int p, bool* done) {
       const uint64_t i = f.log_lo[x];
       const ChainRec rec = f.log[static_cast<size_t>(x) * kChainLog + i % kChainLog];
       SendReq* leader = &s.pool[rec.leader];
+      // The chain's WRs on x are done either way (arrived, or flushed and sent again below): its
+      // profiler events stop here; a replay starts none of its own (wr_events.h).
+      if (s.c.prof.start != nullptr) [[unlikely]]
+        prof_send_done(s, *leader, x);
       if (i < arrived) {  // its close reached the receive: settled without its own completion
         ++f.log_lo[x];
         if (--leader->pending == 0) {
@@ -497,7 +502,7 @@ Status fo_send_replay(SendComm& s, int p, bool* done) {
       }
       uint64_t bytes = 0;
       SLUICE_RETURN_IF_ERROR(post_path_chain(s, snap, reqs, leader->group_n, rec.seq, rec.path,
-                                             rec.lane, rec.first, t, leader, &bytes));
+                                             rec.lane, rec.first, t, leader, &bytes, true));
       ++f.log_lo[x];
       ++f.chains_replayed;
       f.bytes_replayed += bytes;

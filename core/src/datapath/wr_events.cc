@@ -30,12 +30,12 @@ void* start(const Conn& c, void* parent, const ibv_send_wr& w, uint32_t qpn, siz
 
 }  // namespace
 
-void prof_send_chain(SendComm& s, int q, const ibv_send_wr* wrs, const cts::LaneWr* plan, int nw) {
-  const int nreqs = s.snap.nreqs;
-  const uint32_t qpn = s.c.qps[q]->qp_num;
-  SendReq* leader = s.slot_reqs[0];
+void prof_send_chain(const Conn& c, int q, const ibv_send_wr* wrs, const cts::LaneWr* plan, int nw,
+                     SendReq* const* reqs, int nreqs) {
+  const uint32_t qpn = c.qps[q]->qp_num;
+  SendReq* leader = reqs[0];
   for (int i = 0; i < nreqs; ++i) {
-    SendReq* r = s.slot_reqs[i];
+    SendReq* r = reqs[i];
     r->ev[q] = nullptr;
     // One event per message and chain, from its first WRITE, for all its bytes on the chain (a
     // message longer than 1 MiB is several WRITEs: cts::plan_lane).
@@ -46,11 +46,11 @@ void prof_send_chain(SendComm& s, int q, const ibv_send_wr* wrs, const cts::Lane
       if (first < 0) first = k;
       len += plan[k].len;
     }
-    if (first >= 0) r->ev[q] = start(s.c, r->parent, wrs[first], qpn, len);
+    if (first >= 0) r->ev[q] = start(c, r->parent, wrs[first], qpn, len);
   }
   // A separate closing WRITE_WITH_IMM (grouped receive, or an empty part): the leader's.
   leader->close_ev[q] = nw > 0 && plan[nw - 1].msg < 0
-                            ? start(s.c, leader->parent, wrs[nw - 1], qpn, wr_bytes(wrs[nw - 1]))
+                            ? start(c, leader->parent, wrs[nw - 1], qpn, wr_bytes(wrs[nw - 1]))
                             : nullptr;
 }
 

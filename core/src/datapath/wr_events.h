@@ -10,11 +10,17 @@
 
 namespace sluice::dp {
 
-// Send side. prof_send_chain: the chain wrs[0..nw) on QP q of the group at s.head, laid out as
-// plan[0..nw), is about to be posted (s.slot_reqs still holds the group); a group has at most one
-// chain per QP, so its events are kept per QP. prof_send_done: that QP's closing completion was
-// polled, so every WR of its chain is complete.
-void prof_send_chain(SendComm& s, int q, const ibv_send_wr* wrs, const cts::LaneWr* plan, int nw);
+// Send side. prof_send_chain: the chain wrs[0..nw) on QP q of the group reqs[0..nreqs) led by
+// reqs[0], laid out as plan[0..nw), is about to be posted; a group has at most one chain per QP
+// when it is first posted, so its events are kept per QP. Everything it reads is in its
+// arguments, never the comm's matching state (s.snap, s.slot_reqs: the call in progress, which is
+// another group's while failover replays an old one). A replayed chain (send.cc fo_send_replay)
+// gets no events of its own: the original chain's events stop when it is settled or replayed
+// (prof_send_done), and a replay may share its QP with the group's own chain there.
+// prof_send_done: that QP's closing completion was polled (or the chain was settled or replayed
+// by failover), so every WR of its chain is complete.
+void prof_send_chain(const Conn& c, int q, const ibv_send_wr* wrs, const cts::LaneWr* plan, int nw,
+                     SendReq* const* reqs, int nreqs);
 void prof_send_done(SendComm& s, SendReq& leader, int q);
 
 // Receive side. prof_recv_posted: irecv took receive `req` with its buffers' parents.
