@@ -40,7 +40,19 @@ TEST(FusionRequest, AcceptsTwoToTheLimit) {
   const int devs[8] = {0, 1, 2, 3, 4, 5, 6, 7};
   EXPECT_TRUE(check_fusion_request(devs, 2, 8, 8, 4, true).is_ok());
   EXPECT_TRUE(check_fusion_request(devs, 4, 8, 8, 4, true).is_ok());
-  EXPECT_TRUE(check_fusion_request(devs, 8, 8, 8, 8, true).is_ok());
+  EXPECT_TRUE(check_fusion_request(devs, 4, 8, 8, 8, true).is_ok());
+}
+
+// Issue 31: net v12 lets NCCL ask for up to 8 members, but a comm connects over at most 4; a
+// fused device that connect would refuse (fatal to NCCL) is refused at makeVDevice instead (NCCL
+// then uses the devices unfused).
+TEST(FusionRequest, RefusesMoreMembersThanACommConnectsOverEvenWhereTheAbiAllowsEight) {
+  const int devs[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+  for (int n = 5; n <= 8; ++n) {
+    const std::string m = refusal(devs, n, 8, 8, 8, true);
+    EXPECT_NE(m.find("a Sluice comm runs over at most 4 member devices"), std::string::npos) << m;
+    EXPECT_NE(m.find(std::to_string(n) + " devices"), std::string::npos) << m;
+  }
 }
 
 TEST(FusionRequest, RefusesTooManyWithTheVersionLimit) {

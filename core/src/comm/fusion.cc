@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <limits>
 
+#include "sluice/core/base/wire.h"
+
 namespace sluice {
 namespace {
 
@@ -28,6 +30,15 @@ Status check_fusion_request(const int* devs, int n, int n_physical, int n_device
     return refuse(std::to_string(n) + " devices (" + list(devs, max_members) +
                   ",...) but at most " + std::to_string(max_members) +
                   " may be fused at this net ABI version");
+  }
+  if (n > wire::kMaxMetaMembers) {
+    // Net v12 lets NCCL ask for 8, but a comm runs over at most kMaxMetaMembers members (the
+    // connection metadata's MetaMembers, CommStatsV2): refused here, where NCCL takes a refusal
+    // gracefully (it uses the devices unfused), not at connect, where it would be fatal.
+    return refuse(std::to_string(n) + " devices (" + list(devs, n) +
+                  "): a Sluice comm runs over at most " + std::to_string(wire::kMaxMetaMembers) +
+                  " member devices (its connection metadata holds that many), so at most " +
+                  std::to_string(wire::kMaxMetaMembers) + " are fused");
   }
   if (n > 1 && !merge_nics) {
     return refuse("NCCL_IB_MERGE_NICS=0 forbids fusing devices " + list(devs, n) +
