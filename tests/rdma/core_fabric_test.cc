@@ -161,7 +161,7 @@ TEST_F(CoreFabric, TrafficClassOfTheCommIsOnEveryQp) {
   ASSERT_GE(s->c.nqps, 1);
   ASSERT_EQ(s->c.nqps, r->c.nqps);
   for (int q = 0; q < s->c.nqps; ++q) {
-    const Av a = read_av(s->c.qps[q].get()), b = read_av(r->c.qps[q].get());
+    const Av a = read_av(s->c.qp[q].get()), b = read_av(r->c.qp[q].get());
     if (s->c.dev->roce) {
       ASSERT_TRUE(a.global && b.global) << "RoCE addresses carry a GRH";
       EXPECT_EQ(a.tc, tc) << "data QP " << q << " (" << s->c.describe_qp(q) << ")";

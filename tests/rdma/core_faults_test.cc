@@ -8,8 +8,8 @@
 //    this binary in CI's sanitizer pass), nothing hangs, and closing releases every verbs object.
 //    The "peer" is this test, through the NIC: it posts an RDMA WRITE of the bad entries on the
 //    receive comm's QP (the QP the receiver's own clear-to-send WRITEs use) to the sender's FIFO
-//    address with its rkey (core internals: RecvComm::remote_fifo / Conn::remote_mem_rkey), from a small
-//    buffer registered on the receive comm, and waits for that WRITE's completion before the
+//    address with its rkey (core internals: RecvComm::remote_fifo / Conn::remote_mem_rkey), from a
+//    small buffer registered on the receive comm, and waits for that WRITE's completion before the
 //    sender reads the slot as it reads every clear-to-send. For the size and rkey cases the NIC
 //    then really rejects the sender's RDMA WRITE.
 //  * An IBV_EVENT_CQ_ERR (the receive comm's CQ overrun on purpose) fails that comm, naming it; a
@@ -211,7 +211,7 @@ int post_fifo_write(RecvComm* r, uint64_t wr_id, ibv_sge* sge, size_t offset = 0
   w.wr.rdma.remote_addr = r->remote_fifo + offset;
   w.wr.rdma.rkey = r->c.remote_mem_rkey[0];
   ibv_send_wr* bad = nullptr;
-  return ibv_post_send(r->c.qps[0].get(), &w, &bad);
+  return ibv_post_send(r->c.qp[0].get(), &w, &bad);
 }
 
 // The misbehaving peer's RDMA WRITE of n entries into the sender's FIFO from entry `first` of slot

@@ -135,14 +135,14 @@ class CoreFusion : public ::testing::Test {
     for (int q = 0; q < c.nqps; ++q) {
       const int m = (q / qpp) % n;
       EXPECT_EQ(c.qp_member[q], m) << "QP " << q;
-      ASSERT_TRUE(c.qps[q]);
+      ASSERT_TRUE(c.qp[q]);
       // On its member's adapter (context) and CQ, at RTS.
-      EXPECT_EQ(c.qps[q]->context, members[m]->adapter->ctx.get()) << "QP " << q;
-      EXPECT_EQ(c.qps[q]->send_cq, c.members[m].cq.get()) << "QP " << q;
-      EXPECT_EQ(qp_query_state(c.qps[q].get()), IBV_QPS_RTS) << c.describe_qp(q);
+      EXPECT_EQ(c.qp[q].get()->context, members[m]->adapter->ctx.get()) << "QP " << q;
+      EXPECT_EQ(c.qp[q].get()->send_cq, c.members[m].cq.get()) << "QP " << q;
+      EXPECT_EQ(qp_query_state(c.qp[q].get()), IBV_QPS_RTS) << c.describe_qp(q);
       // A completion's QP is found by its number on the member whose CQ delivered it: QP numbers
       // are per adapter, and the bed's rxe0 and rxe1 hand out the same ones.
-      EXPECT_EQ(dp::qp_index(c, c.qps[q]->qp_num, m), q) << c.describe_qp(q);
+      EXPECT_EQ(dp::qp_index(c, c.qp[q].qpn, m), q) << c.describe_qp(q);
     }
   }
 
@@ -296,8 +296,8 @@ class CoreFusion : public ::testing::Test {
     expect_layout(s->c, ms, npaths, qpp);
     expect_layout(r->c, mr, npaths, qpp);
     for (int q = 0; q < s->c.nqps && q < r->c.nqps; ++q) {
-      EXPECT_EQ(s->c.remote_qpn[q], r->c.qps[q]->qp_num) << "QP " << q;
-      EXPECT_EQ(r->c.remote_qpn[q], s->c.qps[q]->qp_num) << "QP " << q;
+      EXPECT_EQ(s->c.qp[q].remote_qpn, r->c.qp[q].qpn) << "QP " << q;
+      EXPECT_EQ(r->c.qp[q].remote_qpn, s->c.qp[q].qpn) << "QP " << q;
     }
     // Members sharing an adapter share the comm memory's registration, others have their own
     // (keyed by it: keys are per adapter, so another adapter's may equal member 0's by chance).
@@ -329,8 +329,7 @@ class CoreFusion : public ::testing::Test {
         EXPECT_EQ(std::string(st.name), (*devs)[m]->name);
         for (int k = 0; k < st.nqps; ++k) {
           int q = 0;
-          while (q < conn->nqps && !(conn->qps[q]->qp_num == st.qpn[k] && conn->qp_member[q] == m))
-            ++q;
+          while (q < conn->nqps && !(conn->qp[q].qpn == st.qpn[k] && conn->qp_member[q] == m)) ++q;
           EXPECT_LT(q, conn->nqps) << "member " << m << " reports qpn " << st.qpn[k];
         }
         qps += st.nqps;
@@ -436,7 +435,7 @@ TEST_F(CoreFusion, RegistrationKeyedOnEveryMember) {
     wr.send_flags = IBV_SEND_SIGNALED;
     wr.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(dst.data()) + q * kPart;
     wr.wr.rdma.rkey = rmh->on(r->c.members[rm].dev->adapter)->rkey;
-    ASSERT_EQ(ibv_post_send(s->c.qps[q].get(), &wr, &bad), 0) << s->c.describe_qp(q);
+    ASSERT_EQ(ibv_post_send(s->c.qp[q].get(), &wr, &bad), 0) << s->c.describe_qp(q);
     ibv_wc wc{};
     int got = 0;
     const auto deadline = Clock::now() + std::chrono::seconds(20);

@@ -129,6 +129,10 @@ TEST(Config, EveryParameterReachesItsField) {
       {"SLUICE_FAILBACK_RETRY_MS", "50"},
       {"SLUICE_FAILBACK_RETRY_CAP_MS", "800"},
       {"SLUICE_FAILBACK_RAMP_MS", "250"},
+      {"SLUICE_TEST_HOLD_RQ", "1"},
+      {"SLUICE_TEST_FAILBACK_CREATE_FAILS", "2"},
+      {"SLUICE_TEST_FAULT_FILE", "/tmp/faults"},
+      {"SLUICE_TEST_PATH_MSG_SET", "1"},
       {"SLUICE_STANDBY", "1"},
       {"SLUICE_STANDBY_MAP", "rxe1=rxe0,mlx5_0:1=none"},
       {"SLUICE_LOG", "info"},
@@ -187,6 +191,10 @@ TEST(Config, EveryParameterReachesItsField) {
   EXPECT_EQ(c.failback_retry_ms, 50);
   EXPECT_EQ(c.failback_retry_cap_ms, 800);
   EXPECT_EQ(c.failback_ramp_ms, 250);
+  EXPECT_TRUE(c.test_hold_rq);
+  EXPECT_EQ(c.test_failback_create_fails, 2);
+  EXPECT_EQ(c.test_fault_file, "/tmp/faults");
+  EXPECT_EQ(c.test_path_msg_set, 1);
   EXPECT_TRUE(c.standby);
   EXPECT_EQ(c.standby_map, "rxe1=rxe0,mlx5_0:1=none");
   EXPECT_EQ(c.log_level, 3);
@@ -490,7 +498,7 @@ TEST(Config, LogLevelForTheLoggerUsesTheTableRow) {
 
 TEST(ParamDocs, OneRowPerParameterWithEverythingFilledIn) {
   const auto& docs = param_docs();
-  EXPECT_EQ(docs.size(), 55u);
+  EXPECT_EQ(docs.size(), 59u);
   std::set<std::string> names;
   for (const ParamDoc& d : docs) {
     SCOPED_TRACE(d.name);

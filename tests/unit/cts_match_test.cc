@@ -85,8 +85,8 @@ TEST(CtsSnapshotFused, BadPathsKeysOrReservedWordsAreRemoteErrors) {
       {"member-0 key differs", members_cell(0x77, 50, 1), members_cell(0x78, 60, 1), 2},
       {"reserved word", members_cell(0x77, 50, 1), reserved, 2},
       {"key on a member the receiver lacks", members_cell(0x77, 50, 1), extra, 2},
-      {"key on member 1 of a one-member receiver", members_cell(0x77, 0, 1), members_cell(0x77, 60, 1),
-       1},
+      {"key on member 1 of a one-member receiver", members_cell(0x77, 0, 1),
+       members_cell(0x77, 60, 1), 1},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.what);
@@ -103,6 +103,45 @@ TEST(CtsSnapshotFused, BadPathsKeysOrReservedWordsAreRemoteErrors) {
   cts::Snapshot s;
   EXPECT_EQ(cts::take_snapshot_fused(cells, 1, 1, 1, &s).code(), Code::kInternalError)
       << "one path is not a fused comm";
+}
+
+// Issue 31: with path-message set 2 a fused entry carries each path's share while it ramps back
+// in; a set-1 comm (an older peer) refuses any, and a share must name a path of the mask, below
+// 100 %, the same in every entry.
+TEST(CtsSnapshotFused, RampSharesAreTakenWithSet2AndRefusedOtherwise) {
+  const auto slot = [](uint32_t shares0, uint32_t shares1, uint32_t paths, wire::CtsEntry* cells) {
+    wire::CtsMembers x0 = members_cell(0x77, 50, paths), x1 = members_cell(0x77, 60, paths);
+    x0.shares = shares0;
+    x1.shares = shares1;
+    put_fused(cells, 0, entry(5, 64, 2, 0, 3), x0);
+    put_fused(cells, 1, entry(6, 64, 2, 1, 3), x1);
+  };
+  {
+    wire::CtsEntry cells[2 * wire::kEntriesPerSlot] = {};
+    slot(25u << 8, 25u << 8, 3, cells);
+    cts::Snapshot s;
+    ASSERT_TRUE(cts::take_snapshot_fused(cells, 3, 2, 2, &s, true).is_ok());
+    EXPECT_EQ(s.shares, 25u << 8);
+    EXPECT_EQ(wire::share_pct_of(s.shares, 0), 100u);
+    EXPECT_EQ(wire::share_pct_of(s.shares, 1), 25u);
+    cts::Snapshot old;
+    Status st = cts::take_snapshot_fused(cells, 3, 2, 2, &old, false);
+    EXPECT_EQ(st.code(), Code::kRemoteError);
+    EXPECT_NE(st.message().find("path-message set 1"), std::string::npos) << st.message();
+  }
+  struct Bad {
+    const char* what;
+    uint32_t s0, s1, paths;
+  };
+  for (const Bad& b : {Bad{"shares differ", 25u << 8, 50u << 8, 3},
+                       Bad{"share outside the mask", 25u << 8, 25u << 8, 1},
+                       Bad{"share of 100 % or more", 100u << 8, 100u << 8, 3}}) {
+    SCOPED_TRACE(b.what);
+    wire::CtsEntry cells[2 * wire::kEntriesPerSlot] = {};
+    slot(b.s0, b.s1, b.paths, cells);
+    cts::Snapshot s;
+    EXPECT_EQ(cts::take_snapshot_fused(cells, 3, 2, 2, &s, true).code(), Code::kRemoteError);
+  }
 }
 
 TEST(CtsSnapshot, CorruptCountOrIndexIsARemoteErrorNamingIt) {

@@ -5,6 +5,13 @@
 #include "../../core/src/health/path_failover.h"
 
 #include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <vector>
+
+#include "comm/comm.h"
+#include "health/liveness.h"
 
 namespace sluice {
 namespace {
@@ -103,20 +110,66 @@ TEST(PathFailover, NewReceivesLeaveOutWhatDoesNotCarryFallbackOnlyWhenNoWeighted
   EXPECT_EQ(fo_restripe(f, w), 0u);
 }
 
-TEST(PathFailover, TheInboxHoldsWhatOnePollBringsAndSaysWhenItOverflowed) {
+TEST(PathFailover, TheInboxHoldsWhatOnePollBringsAndSaysWhenItWasOverrun) {
   PathFailover f;
   wire::PathMsg m;
   m.type = wire::PathMsgType::kFence;
   for (int i = 0; i < kPathInbox; ++i) {
+    EXPECT_EQ(fo_inbox_room(&f), kPathInbox - i);
     m.path = static_cast<uint8_t>(i % 4);
     fo_take_path_msg(&f, m);
   }
   EXPECT_EQ(f.inbox_n, kPathInbox);
-  EXPECT_FALSE(f.inbox_overflow);
+  EXPECT_EQ(fo_inbox_room(&f), 0);
+  EXPECT_FALSE(f.inbox_lost);
   EXPECT_EQ(f.inbox[5].path, 1);
-  fo_take_path_msg(&f, m);
-  EXPECT_TRUE(f.inbox_overflow);
+  fo_take_path_msg(&f, m);  // a reader that ignored the room: the driver fails the comm
+  EXPECT_TRUE(f.inbox_lost);
   EXPECT_EQ(f.inbox_n, kPathInbox);
+}
+
+// Issue 31: a burst of path messages larger than the inbox waits in the socket (backpressure)
+// instead of failing the comm: each poll reads only what the inbox has room for.
+TEST(PathFailover, ABurstOfPathMessagesWaitsInTheSocketWhileTheInboxIsFull) {
+  int sv[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  constexpr int kBurst = 2 * kPathInbox + 5;
+  size_t sent = 0;
+  for (int i = 0; i < kBurst; ++i) {
+    wire::PathMsg m;
+    m.type = i % 2 ? wire::PathMsgType::kChecked : wire::PathMsgType::kFence;
+    m.path = 1;
+    m.nqps = 1;
+    m.epoch = static_cast<uint32_t>(i);
+    m.sub = i % 2 ? 0 : 1;
+    uint8_t buf[wire::kPathMsgMaxBytes];
+    const size_t n = wire::encode_path_msg(m, buf);
+    ASSERT_GT(n, 0u);
+    ASSERT_EQ(::send(sv[1], buf, n, 0), static_cast<ssize_t>(n));
+    sent += n;
+  }
+  {
+    Conn c;
+    c.fd = sv[0];
+    c.fo.on = true;
+    c.watch.started = true;
+    std::vector<uint32_t> epochs;
+    for (int polls = 0; polls < 10 && epochs.size() < static_cast<size_t>(kBurst); ++polls) {
+      liveness_poll_now(c);
+      EXPECT_LE(c.fo.inbox_n, kPathInbox);
+      EXPECT_FALSE(c.fo.inbox_lost) << "poll " << polls;
+      EXPECT_EQ(c.watch.state, PeerWatch::kAlive) << c.watch.gone;
+      for (int i = 0; i < c.fo.inbox_n; ++i) epochs.push_back(c.fo.inbox[i].epoch);
+      if (polls == 0) {
+        EXPECT_EQ(c.fo.inbox_n, kPathInbox) << "the first poll fills the inbox";
+      }
+      c.fo.inbox_n = 0;  // the driver took them
+    }
+    ASSERT_EQ(epochs.size(), static_cast<size_t>(kBurst)) << sent << " bytes sent";
+    for (int i = 0; i < kBurst; ++i) EXPECT_EQ(epochs[i], static_cast<uint32_t>(i));
+    c.watch.started = false;  // no goodbye on a test socket
+  }                           // ~Conn closes sv[0]
+  close(sv[1]);
 }
 
 }  // namespace

@@ -151,6 +151,41 @@ TEST(StripePaths, ThresholdAndRotation) {
   }
 }
 
+// Issue 31: a path ramping back in after a failback carries its step's part of its weight: of a
+// striped message's bytes (its share in the clear-to-send entry cuts them), and of the small
+// messages each taken whole by one path.
+TEST(StripePaths, APathRampingBackInCarriesItsShareOfTheBytes) {
+  const uint16_t w[2] = {1, 1};
+  const Paths p = stripe::path_weights(w, 2, w, 2);
+  EXPECT_EQ(stripe::with_shares(p, 0).weight[1], p.weight[1]) << "no shares: the weights";
+  for (uint32_t pct : {25u, 50u}) {
+    SCOPED_TRACE(pct);
+    const Paths q = stripe::with_shares(p, pct << 8);
+    EXPECT_EQ(q.weight[0], p.weight[0]);
+    EXPECT_EQ(q.weight[1], p.weight[1] * pct / 100);
+    const size_t size = size_t{4} << 20;
+    const auto lens = check_parts(q, 0b11, size);
+    const double got = static_cast<double>(lens[1]) / static_cast<double>(size);
+    const double want = static_cast<double>(pct) / (100.0 + pct);
+    EXPECT_NEAR(got, want, 0.001) << "path 1's part of a striped message";
+    // Small messages: each whole on one path, path 1 taking its ramped part of them.
+    Paths live = p;
+    live.weight[1] = q.weight[1];
+    int on1 = 0;
+    constexpr int kMsgs = 4000;
+    for (uint64_t seq = 0; seq < kMsgs; ++seq) {
+      const uint32_t m = stripe::paths_of(live, seq, 4096, stripe::kDefaultThreshold, true);
+      ASSERT_EQ(std::popcount(m), 1);
+      on1 += m == 0b10u;
+    }
+    EXPECT_NEAR(static_cast<double>(on1) / kMsgs, want, 0.03) << on1 << " of " << kMsgs;
+  }
+  // A weight that would round to 0 stays 1: the path still carries.
+  const uint16_t big[2] = {10000, 1};
+  const Paths b = stripe::path_weights(big, 2, big, 2);
+  EXPECT_GE(stripe::with_shares(b, 1u << 8).weight[1], 1u);
+}
+
 // Unequal weights (the AWS p6-b200 GPU 4 case of docs/fusion.md: 200, 200, 32) split a message
 // in proportion, each part within one 128-byte cut of its exact share.
 TEST(StripePaths, UnequalWeightsSplitInProportion) {

@@ -68,7 +68,7 @@ Status take_snapshot(const wire::CtsEntry* fifo_slot, uint64_t want, Snapshot* o
 }
 
 Status take_snapshot_fused(const wire::CtsEntry* fifo_slot, uint64_t want, int npaths, int nrecv,
-                           Snapshot* out) {
+                           Snapshot* out, bool shares_ok) {
   if (npaths < 2 || npaths > wire::kMaxMetaMembers || nrecv < 1 || nrecv > npaths)
     return Status(Code::kInternalError, "take_snapshot_fused: " + std::to_string(npaths) +
                                             " paths, " + std::to_string(nrecv) + " members");
@@ -83,7 +83,10 @@ Status take_snapshot_fused(const wire::CtsEntry* fifo_slot, uint64_t want, int n
     wire::CtsMembers& x = out->x[i];
     std::memcpy(&x, &fifo_slot[2 * i], sizeof x);  // written before the entry's seq, same WRITE
     const std::string at = "entry " + std::to_string(i);
-    if (i == 0) out->paths = x.paths;
+    if (i == 0) {
+      out->paths = x.paths;
+      out->shares = x.shares;
+    }
     if (x.paths == 0 || (x.paths & ~all) != 0)
       return bad(at + " names paths 0x" + std::to_string(x.paths) + " of a comm of " +
                  std::to_string(npaths) + " paths");
@@ -91,8 +94,19 @@ Status take_snapshot_fused(const wire::CtsEntry* fifo_slot, uint64_t want, int n
       return bad(at + " names other paths than entry 0 (" + std::to_string(x.paths) + " vs " +
                  std::to_string(out->paths) + ")");
     if (x.rkey[0] != out->e[i].rkey) return bad(at + ": its member-0 key differs from its rkey");
-    if (x.reserved[0] != 0 || x.reserved[1] != 0 || x.reserved[2] != 0)
-      return bad(at + " has non-zero reserved words");
+    if (x.reserved[0] != 0 || x.reserved[1] != 0) return bad(at + " has non-zero reserved words");
+    if (x.shares != out->shares)
+      return bad(at + " names other shares than entry 0 (" + std::to_string(x.shares) + " vs " +
+                 std::to_string(out->shares) + ")");
+    if (x.shares != 0 && !shares_ok)
+      return bad(at + " has shares 0x" + std::to_string(x.shares) +
+                 ", which path-message set 1 does not have (a non-zero reserved word)");
+    for (int p = 0; p < 4 && x.shares != 0; ++p) {
+      const uint32_t b = x.shares >> (8 * p) & 0xffu;
+      if (b != 0 && ((x.paths >> p & 1u) == 0 || b > 99))
+        return bad(at + " gives path " + std::to_string(p) + " a share of " + std::to_string(b) +
+                   " %" + ((x.paths >> p & 1u) == 0 ? " outside its paths" : ""));
+    }
     for (int m = nrecv; m < wire::kMaxMetaMembers; ++m)
       if (x.rkey[m] != 0)
         return bad(at + " keys member " + std::to_string(m) + " of " + std::to_string(nrecv));

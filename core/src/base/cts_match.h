@@ -21,6 +21,8 @@ struct Snapshot {
   // Fused comms (wire::CtsMembers): each entry's rkey per receiver member, and the receive's
   // paths; one path (mask 1, x zero) on a comm of one path.
   uint32_t paths = 1;
+  uint32_t shares =
+      0;  // wire::CtsMembers::shares (path-message set 2; 0: every path's whole share)
   wire::CtsMembers x[wire::kEntriesPerSlot] = {};
 };
 
@@ -33,9 +35,11 @@ Status take_snapshot(const wire::CtsEntry* fifo_slot, uint64_t want, Snapshot* o
 // The same for a fused comm of `npaths` paths (2..kMaxMetaMembers) whose receiver has `nrecv`
 // members: the slot's entries are cell pairs (wire::cts_cells). Also kRemoteError: a paths mask
 // that is empty, names a path >= npaths or differs between entries, rkey[0] other than the entry's,
-// a key on a member the receiver does not have, non-zero reserved words.
+// a key on a member the receiver does not have, non-zero reserved words; shares other than entry
+// 0's, a share for a path outside the mask or above 99 %, or any share where `shares_ok` is false
+// (a comm of path-message set 1).
 Status take_snapshot_fused(const wire::CtsEntry* fifo_slot, uint64_t want, int npaths, int nrecv,
-                           Snapshot* out);
+                           Snapshot* out, bool shares_ok = false);
 
 struct Match {
   enum Kind {

@@ -47,15 +47,38 @@ Paths path_weights(const uint16_t* ws, int ns, const uint16_t* wr, int nr) {
   return out;
 }
 
-uint32_t paths_of(const Paths& p, uint64_t seq, size_t posted_total, size_t threshold) {
+uint32_t paths_of(const Paths& p, uint64_t seq, size_t posted_total, size_t threshold,
+                  bool weighted) {
   const uint32_t mask = p.active_mask();
   const int n = std::popcount(mask);
   if (n == 0) return 0;
   if (n > 1 && posted_total >= threshold) return mask;
+  if (weighted && n > 1) {
+    uint64_t total = 0;
+    for (int q = 0; q < p.npaths; ++q) total += p.weight[q];
+    // A point in [0, total) that successive seqs spread evenly (Fibonacci hashing).
+    const uint64_t point = ((seq + 1) * 0x9e3779b97f4a7c15ull >> 16) % total;
+    uint64_t cum = 0;
+    for (int q = 0; q < p.npaths; ++q) {
+      cum += p.weight[q];
+      if (point < cum) return 1u << q;
+    }
+  }
   // The k-th active path.
   uint32_t rest = mask;
   for (uint64_t k = seq % static_cast<uint64_t>(n); k > 0; --k) rest &= rest - 1;
   return rest & (~rest + 1);
+}
+
+Paths with_shares(const Paths& p, uint32_t shares) {
+  if (shares == 0) return p;
+  Paths out = p;
+  for (int q = 0; q < p.npaths && q < 4; ++q) {
+    const uint32_t pct = wire::share_pct_of(shares, q);
+    if (p.weight[q] == 0 || pct >= 100) continue;
+    out.weight[q] = std::max<uint32_t>(1, static_cast<uint32_t>(uint64_t{p.weight[q]} * pct / 100));
+  }
+  return out;
 }
 
 void part_of(const Paths& p, uint32_t mask, size_t size, int path, size_t* off, size_t* len) {

@@ -57,8 +57,24 @@ Paths path_weights(const uint16_t* ws, int ns, const uint16_t* wr, int nr);
 
 // The paths that carry receive `seq` whose entries' capacities sum to `posted_total`: every
 // active path at posted_total >= threshold (and more than one active), else one active path,
-// the (seq % active)-th. 0 only if no path is active.
-uint32_t paths_of(const Paths& p, uint64_t seq, size_t posted_total, size_t threshold);
+// the (seq % active)-th; with `weighted` (some path carries only a part of its weight: a path
+// ramping back in), the one whose cumulative weight covers a point that seq spreads over the
+// total, so each path gets its weight's part of the small receives too. 0 only if no path is
+// active.
+uint32_t paths_of(const Paths& p, uint64_t seq, size_t posted_total, size_t threshold,
+                  bool weighted = false);
+
+// The weights a receive's bytes are cut by (part_of, plan_path): each path's weight times its
+// share in `shares` (wire::CtsMembers: byte p a percentage while path p ramps back in, 0 = all of
+// it), at least 1 where the weight is not 0. shares 0: p itself.
+Paths with_shares(const Paths& p, uint32_t shares);
+// The bytes of a shares word that belong to the paths of `mask`.
+inline uint32_t share_mask(uint32_t mask) {
+  uint32_t m = 0;
+  for (int p = 0; p < 4; ++p)
+    if (mask >> p & 1u) m |= 0xffu << (8 * p);
+  return m;
+}
 
 // Bytes [*off, *off + *len) of a message of `size` bytes that `path` carries when the receive's
 // paths are `mask` (paths_of). One path in the mask: all of it. *len = 0 for a path outside the

@@ -54,11 +54,11 @@ NumaBuffer::~NumaBuffer() {
 
 std::string Conn::describe_qp(int q) const {
   std::string s = "qpn ";
-  s += (q >= 0 && q < nqps && qps[q]) ? std::to_string(qps[q]->qp_num) : "?";
+  s += (q >= 0 && q < nqps && qp[q]) ? std::to_string(qp[q].qpn) : "?";
   // A fused comm names the QP's own member ("rxe1:1"); a one-member comm its local_desc.
   const Device* md = (nmembers > 1 && q >= 0 && q < nqps) ? members[qp_member[q]].dev : nullptr;
   s += " on " + (md ? md->name + ":" + std::to_string(md->port) : local_desc) + " -> qpn " +
-       ((q >= 0 && q < nqps) ? std::to_string(remote_qpn[q]) : std::string("?")) + " on " +
+       ((q >= 0 && q < nqps) ? std::to_string(qp[q].remote_qpn) : std::string("?")) + " on " +
        remote_dev;
   // A fused peer: the member this QP's path reaches there (wire.h: path p, member p % n).
   const int rm = (remote_nmembers > 1 && q >= 0 && q < nqps && qpp > 0)
@@ -73,11 +73,31 @@ std::string Conn::describe_qp(int q) const {
 }
 
 void Conn::drain_at_close() {
-  bool moved[wire::kMaxQps] = {};
-  bool any = false;
+  // Every QP still held: the current incarnations, then the retired ones (failback; qp_life.h).
+  struct Q {
+    ibv_qp* qp;
+    uint32_t qpn;
+    int member;
+    uint32_t* rq;  // receive WRs not completed
+    uint64_t marker_id;
+  };
+  Q all[wire::kMaxQps + kMaxRetiredQps];
+  int n = 0;
   for (int q = 0; q < nqps; ++q) {
-    moved[q] = qps[q] && qp_to_error(qps[q].get()).is_ok();
-    any = any || moved[q];
+    if (!qp[q]) continue;
+    all[n++] = Q{qp[q].get(), qp[q].qpn, qp_member[q], &qp[q].rq_outstanding,
+                 kWrDrainMarker | static_cast<uint64_t>(q)};
+  }
+  for (RetiredQp& r : retired_qps) {
+    if (!r || !r.qp) continue;
+    all[n++] = Q{r.qp.get(), r.qpn, r.member, &r.rq_outstanding,
+                 kWrDrainMarker | kWrDrainRetired | static_cast<uint64_t>(&r - retired_qps)};
+  }
+  bool moved[wire::kMaxQps + kMaxRetiredQps] = {};
+  bool any = false;
+  for (int i = 0; i < n; ++i) {
+    moved[i] = qp_to_error(all[i].qp).is_ok();
+    any = any || moved[i];
   }
   if (!any || nmembers == 0 || !members[0].cq) return;
   // Flushed work completes quickly once the QPs are in ERROR; the bound is for a provider or a
@@ -88,63 +108,62 @@ void Conn::drain_at_close() {
   const auto start = Clock::now();
   const auto deadline = start + std::chrono::milliseconds(limit_ms);
   enum Marker : uint8_t { kNone, kPosted, kBack, kUnpostable };
-  Marker marker[wire::kMaxQps] = {};
+  Marker marker[wire::kMaxQps + kMaxRetiredQps] = {};
   ibv_wc wc[16];
   // A QP is known by its number on the member whose CQ was polled: members on different
   // adapters have separate QP number spaces (a fused comm's rxe0 and rxe1 QPs are both qpn 17).
-  const auto take = [&](int n, int mi) {
-    for (int k = 0; k < n; ++k) {
-      int q = 0;
-      while (q < nqps && !(qps[q] && qps[q]->qp_num == wc[k].qp_num && qp_member[q] == mi)) ++q;
-      if (q == nqps) continue;
-      if (wc[k].wr_id == (kWrDrainMarker | static_cast<uint64_t>(q))) {
-        marker[q] = kBack;
-      } else if (wc[k].wr_id < wire::kFifoSlots && rq_outstanding[q] > 0) {
+  const auto take = [&](int got, int mi) {
+    for (int k = 0; k < got; ++k) {
+      int i = 0;
+      while (i < n && !(all[i].qpn == wc[k].qp_num && all[i].member == mi)) ++i;
+      if (i == n) continue;
+      if (wc[k].wr_id == all[i].marker_id) {
+        marker[i] = kBack;
+      } else if (wc[k].wr_id<wire::kFifoSlots&& * all[i].rq> 0) {
         // Receive WRs carry their FIFO slot; the send comm, whose small wr_ids are send-queue
-        // group leaders, posts no receive WRs.
-        --rq_outstanding[q];
+        // group leaders, posts no receive WRs but failback's check.
+        --*all[i].rq;
       }
     }
   };
   bool drained = false;
   for (;;) {
     drained = true;
-    for (int q = 0; q < nqps; ++q) {
-      if (!moved[q]) continue;
-      if (marker[q] == kNone) {  // a full send queue takes it once flushed WRs made room
+    for (int i = 0; i < n; ++i) {
+      if (!moved[i]) continue;
+      if (marker[i] == kNone) {  // a full send queue takes it once flushed WRs made room
         ibv_send_wr w{};
-        w.wr_id = kWrDrainMarker | static_cast<uint64_t>(q);
+        w.wr_id = all[i].marker_id;
         w.opcode = IBV_WR_RDMA_WRITE;
         w.send_flags = IBV_SEND_SIGNALED;
         ibv_send_wr* bad = nullptr;
-        const int rc = ibv_post_send(qps[q].get(), &w, &bad);
-        if (rc == 0) marker[q] = kPosted;
-        if (rc != 0 && rc != ENOMEM) marker[q] = kUnpostable;  // nothing more to learn there
+        const int rc = ibv_post_send(all[i].qp, &w, &bad);
+        if (rc == 0) marker[i] = kPosted;
+        if (rc != 0 && rc != ENOMEM) marker[i] = kUnpostable;  // nothing more to learn there
       }
-      drained =
-          drained && (marker[q] == kBack || marker[q] == kUnpostable) && rq_outstanding[q] == 0;
+      drained = drained && (marker[i] == kBack || marker[i] == kUnpostable) && *all[i].rq == 0;
     }
     if (drained || Clock::now() >= deadline) break;
     // Every member's CQ (one for a one-member comm); a failed poll ends the drain.
-    int n = 0;
-    for (int mi = 0; mi < nmembers && n >= 0; ++mi) {
+    int got = 0;
+    for (int mi = 0; mi < nmembers && got >= 0; ++mi) {
       if (!members[mi].cq) continue;
-      n = ibv_poll_cq(members[mi].cq.get(), 16, wc);
-      if (n > 0) take(n, mi);
+      got = ibv_poll_cq(members[mi].cq.get(), 16, wc);
+      if (got > 0) take(got, mi);
     }
-    if (n < 0) break;
+    if (got < 0) break;
   }
   if (!drained) {
     std::string left;
-    for (int q = 0; q < nqps; ++q) {
-      if (!moved[q]) continue;
-      if (marker[q] == kPosted || marker[q] == kNone)
+    for (int i = 0; i < n; ++i) {
+      if (!moved[i]) continue;
+      if (marker[i] == kPosted || marker[i] == kNone)
         left += std::string(left.empty() ? "" : ", ") + "the send queue of qpn " +
-                std::to_string(qps[q]->qp_num) +
-                (marker[q] == kNone ? " (full)" : " (work not flushed)");
-      if (rq_outstanding[q] > 0)
-        left += std::string(left.empty() ? "" : ", ") + std::to_string(rq_outstanding[q]) +
-                " receive WR(s) on qpn " + std::to_string(qps[q]->qp_num);
+                std::to_string(all[i].qpn) +
+                (marker[i] == kNone ? " (full)" : " (work not flushed)");
+      if (*all[i].rq > 0)
+        left += std::string(left.empty() ? "" : ", ") + std::to_string(*all[i].rq) +
+                " receive WR(s) on qpn " + std::to_string(all[i].qpn);
     }
     SLUICE_WARN(
         "close of the comm %s: outstanding work not drained within SLUICE_CLOSE_TIMEOUT_MS=%d ms "
@@ -154,7 +173,7 @@ void Conn::drain_at_close() {
         std::chrono::duration<double, std::milli>(Clock::now() - start).count(), left.c_str(),
         pending_work.empty() ? "" : "; in flight: ", pending_work.c_str());
   }
-  for (int q = 0; q < nqps; ++q) rq_outstanding[q] = 0;
+  for (int i = 0; i < n; ++i) *all[i].rq = 0;
 }
 
 Conn::~Conn() {
@@ -162,7 +181,8 @@ Conn::~Conn() {
   // the CQ (member order); MRs and memory are released by the comm.
   liveness_stop(*this);  // out of the async-event registry; goodbye to the peer
   drain_at_close();
-  for (int q = 0; q < nqps; ++q) qps[q].reset();
+  for (int q = 0; q < nqps; ++q) qp[q].qp.reset();
+  for (RetiredQp& r : retired_qps) r.qp.reset();
   for (auto& m : members) m.cq.reset();
   if (fd >= 0) close(fd);
 }

@@ -19,10 +19,13 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "base/cts_match.h"
 #include "base/stripe.h"
 #include "comm/engine.h"
+#include "comm/qp_life.h"
 #include "health/liveness.h"
 #include "health/path_failover.h"
 #include "health/progress.h"
@@ -45,6 +48,8 @@ inline constexpr uint32_t kSendSqDepth = 255;
 // completion comes after every earlier WR's (send-queue order). Distinct from the data path's
 // wr_id bits (datapath_internal.h: 1 << 63, 62, 61; pool indexes below 256).
 inline constexpr uint64_t kWrDrainMarker = 1ull << 60;
+// A retired QP's marker (qp_life.h RetiredQp): kWrDrainMarker | kWrDrainRetired | its slot.
+inline constexpr uint64_t kWrDrainRetired = 1ull << 57;
 // The receiver's send queue carries only CTS writes: at most kCtsBudget whose slots are not yet
 // reclaimed by a polled signaled CTS completion (one every kCtsSignalEvery).
 inline constexpr uint32_t kCtsSignalEvery = 8;
@@ -147,7 +152,8 @@ struct SendReq : Request {
   uint8_t group_n = 0;  // leader: members in `group`
   uint16_t index = 0;   // position in the pool (the closing WR's wr_id)
   uint32_t lkey = 0;
-  uint32_t paths = 1;  // leader: the receive's paths (its clear-to-send entry's mask)
+  uint32_t paths = 1;   // leader: the receive's paths (its clear-to-send entry's mask)
+  uint32_t shares = 0;  // leader: the receive's shares (wire::CtsMembers; 0: whole weights)
   // Fusion: the buffer's lkey on each local member's adapter (lkeys[0] = lkey).
   uint32_t lkeys[kMaxMembers] = {};
   const char* data = nullptr;
@@ -165,8 +171,9 @@ struct RecvReq : Request {
   uint8_t n = 1;        // buffers in the grouped receive
   uint8_t pending = 0;  // immediates still expected (one per QP)
   bool has_record = false;
-  uint64_t seq = 0;    // receive sequence number (FIFO slot = seq % kFifoSlots)
-  uint32_t paths = 1;  // the paths that carry it (stripe::paths_of; 1 on a one-path comm)
+  uint64_t seq = 0;     // receive sequence number (FIFO slot = seq % kFifoSlots)
+  uint32_t paths = 1;   // the paths that carry it (stripe::paths_of; 1 on a one-path comm)
+  uint32_t shares = 0;  // each path's share while it ramps back in (wire::CtsMembers)
   size_t posted[wire::kEntriesPerSlot] = {};    // capacity of each buffer
   size_t received[wire::kEntriesPerSlot] = {};  // bytes that arrived
   int tags[wire::kEntriesPerSlot] = {};
@@ -189,14 +196,19 @@ struct ConnMember {
   Device* dev = nullptr;
   verbs::Cq cq;  // its own: members on different adapters cannot share a CQ (nor a PD)
 };
+// QP incarnations replaced by failback or dropped by a failed attempt and not yet drained
+// (qp_life.h RetiredQp): at most one per QP index and attempt in flight; when every slot is taken
+// the oldest is destroyed (its late completions are then ignored as those of an unknown QP).
+inline constexpr int kMaxRetiredQps = 2 * wire::kMaxQps;
 
 // State shared by both comm directions.
 struct Conn {
   Device* dev = nullptr;  // member 0's device (the one a one-member comm runs on)
   int nmembers = 0;       // set by create_qps: 1 until devices are fused
   // Verbs objects in dependency order: the members' CQs before the QPs, so QPs are destroyed
-  // first.
+  // first (the retired ones too).
   ConnMember members[kMaxConnMembers];
+  RetiredQp retired_qps[kMaxRetiredQps];
   int nqps = 0;
   std::string peer;        // "10.0.0.2:4711"
   std::string remote_dev;  // the peer's device name
@@ -205,7 +217,8 @@ struct Conn {
   // Fusion: each peer member's GID, as text (set_paths; for WARNs naming the QP's path).
   std::string remote_member_gid[kMaxConnMembers];
   int fd = -1;  // the out-of-band socket, kept for the comm's lifetime
-  verbs::Qp qps[wire::kMaxQps];
+  // Each QP index's current incarnation (qp_life.h): the QP and every count about its work.
+  QpLife qp[wire::kMaxQps];
   uint8_t qp_member[wire::kMaxQps] = {};  // the member each QP lives on (its CQ, PD and port)
   int npaths = 1;                         // fusion: QP q is on path q / (nqps / npaths) (wire.h)
   int qpp = 1;                            // QPs per path (= nqps when npaths is 1)
@@ -232,7 +245,6 @@ struct Conn {
   verbs::Mr mem_mr_more[kMaxConnMembers];
   uint32_t mem_lkey[kMaxConnMembers] = {};
   uint32_t mem_rkey[kMaxConnMembers] = {};
-  uint32_t remote_qpn[wire::kMaxQps] = {};
   uint32_t max_inline = 0;
   bool split = false;  // NCCL_IB_SPLIT_DATA_ON_QPS of the connector (both ends follow it)
   Ece ece_local;       // ibv_query_ece of QP 0 (fabric.h); unsupported where the provider has none
@@ -241,8 +253,6 @@ struct Conn {
       flow;  // RoCE v2 flow label of each QP (choose_flow_labels); empty = the provider's
   CommCounters stats;
   ProfilerHook prof;  // attached profiler (wr_events.h); prof.start == nullptr: none
-  // Receive WRs posted on each QP and not yet completed (recv.cc), for the drain at close.
-  uint32_t rq_outstanding[wire::kMaxQps] = {};
   // What the owner had in flight when it closed (set by close_send/close_recv): named by the WARN
   // when the drain at close runs out of SLUICE_CLOSE_TIMEOUT_MS.
   std::string pending_work;
@@ -280,12 +290,7 @@ class SendComm : public CommBase {
   cts::Snapshot snap;
   uint8_t matched = 0;  // bit i: entry i has its isend
   SendReq* slot_reqs[wire::kEntriesPerSlot] = {};
-  uint32_t sq_used[wire::kMaxQps] = {};  // WRs posted on each QP and not yet completed
-  uint64_t sq_bytes[wire::kMaxQps] =
-      {};  // data bytes of those WRs (the watchdog's bound, progress.h)
-  // The most data bytes between two signaled completions of a chain posted on the QP since it was
-  // last idle (cts::plan_lane's seg_max): what the watchdog waits for at most (progress.h).
-  uint64_t sq_seg[wire::kMaxQps] = {};
+  // (The send queues' accounting is per QP incarnation: Conn::qp[q].sq_used, sq_bytes, sq_seg.)
   // Adaptive routing (fabric.h): a message larger than this closes with a separate zero-length
   // WRITE_WITH_IMM; SIZE_MAX = off (the device's decision, taken at connect).
   size_t ar_threshold = SIZE_MAX;
@@ -319,16 +324,15 @@ class RecvComm : public CommBase {
   uint64_t published = 0;  // receives whose CTS entries are written to the peer (<= rq_posted)
   std::atomic<bool> has_pending{false};  // published < seq (hint for other threads' publishers)
   bool registered = false;               // in the process-wide publication registry
-  uint32_t cts_unsignaled[wire::kMaxQps] = {};   // CTS writes since the last signaled one
-  uint32_t cts_outstanding[wire::kMaxQps] = {};  // CTS writes whose send-queue slot is in use
-  // The progress watchdog's view of the unsignaled CTS tail (progress.h): the first receive of
-  // each QP's latest CTS write, a probe outstanding per QP, and the receives completed.
-  uint64_t cts_tail_from[wire::kMaxQps] = {};
-  bool cts_probing[wire::kMaxQps] = {};
+  // (The clear-to-send writes' accounting is per QP incarnation: Conn::qp[q].cts_*.)
+  // The progress watchdog's view of the unsignaled CTS tail (progress.h): per QP in its
+  // incarnation (cts_tail_from, cts_probing); here the receives completed.
   uint64_t completed = 0;       // receives completed
   uint64_t completed_hi = 0;    // 1 + the highest seq of a completed receive (0: none)
   uint64_t completed_seen = 0;  // `completed` at the watchdog's previous check
   RecvReq* pool = nullptr;      // kFifoSlots requests in `mem`; receive k uses k % kFifoSlots
+  // SLUICE_TEST_HOLD_RQ (tests only): completions held back with their member (failover_recv.cc).
+  std::vector<std::pair<ibv_wc, int>> held;
   Conn c;
   std::unique_ptr<Flush, FlushDeleter> flush;  // loopback QP for iflush; null until needed
 };

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -281,6 +282,25 @@ Status Engine::apply_order(const DeviceOrderProvider& order) {
   return Status::ok();
 }
 
+namespace {
+
+// SLUICE_TEST_FAULT_FILE (tests only): the file names "device_fatal <adapter>" on a line.
+bool test_fault_requested(const Config& cfg, const std::string& adapter) {
+  FILE* f = std::fopen(cfg.test_fault_file.c_str(), "r");
+  if (f == nullptr) return false;
+  char line[256];
+  bool hit = false;
+  while (!hit && std::fgets(line, sizeof line, f) != nullptr) {
+    char kind[64] = {}, name[128] = {};
+    hit = std::sscanf(line, "%63s %127s", kind, name) == 2 && std::string(kind) == "device_fatal" &&
+          adapter == name;
+  }
+  std::fclose(f);
+  return hit;
+}
+
+}  // namespace
+
 void Engine::async_loop(Adapter* a) {
   if (!a->locality.cpus.empty()) {
     cpu_set_t set;
@@ -290,24 +310,35 @@ void Engine::async_loop(Adapter* a) {
     pthread_setaffinity_np(pthread_self(), sizeof set, &set);  // best effort
   }
   int fd = a->ctx->async_fd;
+  // A device's fatal error: the adapter is marked, and every comm on it finds out at its next
+  // call (datapath.cc check_device): a comm with another path fails over, any other fails.
+  const auto device_fatal = [a](const char* what, const char* how) {
+    std::lock_guard<std::mutex> lk(a->fatal_mu);
+    const AsyncEventInfo info = async_event_info(IBV_EVENT_DEVICE_FATAL);
+    a->fatal_reason = a->name + ": async event " + what + how + ": " + info.meaning +
+                      "; likely cause: " + info.cause +
+                      "; every comm on it fails, but a multi-path comm's other paths";
+    a->fatal.store(true, std::memory_order_release);
+    SLUICE_WARN("%s", a->fatal_reason.c_str());
+  };
+  bool injected = false;
   while (!stop_.load(std::memory_order_acquire)) {
     pollfd pfd{fd, POLLIN, 0};
     int rc = poll(&pfd, 1, 100);
+    if (!injected && !cfg_.test_fault_file.empty() && test_fault_requested(cfg_, a->name)) {
+      injected = true;  // SLUICE_TEST_FAULT_FILE: as the event would, once
+      device_fatal(ibv_event_type_str(IBV_EVENT_DEVICE_FATAL),
+                   " (injected by SLUICE_TEST_FAULT_FILE)");
+    }
     if (rc <= 0 || !(pfd.revents & POLLIN)) continue;
     // The fd is blocking; poll said an event is ready.
     ibv_async_event ev{};
     if (ibv_get_async_event(a->ctx.get(), &ev) != 0) continue;
     const char* what = ibv_event_type_str(ev.event_type);
     switch (ev.event_type) {
-      case IBV_EVENT_DEVICE_FATAL: {
-        std::lock_guard<std::mutex> lk(a->fatal_mu);
-        const AsyncEventInfo info = async_event_info(ev.event_type);
-        a->fatal_reason = a->name + ": async event " + what + ": " + info.meaning +
-                          "; likely cause: " + info.cause + "; every comm on it fails";
-        a->fatal.store(true, std::memory_order_release);
-        SLUICE_WARN("%s", a->fatal_reason.c_str());
+      case IBV_EVENT_DEVICE_FATAL:
+        device_fatal(what, "");
         break;
-      }
       case IBV_EVENT_COMM_EST:
       case IBV_EVENT_QP_LAST_WQE_REACHED:
         break;

@@ -12,7 +12,7 @@
 
 namespace sluice {
 
-Status qp_bring_init(Conn& c, int q, QpCaps* caps) {
+Status qp_bring_init(Conn& c, int q, QpCaps* caps, QpLife* out) {
   const Config& cfg = engine()->config();
   const int mi = c.qp_member[q];
   Device& d = *c.members[mi].dev;
@@ -23,13 +23,15 @@ Status qp_bring_init(Conn& c, int q, QpCaps* caps) {
     qp = create_rc_qp(d.adapter->pd.get(), cq, *caps);
   }
   if (!qp.is_ok()) return qp.status().with_context(d.name);
-  c.qps[q] = std::move(qp).value();
+  *out = QpLife{};
+  out->qp = std::move(qp).value();
+  out->qpn = out->qp->qp_num;
   InitParams ip;
   ip.port = d.port;
   ip.pkey_index = static_cast<uint16_t>(cfg.pkey_index);
   ip.access = IBV_ACCESS_REMOTE_WRITE;
   ip.retry = mqp_retry_from(cfg);
-  return qp_to_init(c.qps[q].get(), ip).with_context(d.name);
+  return qp_to_init(out->get(), ip).with_context(d.name);
 }
 
 Status qp_bring_connect(Conn& c, int q, const QpEnds& e) {
@@ -51,9 +53,9 @@ Status qp_bring_connect(Conn& c, int q, const QpEnds& e) {
   r.dlid = e.peer->lid;
   r.sl = e.sl;
   r.retry = mqp_retry_from(cfg);
-  c.remote_qpn[q] = e.dest_qpn;
+  c.qp[q].remote_qpn = e.dest_qpn;
   SLUICE_RETURN_IF_ERROR(set_agreed_ece(c, q));
-  Status st = qp_to_rtr(c.qps[q].get(), r);
+  Status st = qp_to_rtr(c.qp[q].get(), r);
   if (!st.is_ok()) return st.with_context(c.describe_qp(q));
   RtsParams s;
   s.sq_psn = e.sq_psn;
@@ -62,14 +64,14 @@ Status qp_bring_connect(Conn& c, int q, const QpEnds& e) {
   s.rnr_retry = static_cast<uint8_t>(cfg.rnr_retry);
   s.max_rd_atomic = 1;
   s.retry = mqp_retry_from(cfg);
-  st = qp_to_rts(c.qps[q].get(), s);
+  st = qp_to_rts(c.qp[q].get(), s);
   if (!st.is_ok()) return st.with_context(c.describe_qp(q));
   return Status::ok();
 }
 
 Status set_agreed_ece(Conn& c, int q) {
   if (!c.ece.supported) return Status::ok();
-  const int rc = set_ece(c.qps[q].get(), c.ece);
+  const int rc = set_ece(c.qp[q].get(), c.ece);
   if (rc == 0) return Status::ok();
   if (rc == EOPNOTSUPP) {  // as NCCL: a provider that takes none is not an error
     c.ece = Ece{};

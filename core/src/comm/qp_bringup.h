@@ -15,10 +15,11 @@
 
 namespace sluice {
 
-// Creates QP q of c on its member's PD and CQ and moves it to INIT (remote write access). A device
-// that takes no inline data of caps->max_inline_data gets the QP without (caps->max_inline_data
-// is then 0: the caller posts from memory).
-Status qp_bring_init(Conn& c, int q, QpCaps* caps);
+// Creates a QP for index q of c on its member's PD and CQ, into *out (a new incarnation, every
+// count at zero; the caller puts it in c.qp[q]), and moves it to INIT (remote write access). A
+// device that takes no inline data of caps->max_inline_data gets the QP without
+// (caps->max_inline_data is then 0: the caller posts from memory).
+Status qp_bring_init(Conn& c, int q, QpCaps* caps, QpLife* out);
 
 // The two ends of QP q's path as the RTR needs them.
 struct QpEnds {
@@ -31,7 +32,7 @@ struct QpEnds {
 };
 
 // The agreed ECE (set_agreed_ece), then RTR and RTS of QP q against `e`; records the peer's QP
-// number in c.remote_qpn[q]. Errors name the QP (c.describe_qp).
+// number in c.qp[q].remote_qpn. Errors name the QP (c.describe_qp).
 Status qp_bring_connect(Conn& c, int q, const QpEnds& e);
 
 // ECE (fabric.h): ibv_set_ece of the comm's agreed ECE (c.ece) on QP q before its RTR; a provider

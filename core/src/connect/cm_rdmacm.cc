@@ -118,7 +118,7 @@ Status modify_qp(const CmLink& l, rdma_cm_id* id, Conn& c, int q, ibv_qp_state s
     a.timeout = static_cast<uint8_t>(cfg.ib_timeout);
   }
   if (state == IBV_QPS_RTR) SLUICE_RETURN_IF_ERROR(set_agreed_ece(c, q));
-  if (int rc = modify_qp_retrying(c.qps[q].get(), &a, mask, mqp_retry_from(cfg),
+  if (int rc = modify_qp_retrying(c.qp[q].get(), &a, mask, mqp_retry_from(cfg),
                                   state == IBV_QPS_RTR ? "rdma_cm RTR" : "rdma_cm RTS");
       rc != 0) {
     return errno_status(Code::kSystemError,
@@ -338,7 +338,7 @@ Status cm_connect_start(CmLink& l, Conn& c, const wire::Meta& local, uint64_t no
     t.nonce = nonce;
     t.fifo_addr = local.buf_addr;
     t.fifo_rkey = local.buf_rkey;
-    rdma_conn_param p = conn_param(&t, sizeof t, c.qps[q]->qp_num);
+    rdma_conn_param p = conn_param(&t, sizeof t, c.qp[q].qpn);
     if (rdma_connect(l.ids[q], &p) != 0)
       return errno_status(Code::kRemoteError, "rdma_connect for " + c.describe_qp(q), errno);
   }
@@ -357,7 +357,7 @@ Status cm_connect_poll(CmLink& l, Conn& c) {
     if (e.type == RDMA_CM_EVENT_ESTABLISHED) continue;  // after rdma_establish, nothing to do
     if (e.type != RDMA_CM_EVENT_CONNECT_RESPONSE || l.step_done[q])
       return event_error(e, "rdma_cm connect of " + c.describe_qp(q));
-    c.remote_qpn[q] = e.qp_num;
+    c.qp[q].remote_qpn = e.qp_num;
     SLUICE_RETURN_IF_ERROR(modify_qp(l, e.id, c, q, IBV_QPS_RTR));
     SLUICE_RETURN_IF_ERROR(modify_qp(l, e.id, c, q, IBV_QPS_RTS));
     if (rdma_establish(e.id) != 0)
@@ -454,9 +454,9 @@ Status cm_listener_poll(CmListener& l, uint64_t nonce, const std::string& where,
     const int q = t.qp_index;
     link.mailbox->adopt(e.id);  // its later events go to the link
     link.ids[q] = e.id;
-    c.remote_qpn[q] = e.qp_num;
+    c.qp[q].remote_qpn = e.qp_num;
     Status st = modify_qp(link, e.id, c, q, IBV_QPS_RTR);
-    rdma_conn_param p = conn_param(nullptr, 0, c.qps[q]->qp_num);
+    rdma_conn_param p = conn_param(nullptr, 0, c.qp[q].qpn);
     if (st.is_ok() && rdma_accept(e.id, &p) != 0)
       st = errno_status(Code::kRemoteError, "rdma_accept for " + c.describe_qp(q), errno);
     if (!st.is_ok()) {

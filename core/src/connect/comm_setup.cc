@@ -28,6 +28,13 @@ void fill_local_meta(const Device& d, uint8_t role, uint64_t nonce, wire::Meta* 
   m->nonce = nonce;
   std::memcpy(m->gid, d.gid.gid.data(), 16);
   std::snprintf(m->dev_name, sizeof m->dev_name, "%s", d.name.c_str());
+  if (local_path_msg_set() >= 2) m->features |= wire::kMetaFeaturePathSet2;
+}
+
+int local_path_msg_set() {
+  const Config& cfg = engine()->config();
+  if (!cfg.failover) return 1;  // offers nothing: no path message is ever sent
+  return cfg.test_path_msg_set > 0 ? cfg.test_path_msg_set : wire::kPathMsgSetNewest;
 }
 
 Status create_qps(Conn& c, int nqps, const QpCaps& caps, int cqe, wire::Meta* m) {
@@ -50,14 +57,14 @@ Status create_qps(Conn& c, int nqps, const QpCaps& caps, int cqe, wire::Meta* m)
   c.max_inline = caps.max_inline_data;
   for (int q = 0; q < nqps; ++q) {
     QpCaps k = caps;
-    SLUICE_RETURN_IF_ERROR(qp_bring_init(c, q, &k));
+    SLUICE_RETURN_IF_ERROR(qp_bring_init(c, q, &k, &c.qp[q]));
     c.max_inline = std::min(c.max_inline, k.max_inline_data);  // what every QP takes
-    m->qps[q].qpn = c.qps[q]->qp_num;
+    m->qps[q].qpn = c.qp[q].qpn;
     m->qps[q].psn = random_psn();
   }
   // ECE: the QPs of one comm share device and attributes, so QP 0's answer stands for all.
   Device& d = *c.dev;
-  const EceQuery eq = query_ece(c.qps[0].get(), cfg.ece_enable);
+  const EceQuery eq = query_ece(c.qp[0].get(), cfg.ece_enable);
   c.ece_local = eq.ece;
   if (eq.ece.supported &&
       !wire::put_meta_ece(m, {eq.ece.vendor_id, eq.ece.options, eq.ece.comp_mask})) {
@@ -188,7 +195,7 @@ Status set_members(Conn& c, const std::vector<Device*>& members, int npaths, int
 }
 
 void set_paths(Conn& c, const wire::MetaMembers& sender, const wire::MetaMembers& receiver,
-               bool is_sender) {
+               bool is_sender, uint8_t peer_features) {
   const wire::MetaMembers& remote = is_sender ? receiver : sender;
   c.qpp = c.nqps / std::max(c.npaths, 1);
   c.remote_nmembers = remote.nmembers;
@@ -213,7 +220,13 @@ void set_paths(Conn& c, const wire::MetaMembers& sender, const wire::MetaMembers
   t.retry_cap_ms = std::max(cfg.failback_retry_cap_ms, cfg.failback_retry_ms);
   t.ramp_step_ms = cfg.failback_ramp_ms;
   const bool both = (sender.flags & receiver.flags & wire::kMembersFlagFailover) != 0;
+  // The path-message set both speak (wire.h kMetaFeaturePathSet2): the lower of the two.
+  const int peer_set = (peer_features & wire::kMetaFeaturePathSet2) != 0 ? 2 : 1;
+  const int path_set = std::min(local_path_msg_set(), peer_set);
+  t.checked_word = path_set >= 2;
   fo_init(c.fo, both, is_sender, c.npaths, t);
+  c.fo.path_set = path_set;
+  c.fo.hold_rq = c.fo.on && cfg.test_hold_rq;
   uint16_t ws[wire::kMaxMetaMembers] = {}, wr[wire::kMaxMetaMembers] = {};
   for (int m = 0; m < sender.nmembers; ++m) ws[m] = sender.members[m].weight;
   for (int m = 0; m < receiver.nmembers; ++m) wr[m] = receiver.members[m].weight;
@@ -231,12 +244,18 @@ void set_paths(Conn& c, const wire::MetaMembers& sender, const wire::MetaMembers
   for (int p = 0; p < c.paths.npaths; ++p)
     w += (p ? ", " : "") + std::to_string(p) + "=" + std::to_string(c.paths.weight[p]);
   (void)fo_restripe(c.fo, c.paths);
-  SLUICE_INFO(kSubNet, "%s <-> %s (%s): %d paths of %d QPs, path weights %s (of %u); failover %s",
+  const char* set_text = path_set >= 2 ? " (path-message set 2)"
+                         : peer_set < 2
+                             ? " (path-message set 1: the peer is an older Sluice; a recovered "
+                               "path is checked one way only and takes its whole share at once)"
+                             : " (path-message set 1: SLUICE_TEST_PATH_MSG_SET)";
+  SLUICE_INFO(kSubNet, "%s <-> %s (%s): %d paths of %d QPs, path weights %s (of %u); failover %s%s",
               c.local_desc.c_str(), c.remote_dev.c_str(), c.peer.c_str(), c.paths.npaths, c.qpp,
               w.c_str(), stripe::kShareScale,
               c.fo.on         ? "on"
               : !cfg.failover ? "off (SLUICE_FAILOVER=0)"
-                              : "off (the peer runs without it)");
+                              : "off (the peer runs without it)",
+              c.fo.on ? set_text : "");
 }
 
 void fill_local_members(const Conn& c, const wire::Meta& local,

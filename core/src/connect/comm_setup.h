@@ -15,7 +15,12 @@ namespace sluice {
 // The last byte of the handshake: the connector's QPs are at RTS.
 inline constexpr uint8_t kReadyByte = 0x5a;
 
+// Also offers this side's failover path-message set (local_path_msg_set: wire.h
+// kMetaFeaturePathSet2).
 void fill_local_meta(const Device& d, uint8_t role, uint64_t nonce, wire::Meta* m);
+// The failover path-message set this side offers (wire.h): this build's, or
+// SLUICE_TEST_PATH_MSG_SET's.
+int local_path_msg_set();
 // Creates the CQ and `nqps` RC QPs at INIT and records their QPN/PSN in `m`.
 Status create_qps(Conn& c, int nqps, const QpCaps& caps, int cqe, wire::Meta* m);
 // Checks the peer's metadata against ours (wire::check_peer_meta) and records its device and GID.
@@ -38,8 +43,9 @@ Status set_members(Conn& c, const std::vector<Device*>& members, int npaths, int
 // sides call it once the extensions are exchanged, a one-path comm too (one path, the peer's
 // member 0). Where no path has both ends above weight 0 (one side's only weighted member faces the
 // other's fallback), every path carries by the sum of its ends' shares, and an INFO says so.
+// peer_features: the peer's Meta::features (the path-message set both speak: the lower one).
 void set_paths(Conn& c, const wire::MetaMembers& sender, const wire::MetaMembers& receiver,
-               bool is_sender);
+               bool is_sender, uint8_t peer_features);
 // This side's extension: member 0 from `local` (after the GID route's choice), the others from
 // their devices, the weights (scaled to 16 bits) and the comm memory's rkeys.
 void fill_local_members(const Conn& c, const wire::Meta& local,

@@ -368,14 +368,14 @@ Status connect_step(ConnectState& s, SendComm** out) {
             continue;
           }
           SLUICE_RETURN_IF_ERROR(cm_connect_start(*s.cm.link, c.c, s.local, s.handle.nonce));
-          set_paths(c.c, s.local_x, s.remote_x, true);
+          set_paths(c.c, s.local_x, s.remote_x, true, s.remote.features);
           s.phase = ConnectState::kCmConnect;
           continue;
         }
         s.gid_route.check_pair(*c.c.dev, s.local, s.remote, s.peer);
         SLUICE_RETURN_IF_ERROR(
             connect_qps(c.c, s.local, s.remote, s.local_x, s.remote_x, s.tc, s.sl));
-        set_paths(c.c, s.local_x, s.remote_x, true);
+        set_paths(c.c, s.local_x, s.remote_x, true, s.remote.features);
         s.phase = ConnectState::kSendReady;
         continue;
       }
@@ -396,7 +396,7 @@ Status connect_step(ConnectState& s, SendComm** out) {
         }
         SendComm& c = *s.comm;
         SLUICE_RETURN_IF_ERROR(cm_connect_start(*s.cm.link, c.c, s.local, s.handle.nonce));
-        set_paths(c.c, s.local_x, s.remote_x, true);
+        set_paths(c.c, s.local_x, s.remote_x, true, s.remote.features);
         s.phase = ConnectState::kCmConnect;
         continue;
       }

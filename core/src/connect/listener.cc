@@ -187,7 +187,7 @@ Status build_recv_comm(ListenComm& l, ListenComm::Pending& p) {
     SLUICE_RETURN_IF_ERROR(
         connect_qps(comm->c, p.local, p.remote, p.local_x, p.remote_x, tc, p.remote.service_level));
   }
-  set_paths(comm->c, p.remote_x, p.local_x, false);
+  set_paths(comm->c, p.remote_x, p.local_x, false, p.remote.features);
   comm->remote_fifo = p.remote.buf_addr;
   p.comm = std::move(comm);
   return Status::ok();

@@ -33,16 +33,22 @@ Status fail(Conn& c, Status st) {
 
 Status check_device(Conn& c, bool new_work) {
   if (c.failed()) return c.failure;  // a retired comm has no device any more
-  Adapter* a = c.dev->adapter;
-  for (int m = 1; m < c.nmembers && !a->fatal.load(std::memory_order_relaxed); ++m)
-    a = c.members[m].dev->adapter;  // any member's adapter lost fails the comm
-  if (!a->fatal.load(std::memory_order_relaxed)) {
-    SLUICE_RETURN_IF_ERROR(liveness_check(c, new_work));
-    if (c.fo.on) SLUICE_RETURN_IF_ERROR(fo_drive(c));
-    return c.progress.due ? check_progress(c) : Status::ok();
+  // A member's adapter lost (DEVICE_FATAL): a failover comm loses that member's paths (its driver
+  // fences them without verbs and fails the comm only when none is left); any other comm fails.
+  for (int m = 0; m < c.nmembers; ++m) {
+    Adapter* a = c.members[m].dev->adapter;
+    if (!a->fatal.load(std::memory_order_relaxed)) continue;
+    if (c.fo.on) {
+      if ((c.fo.dead_members >> m & 1u) == 0)
+        fo_post_event(c.fo, uint64_t{1} << (kEvDeviceDeadShift + m));
+      continue;
+    }
+    std::lock_guard<std::mutex> lk(a->fatal_mu);
+    return fail(c, Status(Code::kSystemError, a->fatal_reason + "; comm " + c.describe_qp(0)));
   }
-  std::lock_guard<std::mutex> lk(a->fatal_mu);
-  return fail(c, Status(Code::kSystemError, a->fatal_reason + "; comm " + c.describe_qp(0)));
+  SLUICE_RETURN_IF_ERROR(liveness_check(c, new_work));
+  if (c.fo.on) SLUICE_RETURN_IF_ERROR(fo_drive(c));
+  return c.progress.due ? check_progress(c) : Status::ok();
 }
 
 Status check_progress(Conn& c) {
@@ -63,8 +69,8 @@ Status check_progress(Conn& c) {
     // The next completion on a QP needs at most one run of its chains (a progress WR every
     // ~1 MiB: cts::plan_lane), not every byte outstanding: the bytes term is that run's.
     for (int q = 0; q < c.nqps; ++q) {
-      outstanding[q] = s.sq_used[q] > 0 && !c.fo.qp_fenced[q];
-      bytes[q] = std::min(s.sq_bytes[q], s.sq_seg[q]);
+      outstanding[q] = s.c.qp[q].sq_used > 0 && !c.qp[q].led.fenced;
+      bytes[q] = std::min(s.c.qp[q].sq_bytes, s.c.qp[q].sq_seg);
       extra[q] = progress_bytes_ms(bytes[q]);
     }
     what = "isend RDMA WRITE / WRITE_WITH_IMM";
@@ -76,12 +82,12 @@ Status check_progress(Conn& c) {
     const bool received = r.completed != r.completed_seen;
     r.completed_seen = r.completed;
     for (int q = 0; q < c.nqps; ++q) {
-      if (c.fo.qp_fenced[q]) continue;  // failover fenced it: nothing of it is awaited
-      const CtsTail t{r.cts_outstanding[q], r.cts_unsignaled[q], r.cts_tail_from[q]};
-      if (cts_tail_check(t, r.completed_hi, received, c.progress.now_ns, bound,
-                         &c.progress.since_ns[q], &outstanding[q])) {
+      if (c.qp[q].led.fenced) continue;  // failover fenced it: nothing of it is awaited
+      const CtsTail t{r.c.qp[q].cts_outstanding, r.c.qp[q].cts_unsignaled, r.c.qp[q].cts_tail_from};
+      if (cts_tail_check(t, r.completed_hi, received, c.progress.now_ns, bound, &c.qp[q].since_ns,
+                         &outstanding[q])) {
         SLUICE_RETURN_IF_ERROR(post_cts_probe(r, q));
-        c.progress.since_ns[q] = cts_probe_posted(c.progress.since_ns[q], c.progress.now_ns, bound);
+        c.qp[q].since_ns = cts_probe_posted(c.qp[q].since_ns, c.progress.now_ns, bound);
       }
     }
     what = "clear-to-send RDMA WRITE";
@@ -89,10 +95,13 @@ Status check_progress(Conn& c) {
     return Status::ok();
   }
   long long waited = 0;
-  const int q = progress_check(c.progress.since_ns, outstanding, c.nqps, c.progress.now_ns, bound,
-                               &waited, extra);
+  int64_t since[wire::kMaxQps] = {};  // each incarnation's clock (comm/qp_life.h)
+  for (int k = 0; k < c.nqps; ++k) since[k] = c.qp[k].since_ns;
+  const int q =
+      progress_check(since, outstanding, c.nqps, c.progress.now_ns, bound, &waited, extra);
+  for (int k = 0; k < c.nqps; ++k) c.qp[k].since_ns = since[k];
   if (q < 0) return Status::ok();
-  if (c.owner->kind == CommKind::kRecv && static_cast<RecvComm*>(c.owner)->cts_probing[q]) {
+  if (c.owner->kind == CommKind::kRecv && c.qp[q].cts_probing) {
     what =
         "clear-to-send RDMA WRITE (the clear-to-send never completed: the signaled zero-length "
         "probe WRITE posted behind it did not complete either, so the sender never got it)";
@@ -105,7 +114,7 @@ Status check_progress(Conn& c) {
 
 int qp_index(const Conn& c, uint32_t qpn, int member) {
   for (int q = 0; q < c.nqps; ++q)
-    if (c.qps[q]->qp_num == qpn && c.qp_member[q] == member) return q;
+    if (c.qp[q] && c.qp[q].qpn == qpn && c.qp_member[q] == member) return q;
   return -1;
 }
 
@@ -123,14 +132,15 @@ Status completion_error(Conn& c, const ibv_wc& wc, const char* side, int member)
   return Status(Code::kRemoteError, std::move(m));
 }
 
-void count_member_bytes(Conn& c, uint32_t mask, const size_t* sizes, int n) {
+void count_member_bytes(Conn& c, uint32_t mask, uint32_t shares, const size_t* sizes, int n) {
   if (c.nmembers <= 1) return;  // one member: its bytes are the comm's (comm_stats_v2)
   for (int p = 0; p < c.npaths; ++p) {
     if ((mask >> p & 1u) == 0) continue;
     size_t bytes = 0;
     for (int i = 0; i < n; ++i) {
       size_t off = 0, len = sizes[i];
-      if (c.npaths > 1) stripe::part_of(c.paths, mask, sizes[i], p, &off, &len);
+      if (c.npaths > 1)
+        stripe::part_of(stripe::with_shares(c.paths, shares), mask, sizes[i], p, &off, &len);
       bytes += len;
     }
     c.member_bytes[c.qp_member[p * c.qpp]].add(bytes);
@@ -274,7 +284,7 @@ Status comm_stats_v2(void* comm, CommStatsV2* out) {
     m.name = d != nullptr ? d->name.c_str() : nullptr;
     static_assert(sizeof m.qpn / sizeof m.qpn[0] >= wire::kMaxQps);
     for (int q = 0; q < c.nqps && !c.retired; ++q) {
-      if (c.qps[q] && c.qp_member[q] == mi) m.qpn[m.nqps++] = c.qps[q]->qp_num;
+      if (c.qp[q] && c.qp_member[q] == mi) m.qpn[m.nqps++] = c.qp[q].qpn;
     }
   }
   for (int mi = 1; mi < out->nmembers; ++mi) out->members[mi].bytes = c.member_bytes[mi].get();
@@ -317,7 +327,8 @@ void retire_comm(Conn& c, const std::string& why) {
   c.failure = Status(Code::kInvalidUsage, why + " (comm " + c.describe_qp(0) + ")");
   liveness_stop(c);
   c.drain_at_close();
-  for (int q = 0; q < c.nqps; ++q) c.qps[q].reset();
+  for (int q = 0; q < c.nqps; ++q) c.qp[q].qp.reset();
+  for (RetiredQp& rq : c.retired_qps) rq.qp.reset();
   release_deferred_mrs(c.dev->adapter, reinterpret_cast<uintptr_t>(c.owner),
                        nullptr);  // nothing of the comm touches memory now
   for (auto& m : c.members) m.cq.reset();
@@ -347,7 +358,7 @@ int requests_using(void* comm, const MemHandle* mh, std::string* what) {
   const auto stop = [](Conn& c) {
     if (!c.failed()) return;
     for (int q = 0; q < c.nqps; ++q)
-      if (c.qps[q]) (void)qp_to_error(c.qps[q].get());
+      if (c.qp[q]) (void)qp_to_error(c.qp[q].get());
   };
   int n = 0;
   if (b->kind == CommKind::kSend) {
@@ -385,7 +396,7 @@ Status close_send(SendComm* s) {
   dp::log_stats("send", s->c);
   if (s->c.prof.start != nullptr) dp::prof_close_send(*s);
   uint32_t wrs = 0;
-  for (int q = 0; q < s->c.nqps; ++q) wrs += s->sq_used[q];
+  for (int q = 0; q < s->c.nqps; ++q) wrs += s->c.qp[q].sq_used;
   if (wrs > 0 || s->free_top < SendComm::kPool) {
     s->c.pending_work = std::to_string(SendComm::kPool - s->free_top) +
                         " isend(s) not tested done, " + std::to_string(wrs) +

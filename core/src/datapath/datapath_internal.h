@@ -53,7 +53,7 @@ inline uint32_t local_mem_lkey(const Conn& c, int q) {
 
 // The per-member payload counters (Conn::member_bytes): each buffer's part on each path of `mask`
 // (stripe::part_of) counts for the local member of that path. Not kept on a one-member side.
-void count_member_bytes(Conn& c, uint32_t mask, const size_t* sizes, int n);
+void count_member_bytes(Conn& c, uint32_t mask, uint32_t shares, const size_t* sizes, int n);
 
 Status fail(Conn& c, Status st);
 // A fatal device, an async-event failure, or (rate limited, liveness.h) a peer that is gone.
@@ -79,11 +79,14 @@ Status poll_recv(RecvComm& r);  // caller holds r.mu
 // The watchdog's probe behind QP q's unsignaled CTS writes (progress.h); caller holds r.mu.
 Status post_cts_probe(RecvComm& r, int q);
 
-// Failover (failover_dp.cc; health/path_failover.h). fo_drive: at the start of every call on a
-// failover comm (check_device). fo_error_wc: a completion in error on a failover comm, from a
-// poll's loop: true when failover takes it (a drain marker, a flush behind a fence, or a path's
-// first fault, recorded for the driver); false: the comm fails as before. fo_watchdog: the
-// watchdog fired on QP q; true when another path carries and the path fails over instead.
+// Failover (failover_dp.h; health/path_failover.h). fo_drive: at the start of every call on a
+// failover comm (check_device). fo_error_wc: a completion in error on QP q (a current
+// incarnation) of a failover comm, from a poll's loop: true when failover takes it (a drain
+// marker, a flush behind a fence, or a path's first fault, recorded for the driver); false: the
+// comm fails as before. fo_stale_wc: a completion of no current incarnation (a retired one's:
+// counted and dropped; one of none of the comm's QPs: a flush is ignored on a failover comm, else
+// the comm fails). fo_watchdog: the watchdog fired on QP q; true when another path carries and the
+// path fails over instead.
 Status fo_drive(Conn& c);
 // What a path's rules answered (failover::Action bits), carried out; `peer` is the offer or
 // answer that caused it (recovery).
@@ -95,19 +98,22 @@ Status fo_recovery_action(Conn& c, int p, uint32_t a, const wire::PathMsg* peer,
 bool fo_may_offer(const Conn& c, int p, int64_t now);
 // A path message of type t for path p at its current epoch (path, epoch, QP count set), and its
 // sending on the kept socket: a write that fails fails the comm (its peer could never finish
-// the fence or the attempt). fo_fence_msg: this side's FENCE of path p for `epoch`, with its
-// close counts, substitute and first receive without the path (the receiver's).
+// the fence or the attempt). fo_fence_msg: this side's FENCE of path p for `epoch`: with counts,
+// its close counts (receiver) or chains (sender), and the receiver's substitute and first
+// receive without the path; without, a refusal of an attempt that names nothing.
 wire::PathMsg fo_msg(const Conn& c, wire::PathMsgType t, int p);
-wire::PathMsg fo_fence_msg(const Conn& c, int p, uint32_t epoch);
+wire::PathMsg fo_fence_msg(const Conn& c, int p, uint32_t epoch, bool counts);
 Status fo_send_msg(Conn& c, const wire::PathMsg& m);
 bool fo_may_answer(const Conn& c, int p, int64_t now);
 void fo_check_done(Conn& c, int q);
-bool fo_error_wc(Conn& c, const ibv_wc& wc, int member, const char* what);
+bool fo_error_wc(Conn& c, const ibv_wc& wc, int q, const char* what);
+Status fo_stale_wc(Conn& c, const ibv_wc& wc, int member, const char* what);
 bool fo_watchdog(Conn& c, int q, const std::string& why);
-// The receiver (recv.cc): the credits path p's QPs still hold go to the same lanes of path s;
-// then, both fenced, every receive not yet complete is published again. Caller holds r.mu.
-Status fo_recv_move_credits(RecvComm& r, int p, int s);
-Status fo_recv_republish(RecvComm& r);
+// SLUICE_TEST_HOLD_RQ (tests only; failover_recv.cc): a successful receive completion on a QP
+// whose fence's marker is not back yet is held (true) and taken once the marker is back, as if
+// the receive queue's completions came after the send queue's; take_held_wc takes one.
+bool fo_hold_wc(RecvComm& r, const ibv_wc& wc, int member, int q);
+Status take_held_wc(RecvComm& r, const ibv_wc& wc, int member);
 // The sender (send.cc): settles path p's logged chains the receiver counted and replays the
 // others where fo_route sends them; *done once none is left (else: no room yet, or the
 // substitute is fencing: the next call goes on).
@@ -120,5 +126,10 @@ Status fo_send_replay(SendComm& s, int p, bool* done);
 Status publish(RecvComm& r);
 void publish_all(const RecvComm* skip = nullptr);
 void unregister_recv(RecvComm& r);  // at close, before the comm is freed
+// Failover (failover_recv.cc): n receive WRs on QP q whose closes name their receives (a fused
+// comm's credits moved to a substitute); every receive from r.published on published again.
+// Caller holds r.mu.
+Status post_plain_credits(RecvComm& r, int q, uint64_t n);
+Status republish_from(RecvComm& r);
 
 }  // namespace sluice::dp

@@ -14,20 +14,18 @@
 // the attempt's bound, a FENCE from the peer, no CHECKED) needs no fence: the fresh QPs carried
 // no data; they go to ERROR and the next attempt replaces them.
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 
 #include "comm/qp_bringup.h"
-#include "datapath/datapath_internal.h"
+#include "datapath/failover_dp.h"
 #include "sluice/core/base/log.h"
 #include "sluice/core/base/qp.h"
 #include "sluice/core/device/device_info.h"
 
 namespace sluice::dp {
 namespace {
-
-// Waits this long after the fence for the old QPs' receive WRs to flush before replacing them.
-constexpr int64_t kOldQpFlushMs = 1000;
 
 // This side's member of path p: its port read again and its GID found again (by value; else the
 // automatic choice, as at init), into m.member. *why says what failed.
@@ -81,38 +79,55 @@ bool member_now(Conn& c, int p, wire::PathMsg* m, std::string* why) {
   return true;
 }
 
-// Replaces path p's QPs by fresh ones at INIT, into m.qps (with their PSNs).
-Status fresh_qps(Conn& c, int p, wire::PathMsg* m) {
-  PathFailover& f = c.fo;
-  const bool sender = f.sender;
-  QpCaps caps = sender ? QpCaps{kSendSqDepth, 1, 1, 1, 0}
-                       : QpCaps{kRecvSqDepth, kRecvRqDepth * static_cast<uint32_t>(c.npaths), 1, 1,
-                                c.max_inline};
+// SLUICE_TEST_FAILBACK_CREATE_FAILS (tests only): the first N fresh QPs of the process fail to be
+// created, as an ibv_create_qp that runs out of memory or QPs would.
+bool injected_create_failure() {
+  static std::atomic<int> injected{0};
+  const Engine* e = engine();
+  const int want = e ? e->config().test_failback_create_fails : 0;
+  if (want <= 0) return false;
+  int n = injected.load(std::memory_order_relaxed);
+  while (n < want && !injected.compare_exchange_weak(n, n + 1, std::memory_order_relaxed)) {
+  }
+  return n < want;
+}
+
+// Path p's fresh QPs at INIT, into m.qps (with their PSNs). They are made beside the old
+// incarnations, which stay in place until every fresh one exists: a create that fails (ENOMEM,
+// the device's QP limit) leaves the path as it was, down with its reason, and the attempt fails;
+// and a fresh QP made while the old one still exists gets a new QP number. Then each old
+// incarnation is retired (destroyed once its last completions are polled: fo_retire) and the fresh
+// one, with every count at zero (comm/qp_life.h), takes its place.
+Status fresh_qps(Conn& c, int p, wire::PathMsg* m, int64_t now) {
+  const bool sender = c.fo.sender;
+  const QpCaps caps = sender ? QpCaps{kSendSqDepth, 1, 1, 1, 0}
+                             : QpCaps{kRecvSqDepth, kRecvRqDepth * static_cast<uint32_t>(c.npaths),
+                                      1, 1, c.max_inline};
+  QpLife fresh[wire::kMaxQps];
+  uint32_t inline_max = c.max_inline;
   for (int k = 0; k < c.qpp; ++k) {
     const int q = p * c.qpp + k;
-    c.qps[q].reset();  // in ERROR since its fence, its work polled (or dropped with it)
-    QpCaps k_caps = caps;
-    SLUICE_RETURN_IF_ERROR(qp_bring_init(c, q, &k_caps).with_context("failback: fresh QP"));
-    c.max_inline = std::min(c.max_inline, k_caps.max_inline_data);  // what every QP takes
-    // A new incarnation: its counts start again on both sides.
-    f.qp_fenced[q] = f.marker_posted[q] = f.marker_seen[q] = f.checked[q] = false;
-    f.closes[q] = f.credits[q] = f.log_lo[q] = 0;
-    c.rq_outstanding[q] = 0;
-    c.progress.since_ns[q] = 0;
-    if (sender) {
-      auto& s = *static_cast<SendComm*>(c.owner);
-      s.sq_used[q] = 0;
-      s.sq_bytes[q] = 0;
-      s.sq_seg[q] = 0;
-    } else {
-      auto& r = *static_cast<RecvComm*>(c.owner);
-      r.cts_outstanding[q] = r.cts_unsignaled[q] = 0;
-      r.cts_probing[q] = false;
+    if (injected_create_failure()) {
+      return Status(Code::kSystemError,
+                    "failback: ibv_create_qp on " + c.members[c.qp_member[q]].dev->name +
+                        " failed: Cannot allocate memory (errno 12; injected by "
+                        "SLUICE_TEST_FAILBACK_CREATE_FAILS)");
     }
-    f.fresh_psn[q] = random_psn();
-    m->qps[k].qpn = c.qps[q]->qp_num;
-    m->qps[k].psn = f.fresh_psn[q];
+    QpCaps k_caps = caps;
+    SLUICE_RETURN_IF_ERROR(
+        qp_bring_init(c, q, &k_caps, &fresh[k]).with_context("failback: fresh QP"));
+    inline_max = std::min(inline_max, k_caps.max_inline_data);
+    fresh[k].epoch = c.fo.path[p].epoch();
+    fresh[k].psn = random_psn();
   }
+  for (int k = 0; k < c.qpp; ++k) {
+    const int q = p * c.qpp + k;
+    fo_retire(c, q, now);
+    c.qp[q] = std::move(fresh[k]);
+    m->qps[k].qpn = c.qp[q].qpn;
+    m->qps[k].psn = c.qp[q].psn;
+  }
+  c.max_inline = inline_max;  // what every QP takes
   return Status::ok();
 }
 
@@ -132,7 +147,7 @@ Status connect_fresh(Conn& c, int p, const wire::PathMsg& peer) {
     e.peer = &peer.member;
     e.dest_qpn = peer.qps[k].qpn;
     e.dest_psn = peer.qps[k].psn;
-    e.sq_psn = f.fresh_psn[q];
+    e.sq_psn = c.qp[q].psn;
     e.tc = f.tc;
     e.sl = f.sl;
     SLUICE_RETURN_IF_ERROR(qp_bring_connect(c, q, e).with_context("failback"));
@@ -152,11 +167,11 @@ Status post_checks(SendComm& s, int p) {
     w.wr.rdma.remote_addr = s.remote_records;
     w.wr.rdma.rkey = remote_mem_rkey(s.c, q);
     ibv_send_wr* bad = nullptr;
-    if (int rc = ibv_post_send(s.c.qps[q].get(), &w, &bad); rc != 0) {
+    if (int rc = ibv_post_send(s.c.qp[q].get(), &w, &bad); rc != 0) {
       return Status(Code::kSystemError,
                     "failback: the check on " + s.c.describe_qp(q) + ": " + std::strerror(rc));
     }
-    ++s.sq_used[q];
+    ++s.c.qp[q].sq_used;
   }
   return Status::ok();
 }
@@ -167,23 +182,37 @@ Status post_check_credits(RecvComm& r, int p) {
     ibv_recv_wr w{};
     w.wr_id = 0;
     ibv_recv_wr* bad = nullptr;
-    if (int rc = ibv_post_recv(r.c.qps[q].get(), &w, &bad); rc != 0) {
+    if (int rc = ibv_post_recv(r.c.qp[q].get(), &w, &bad); rc != 0) {
       return Status(Code::kSystemError, "failback: the check's receive WR on " +
                                             r.c.describe_qp(q) + ": " + std::strerror(rc));
     }
-    ++r.c.rq_outstanding[q];
+    ++r.c.qp[q].rq_outstanding;
   }
   return Status::ok();
 }
 
-// Drops an attempt's fresh QPs: to ERROR (they carried nothing; their flushed work is ignored
-// as a fenced QP's), replaced at the next attempt.
-void drop_fresh(Conn& c, int p) {
+// Drops an attempt's fresh QPs: to ERROR (they carried nothing but the check) with a drain marker
+// behind their work, fenced so that nothing is posted on them; the next attempt retires them
+// (their last completions, flushed or not, are then recognised as stale).
+void drop_fresh(Conn& c, int p, int64_t now) {
   for (int q = p * c.qpp; q < (p + 1) * c.qpp; ++q) {
-    if (c.qps[q]) (void)qp_to_error(c.qps[q].get());
-    c.fo.qp_fenced[q] = true;
-    c.fo.marker_posted[q] = c.fo.marker_seen[q] = true;  // nothing to drain: no data moved
-    c.fo.checked[q] = false;
+    QpLife& l = c.qp[q];
+    l.checked = false;
+    if (!l || l.led.fenced) continue;
+    l.led.fenced = true;
+    l.fence_ms = now;
+    l.since_ns = 0;
+    if (fo_member_dead(c, p) || !qp_to_error(l.get()).is_ok()) {
+      l.led.marker_posted = l.led.marker_seen = true;
+      continue;
+    }
+    ibv_send_wr w{};
+    w.wr_id = kWrDrainMarker | static_cast<uint64_t>(q);
+    w.opcode = IBV_WR_SEND;
+    w.send_flags = IBV_SEND_SIGNALED;
+    ibv_send_wr* bad = nullptr;
+    l.led.marker_posted = ibv_post_send(l.get(), &w, &bad) == 0;
+    // One that cannot take its marker is retired with a marker of its own at the next attempt.
   }
 }
 
@@ -199,13 +228,13 @@ Status attempt_fault(Conn& c, int p, const Status& st, int64_t now) {
 
 Status fo_recovery_action(Conn& c, int p, uint32_t a, const wire::PathMsg* peer, int64_t now) {
   PathFailover& f = c.fo;
-  if (a & failover::kDropFresh) drop_fresh(c, p);
+  if (a & failover::kDropFresh) drop_fresh(c, p, now);
   if (a & failover::kOffer) {  // the sender: fresh QPs, the offer
     wire::PathMsg m = fo_msg(c, wire::PathMsgType::kOffer, p);
     std::string why;
     if (!member_now(c, p, &m, &why))
       return attempt_fault(c, p, Status(Code::kRemoteError, why), now);
-    if (Status st = fresh_qps(c, p, &m); !st.is_ok()) return attempt_fault(c, p, st, now);
+    if (Status st = fresh_qps(c, p, &m, now); !st.is_ok()) return attempt_fault(c, p, st, now);
     SLUICE_RETURN_IF_ERROR(fo_send_msg(c, m));
   }
   if (a & failover::kAnswer) {  // the receiver: fresh QPs at RTS, the check's WRs, the answer
@@ -213,7 +242,7 @@ Status fo_recovery_action(Conn& c, int p, uint32_t a, const wire::PathMsg* peer,
     std::string why;
     if (!member_now(c, p, &m, &why))
       return attempt_fault(c, p, Status(Code::kRemoteError, why), now);
-    if (Status st = fresh_qps(c, p, &m); !st.is_ok()) return attempt_fault(c, p, st, now);
+    if (Status st = fresh_qps(c, p, &m, now); !st.is_ok()) return attempt_fault(c, p, st, now);
     if (Status st = connect_fresh(c, p, *peer); !st.is_ok()) return attempt_fault(c, p, st, now);
     if (Status st = post_check_credits(*static_cast<RecvComm*>(c.owner), p); !st.is_ok())
       return attempt_fault(c, p, st, now);
@@ -233,25 +262,24 @@ Status fo_recovery_action(Conn& c, int p, uint32_t a, const wire::PathMsg* peer,
 
 bool fo_may_offer(const Conn& c, int p, int64_t now) {
   const PathFailover& f = c.fo;
-  if (!f.sender || !f.can_recover || f.replay_pending[p]) return false;
+  if (!f.sender || !f.can_recover || f.replay_pending[p] || fo_member_dead(c, p)) return false;
   // Every receive that may name the old path is consumed (its chains went to the substitute).
   if (static_cast<const SendComm*>(c.owner)->head < f.from_seq[p]) return false;
   return now - f.down_ms[p] >= 0;
 }
 
-bool fo_may_answer(const Conn& c, int p, int64_t now) {
-  const PathFailover& f = c.fo;
-  if (!f.can_recover) return false;
-  bool flushed = true;
-  for (int q = p * c.qpp; q < (p + 1) * c.qpp; ++q) flushed = flushed && c.rq_outstanding[q] == 0;
-  return flushed || now - f.down_ms[p] >= kOldQpFlushMs;
+// The receiver takes an attempt whenever its member's device lives: its old QPs' work was polled
+// whole by the fence (or is a failed attempt's, which fresh_qps retires), and a port that is not
+// ACTIVE yet fails the attempt's first step with its state (member_now), which the sender is told.
+bool fo_may_answer(const Conn& c, int p, int64_t /*now*/) {
+  return c.fo.can_recover && !fo_member_dead(c, p);
 }
 
 void fo_check_done(Conn& c, int q) {
   PathFailover& f = c.fo;
   const int p = q / c.qpp;
   if (f.path[p].state() != failover::State::kChecking) return;  // an attempt given up meanwhile
-  f.checked[q] = true;
+  c.qp[q].checked = true;
 }
 
 }  // namespace sluice::dp

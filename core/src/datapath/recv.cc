@@ -65,17 +65,31 @@ Status post_credits(RecvComm& r, int q, const uint64_t* ks, int n) {
   }
   if (n == 0) return Status::ok();
   ibv_recv_wr* bad = nullptr;
-  if (int rc = ibv_post_recv(r.c.qps[q].get(), wrs, &bad); rc != 0) {
+  if (int rc = ibv_post_recv(r.c.qp[q].get(), wrs, &bad); rc != 0) {
     // The receive WRs before `bad` are posted: the comm cannot recover its accounting, so it
     // fails.
     return fail(r.c, Status(Code::kSystemError, "ibv_post_recv on " + r.c.describe_qp(q) +
                                                     " failed: " + std::strerror(rc)));
   }
-  r.c.rq_outstanding[q] += static_cast<uint32_t>(n);
+  r.c.qp[q].rq_outstanding += static_cast<uint32_t>(n);
   r.c.stats.wrs.add(static_cast<uint64_t>(n));
   r.c.stats.doorbells.add(1);
   return Status::ok();
 }
+
+}  // namespace
+
+Status post_plain_credits(RecvComm& r, int q, uint64_t n) {
+  uint64_t ks[kRecvRqMaxDepth] = {};  // wr_ids only: a fused close names its receive itself
+  for (uint64_t left = n; left > 0;) {
+    const int k = static_cast<int>(std::min<uint64_t>(left, kRecvRqMaxDepth));
+    SLUICE_RETURN_IF_ERROR(post_credits(r, q, ks, k));
+    left -= static_cast<uint64_t>(k);
+  }
+  return Status::ok();
+}
+
+namespace {
 
 // Receive WRs for receives [rq_posted, seq): one chained ibv_post_recv per QP that gets any. A
 // failover comm posts each chain's credit where fo_route sends the chain; one whose path is
@@ -85,7 +99,9 @@ Status post_receive_wrs(RecvComm& r) {
   if (from == to) return Status::ok();
   PathFailover& f = r.c.fo;
   for (int t = 0; t < r.c.nqps; ++t) {
-    if (f.on && f.qp_fenced[t]) continue;
+    // rxe (Debian's 6.1) never flushes a receive WR posted to a QP already in ERROR: a fenced
+    // QP's credits are only counted (below), and moved with the fence.
+    if (f.on && r.c.qp[t].led.fenced) continue;
     uint64_t ks[kRecvRqMaxDepth];
     int nw = 0;
     for (uint64_t k = from; k < to; ++k) {
@@ -98,13 +114,13 @@ Status post_receive_wrs(RecvComm& r) {
         if (closes_on(r.c, mask, k, q) && fo_route(f, r.c.qpp, q) == t) ks[nw++] = k;
     }
     SLUICE_RETURN_IF_ERROR(post_credits(r, t, ks, nw));
-    if (f.on) f.credits[t] += static_cast<uint64_t>(nw);
+    if (f.on) ledger::on_credits(r.c.qp[t].led, static_cast<uint64_t>(nw));
   }
   if (f.on) {  // chains of a fencing path: owed on their own QP until the fence names a substitute
     for (uint64_t k = from; k < to; ++k)
       for (int q = 0; q < r.c.nqps; ++q)
         if (closes_on(r.c, r.pool[k % wire::kFifoSlots].paths, k, q) && fo_route(f, r.c.qpp, q) < 0)
-          ++f.credits[q];
+          ledger::on_credits(r.c.qp[q].led, 1);
   }
   r.rq_posted = to;
   return Status::ok();
@@ -152,24 +168,24 @@ Status write_cts(RecvComm& r, uint64_t from, uint64_t to) {
   w.wr.rdma.remote_addr = r.remote_fifo + at * sizeof(wire::CtsEntry);
   w.wr.rdma.rkey = remote_mem_rkey(r.c, q);
   if (bytes <= r.c.max_inline) w.send_flags |= IBV_SEND_INLINE;
-  const bool signal = r.cts_unsignaled[q] + 1 >= kCtsSignalEvery;
+  const bool signal = r.c.qp[q].cts_unsignaled + 1 >= kCtsSignalEvery;
   if (signal) {
     w.send_flags |= IBV_SEND_SIGNALED;
-    w.wr_id = kWrCts | (static_cast<uint64_t>(q) << 32) | (r.cts_unsignaled[q] + 1);
+    w.wr_id = kWrCts | (static_cast<uint64_t>(q) << 32) | (r.c.qp[q].cts_unsignaled + 1);
   }
   if (r.c.prof.start != nullptr) [[unlikely]]
     prof_cts(r, from, to, w, q);
   ibv_send_wr* bad = nullptr;
-  if (int rc = ibv_post_send(r.c.qps[q].get(), &w, &bad); rc != 0) {
+  if (int rc = ibv_post_send(r.c.qp[q].get(), &w, &bad); rc != 0) {
     return fail(
         r.c, Status(Code::kSystemError, "ibv_post_send (clear-to-send) on " + r.c.describe_qp(q) +
                                             " failed: " + std::strerror(rc)));
   }
-  r.cts_unsignaled[q] = signal ? 0 : r.cts_unsignaled[q] + 1;
-  r.cts_tail_from[q] = from;
+  r.c.qp[q].cts_unsignaled = signal ? 0 : r.c.qp[q].cts_unsignaled + 1;
+  r.c.qp[q].cts_tail_from = from;
   const int64_t t = stat_clock_ns();
   for (uint64_t k = from; k < to; ++k) r.pool[k % wire::kFifoSlots].posted_ns = t;
-  ++r.cts_outstanding[q];
+  ++r.c.qp[q].cts_outstanding;
   r.c.stats.wrs.add(1);
   r.c.stats.doorbells.add(1);
   r.c.stats.cts_writes.add(1);
@@ -181,10 +197,10 @@ Status write_cts(RecvComm& r, uint64_t from, uint64_t to) {
 // Room for one more CTS write on the QP that would carry receive `from`'s publication.
 Status cts_room(RecvComm& r, uint64_t from, bool* fits) {
   const int q = cts_qp(r, from);
-  *fits = r.cts_outstanding[q] < kCtsBudget;
+  *fits = r.c.qp[q].cts_outstanding < kCtsBudget;
   if (*fits) return Status::ok();
   SLUICE_RETURN_IF_ERROR(poll_recv(r));
-  *fits = r.cts_outstanding[q] < kCtsBudget;
+  *fits = r.c.qp[q].cts_outstanding < kCtsBudget;
   return Status::ok();
 }
 
@@ -194,20 +210,20 @@ Status post_cts_probe(RecvComm& r, int q) {
   // Zero bytes at the peer's FIFO (its address and rkey, valid whatever the provider checks):
   // nothing is written, but the WR completes only after every earlier WR of the QP did.
   ibv_send_wr w{};
-  w.wr_id = kWrCts | (static_cast<uint64_t>(q) << 32) | (r.cts_unsignaled[q] + 1);
+  w.wr_id = kWrCts | (static_cast<uint64_t>(q) << 32) | (r.c.qp[q].cts_unsignaled + 1);
   w.opcode = IBV_WR_RDMA_WRITE;
   w.send_flags = IBV_SEND_SIGNALED;
   w.wr.rdma.remote_addr = r.remote_fifo;
   w.wr.rdma.rkey = remote_mem_rkey(r.c, q);
   ibv_send_wr* bad = nullptr;
-  if (int rc = ibv_post_send(r.c.qps[q].get(), &w, &bad); rc != 0) {
+  if (int rc = ibv_post_send(r.c.qp[q].get(), &w, &bad); rc != 0) {
     return fail(
         r.c, Status(Code::kSystemError, "ibv_post_send (clear-to-send probe) on " +
                                             r.c.describe_qp(q) + " failed: " + std::strerror(rc)));
   }
-  r.cts_unsignaled[q] = 0;
-  ++r.cts_outstanding[q];
-  r.cts_probing[q] = true;
+  r.c.qp[q].cts_unsignaled = 0;
+  ++r.c.qp[q].cts_outstanding;
+  r.c.qp[q].cts_probing = true;
   r.c.stats.wrs.add(1);
   r.c.stats.doorbells.add(1);
   r.c.stats.cts_probes.add(1);
@@ -255,6 +271,11 @@ void publish_all(const RecvComm* skip) {
   }
 }
 
+Status republish_from(RecvComm& r) {
+  set_pending(r, true);
+  return publish(r);
+}
+
 void unregister_recv(RecvComm& r) {
   Registry& g = registry();
   std::lock_guard<std::mutex> lk(g.mu);
@@ -266,6 +287,82 @@ void unregister_recv(RecvComm& r) {
 
 namespace {
 
+// One completion of the receive comm's CQ (member `member`), from a current incarnation's QP q.
+Status take_recv_wc(RecvComm& r, const ibv_wc& w, int member, int q, int64_t* now) {
+  // Every receive WR is polled, whatever its status (close's drain, the fence's wait).
+  if (w.wr_id < wire::kFifoSlots && r.c.qp[q].rq_outstanding > 0) --r.c.qp[q].rq_outstanding;
+  if (w.status != IBV_WC_SUCCESS) {
+    if (fo_error_wc(r.c, w, q, "receive")) return Status::ok();  // failover takes it
+    return fail(r.c, completion_error(r.c, w, "receive", member));
+  }
+  // A wr_id none of ours could carry is never used as an index (a Sluice bug, or a WR someone
+  // else posted on our QP): the comm fails naming it.
+  const uint32_t cts_q = static_cast<uint32_t>(w.wr_id >> 32) & 0xffu;
+  if ((w.wr_id & kWrCts) ? cts_q >= static_cast<uint32_t>(r.c.nqps)
+                         : w.wr_id >= static_cast<uint64_t>(wire::kFifoSlots))
+    return fail(r.c, Status(Code::kInternalError, "completion with unknown wr_id " +
+                                                      std::to_string(w.wr_id) + " on " +
+                                                      r.c.describe_qp(q)));
+  if (w.wr_id & kWrCts) {
+    QpLife& l = r.c.qp[cts_q];
+    l.cts_outstanding -= std::min(l.cts_outstanding, static_cast<uint32_t>(w.wr_id & 0xffffffffu));
+    l.since_ns = 0;         // progress on that QP (progress.h)
+    l.cts_probing = false;  // the first signaled completion after a probe is its own
+    return Status::ok();
+  }
+  if (r.c.fo.on && ntohl(w.imm_data) == wire::kImmPathCheck) {  // failback's check
+    fo_check_done(r.c, q);
+    return Status::ok();
+  }
+  // A fused comm's close names its receive (kImmRecord | slot): its receive WR is a credit of
+  // the QP it arrived on, whichever receive posted it (failover redirects closes).
+  uint32_t imm = ntohl(w.imm_data);
+  uint64_t slot = w.wr_id;
+  if (r.c.npaths > 1) {  // wire.h: the slot in bits 30..26, or kImmRecord | slot
+    slot = imm & wire::kImmRecord ? imm & ~wire::kImmRecord : imm >> wire::kImmSlotShift;
+    if (slot >= wire::kFifoSlots)
+      return fail(
+          r.c, on_qp(r.c, q,
+                     Status(Code::kRemoteError, "a close whose immediate " + std::to_string(imm) +
+                                                    " names no receive slot")));
+    if ((imm & wire::kImmRecord) == 0) imm &= wire::kImmFusedSizeMax;
+  }
+  RecvReq& req = r.pool[slot];
+  if (r.c.fo.on) {
+    // The one place a close is counted (health/qp_ledger.h): never after this QP's FENCE.
+    if (Status st = ledger::on_close(r.c.qp[q].led); !st.is_ok())
+      return fail(r.c, on_qp(r.c, q, st));
+    if (req.magic != Request::kMagic || !req.in_use || req.done || req.pending == 0)
+      return fail(
+          r.c, on_qp(r.c, q,
+                     Status(Code::kInternalError, "a close for slot " + std::to_string(slot) +
+                                                      ", whose receive is not waiting for one")));
+  }
+  if (Status st = cts::check_imm(imm, req.posted[0], &req.has_record, &req.received[0]);
+      !st.is_ok()) {
+    return fail(r.c, on_qp(r.c, q, st));
+  }
+  if (--req.pending > 0) return Status::ok();
+  if (req.has_record) {
+    Status st = cts::check_record(r.records[req.seq % wire::kFifoSlots], req.seq, req.n, req.posted,
+                                  req.tags, req.received);
+    if (!st.is_ok()) return fail(r.c, on_qp(r.c, q, st));
+  }
+  req.done = true;
+  ++r.completed;
+  r.completed_hi = std::max(r.completed_hi, req.seq + 1);
+  r.c.stats.messages.add(1);
+  size_t got = 0;
+  for (int i = 0; i < req.n; ++i) got += req.received[i];
+  r.c.stats.bytes.add(got);
+  count_member_bytes(r.c, req.paths, req.shares, req.received, req.n);
+  if (*now == 0) *now = stat_clock_ns();
+  r.c.stats.add_latency(*now - req.posted_ns);
+  if (r.c.prof.start != nullptr) [[unlikely]]
+    prof_recv_done(r, req);
+  return Status::ok();
+}
+
 Status poll_recv_cq(RecvComm& r, int member) {
   ibv_wc wc[kPollBatch];
   int n = ibv_poll_cq(r.c.members[member].cq.get(), kPollBatch, wc);
@@ -273,79 +370,14 @@ Status poll_recv_cq(RecvComm& r, int member) {
     return fail(r.c, Status(Code::kSystemError, "ibv_poll_cq failed on " + r.c.describe_qp(0)));
   if (n > 0) r.c.stats.completions.add(static_cast<uint64_t>(n));
   int64_t now = 0;
-  for (int k = 0; k < n; ++k) {  // every receive WR polled, whatever its status (close's drain)
-    const int q = wc[k].wr_id < wire::kFifoSlots ? qp_index(r.c, wc[k].qp_num, member) : -1;
-    if (q >= 0 && r.c.rq_outstanding[q] > 0) --r.c.rq_outstanding[q];
-  }
   for (int k = 0; k < n; ++k) {
-    const ibv_wc& w = wc[k];
-    if (w.status != IBV_WC_SUCCESS) {
-      if (fo_error_wc(r.c, w, member, "receive")) continue;  // failover takes it
-      return fail(r.c, completion_error(r.c, w, "receive", member));
-    }
-    // A wr_id none of ours could carry is never used as an index (a Sluice bug, or a WR someone
-    // else posted on our QP): the comm fails naming it.
-    const uint32_t cts_q = static_cast<uint32_t>(w.wr_id >> 32) & 0xffu;
-    if ((w.wr_id & kWrCts) ? cts_q >= static_cast<uint32_t>(r.c.nqps)
-                           : w.wr_id >= static_cast<uint64_t>(wire::kFifoSlots))
-      return fail(r.c, Status(Code::kInternalError, "completion with unknown wr_id " +
-                                                        std::to_string(w.wr_id) + " on " +
-                                                        r.c.describe_qp(0)));
-    if (w.wr_id & kWrCts) {
-      r.cts_outstanding[cts_q] -= static_cast<uint32_t>(w.wr_id & 0xffffffffu);
-      r.c.progress.since_ns[cts_q] = 0;  // progress on that QP (progress.h)
-      r.cts_probing[cts_q] = false;      // the first signaled completion after a probe is its own
+    const int q = qp_index(r.c, wc[k].qp_num, member);
+    if (q < 0) {  // a retired incarnation's (failback), or of none of ours
+      SLUICE_RETURN_IF_ERROR(fo_stale_wc(r.c, wc[k], member, "receive"));
       continue;
     }
-    const int q = qp_index(r.c, w.qp_num, member);
-    if (r.c.fo.on && ntohl(w.imm_data) == wire::kImmPathCheck) {  // failback's check
-      if (q >= 0) fo_check_done(r.c, q);
-      continue;
-    }
-    // A fused comm's close names its receive (kImmRecord | slot): its receive WR is a credit of
-    // the QP it arrived on, whichever receive posted it (failover redirects closes).
-    uint32_t imm = ntohl(w.imm_data);
-    uint64_t slot = w.wr_id;
-    if (r.c.npaths > 1) {  // wire.h: the slot in bits 30..26, or kImmRecord | slot
-      slot = imm & wire::kImmRecord ? imm & ~wire::kImmRecord : imm >> wire::kImmSlotShift;
-      if (slot >= wire::kFifoSlots)
-        return fail(
-            r.c, on_qp(r.c, q,
-                       Status(Code::kRemoteError, "a close whose immediate " + std::to_string(imm) +
-                                                      " names no receive slot")));
-      if ((imm & wire::kImmRecord) == 0) imm &= wire::kImmFusedSizeMax;
-    }
-    RecvReq& req = r.pool[slot];
-    if (r.c.fo.on) {
-      if (q >= 0) ++r.c.fo.closes[q];
-      if (req.magic != Request::kMagic || !req.in_use || req.done || req.pending == 0)
-        return fail(
-            r.c, on_qp(r.c, q,
-                       Status(Code::kInternalError, "a close for slot " + std::to_string(slot) +
-                                                        ", whose receive is not waiting for one")));
-    }
-    if (Status st = cts::check_imm(imm, req.posted[0], &req.has_record, &req.received[0]);
-        !st.is_ok()) {
-      return fail(r.c, on_qp(r.c, q, st));
-    }
-    if (--req.pending > 0) continue;
-    if (req.has_record) {
-      Status st = cts::check_record(r.records[req.seq % wire::kFifoSlots], req.seq, req.n,
-                                    req.posted, req.tags, req.received);
-      if (!st.is_ok()) return fail(r.c, on_qp(r.c, q, st));
-    }
-    req.done = true;
-    ++r.completed;
-    r.completed_hi = std::max(r.completed_hi, req.seq + 1);
-    r.c.stats.messages.add(1);
-    size_t got = 0;
-    for (int i = 0; i < req.n; ++i) got += req.received[i];
-    r.c.stats.bytes.add(got);
-    count_member_bytes(r.c, req.paths, req.received, req.n);
-    if (now == 0) now = stat_clock_ns();
-    r.c.stats.add_latency(now - req.posted_ns);
-    if (r.c.prof.start != nullptr) [[unlikely]]
-      prof_recv_done(r, req);
+    if (fo_hold_wc(r, wc[k], member, q)) continue;  // SLUICE_TEST_HOLD_RQ (failover_recv.cc)
+    SLUICE_RETURN_IF_ERROR(take_recv_wc(r, wc[k], member, q, &now));
   }
   return Status::ok();
 }
@@ -358,47 +390,11 @@ Status poll_recv(RecvComm& r) {
   return Status::ok();
 }
 
-Status fo_recv_move_credits(RecvComm& r, int p, int sub) {
-  PathFailover& f = r.c.fo;
-  for (int x = p * r.c.qpp; x < (p + 1) * r.c.qpp; ++x) {
-    // Its closes are final (the QP is in ERROR and its marker is back): what it still owes comes
-    // on the same lane of the substitute.
-    const int t = sub * r.c.qpp + x % r.c.qpp;
-    const uint64_t owed = f.credits[x] - f.closes[x];
-    uint64_t ks[kRecvRqMaxDepth] = {};  // wr_ids only: a fused close names its receive itself
-    for (uint64_t left = owed; left > 0;) {
-      const int n = static_cast<int>(std::min<uint64_t>(left, kRecvRqMaxDepth));
-      SLUICE_RETURN_IF_ERROR(post_credits(r, t, ks, n));
-      left -= static_cast<uint64_t>(n);
-    }
-    f.credits[t] += owed;
-    f.credits[x] = f.closes[x];
-    // Its clear-to-send writes flushed (or were dropped at the sender's fenced QP).
-    r.cts_outstanding[x] = 0;
-    r.cts_unsignaled[x] = 0;
-    r.cts_probing[x] = false;
-  }
-  return Status::ok();
-}
-
-Status fo_recv_republish(RecvComm& r) {
-  // The oldest published receive not complete: its entries and every later one's are in the
-  // stage, each in its own slot (the slot of receive k is reused only by k + kFifoSlots, posted
-  // after k completed), so writing them again writes what the sender may already hold, byte for
-  // byte, and what a CTS write on the fenced path never delivered.
-  uint64_t lo = r.published;
-  for (uint64_t k = r.published > wire::kFifoSlots ? r.published - wire::kFifoSlots : 0;
-       k < r.published; ++k) {
-    const RecvReq& q = r.pool[k % wire::kFifoSlots];
-    if (q.magic == Request::kMagic && q.in_use && !q.done && q.seq == k) {
-      lo = k;
-      break;
-    }
-  }
-  if (lo == r.published) return Status::ok();
-  r.published = lo;
-  set_pending(r, true);
-  return publish(r);
+Status take_held_wc(RecvComm& r, const ibv_wc& w, int member) {
+  const int q = qp_index(r.c, w.qp_num, member);
+  if (q < 0) return fo_stale_wc(r.c, w, member, "receive");
+  int64_t now = 0;
+  return take_recv_wc(r, w, member, q, &now);
 }
 
 }  // namespace dp
@@ -443,11 +439,22 @@ Status irecv(RecvComm* r, int n, void* const* data, const size_t* sizes, const i
   // Fusion: the paths this receive is expected on, decided here, once, and published in its
   // entries (wire::CtsMembers); the sender follows them, so both ends count the same closes.
   req.paths = 1;
+  req.shares = 0;
   if (r->c.npaths > 1) {
     size_t total = 0;
     for (int i = 0; i < n; ++i) total += sizes[i];
+    // A path ramping back in (failback) carries its step's part of its weight: in the choice of a
+    // small receive's path and, with path-message set 2, in the cut of a striped one's bytes
+    // (its share travels in the entries: both ends cut by it).
+    const PathFailover& f = r->c.fo;
+    uint32_t shares = 0;
+    for (int p = 0; f.on && p < r->c.npaths; ++p) {
+      const int pct = f.path[p].share_pct();
+      if (pct > 0 && pct < 100) shares |= static_cast<uint32_t>(pct) << (8 * p);
+    }
     req.paths =
-        stripe::paths_of(r->c.fo.on ? r->c.fo.live : r->c.paths, seq, total, r->c.stripe_min);
+        stripe::paths_of(f.on ? f.live : r->c.paths, seq, total, r->c.stripe_min, shares != 0);
+    if (f.path_set >= 2) req.shares = shares & stripe::share_mask(req.paths);
   }
   req.pending = static_cast<uint8_t>(stripe::closes(req.paths, r->c.split, r->c.qpp));
   if (r->c.prof.start != nullptr) [[unlikely]]
@@ -469,6 +476,7 @@ Status irecv(RecvComm* r, int n, void* const* data, const size_t* sizes, const i
       for (int m = 0; m < r->c.nmembers && sizes[i] > 0; ++m)
         x.rkey[m] = mhs[i]->on(r->c.members[m].dev->adapter)->rkey;  // valid_mh: on every one
       x.paths = req.paths;
+      x.shares = req.shares;
       std::memcpy(&e - 1, &x, sizeof x);
     }
   }

@@ -24,7 +24,7 @@ namespace {
 Status post_chain(SendComm& s, int q, ibv_send_wr* wrs, int nw) {
   for (int k = 0; k < nw; ++k) wrs[k].next = k + 1 < nw ? &wrs[k + 1] : nullptr;
   ibv_send_wr* bad = nullptr;
-  int rc = ibv_post_send(s.c.qps[q].get(), wrs, &bad);
+  int rc = ibv_post_send(s.c.qp[q].get(), wrs, &bad);
   if (rc != 0) {
     return Status(Code::kSystemError,
                   "ibv_post_send on " + s.c.describe_qp(q) + " failed: " + std::strerror(rc) +
@@ -32,7 +32,7 @@ Status post_chain(SendComm& s, int q, ibv_send_wr* wrs, int nw) {
                       std::to_string(bad ? bad - wrs : -1) + " of " + std::to_string(nw) +
                       "; likely: send queue full or QP in error");
   }
-  s.sq_used[q] += static_cast<uint32_t>(nw);
+  s.c.qp[q].sq_used += static_cast<uint32_t>(nw);
   s.c.stats.wrs.add(static_cast<uint64_t>(nw));
   s.c.stats.doorbells.add(1);
   return Status::ok();
@@ -101,9 +101,9 @@ Status post_path_chain(SendComm& s, const cts::Snapshot& snap, SendReq* const* r
   // closed by a WRITE_WITH_IMM.
   cts::LaneWr plan[cts::kMaxLaneWrs];
   uint64_t seg = 0;
-  const int nw =
-      static_cast<int>(stripe::plan_path(s.c.paths, mask, sizes, nreqs, path, lane, nlanes,
-                                         ar_of(s, sizes, nreqs), plan, nullptr, nullptr, &seg));
+  const int nw = static_cast<int>(
+      stripe::plan_path(stripe::with_shares(s.c.paths, snap.shares), mask, sizes, nreqs, path, lane,
+                        nlanes, ar_of(s, sizes, nreqs), plan, nullptr, nullptr, &seg));
   ibv_send_wr wrs[cts::kMaxLaneWrs];
   ibv_sge sges[cts::kMaxLaneWrs];
   uint64_t lane_bytes = 0, run_bytes = 0, run_wrs = 0;
@@ -157,21 +157,23 @@ Status post_path_chain(SendComm& s, const cts::Snapshot& snap, SendReq* const* r
   close->opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
   close->send_flags = IBV_SEND_SIGNALED;
   close->wr_id = leader->index;
+  // The chain log (health/path_failover.h): its place in t's order of closes, checked before
+  // anything is posted (health/qp_ledger.h).
+  if (s.c.fo.on) {
+    if (Status st = ledger::may_post_chain(s.c.qp[t].led, kChainLog); !st.is_ok())
+      return fail(s.c, on_qp(s.c, t, st));
+  }
   if (s.c.prof.start != nullptr && !replay) [[unlikely]]
     prof_send_chain(s.c, t, wrs, plan, nw, reqs, nreqs);
   if (Status st = post_chain(s, t, wrs, nw); !st.is_ok()) return fail(s.c, st);
-  s.sq_bytes[t] += lane_bytes;
-  s.sq_seg[t] = std::max(s.sq_seg[t], seg);
+  s.c.qp[t].sq_bytes += lane_bytes;
+  s.c.qp[t].sq_seg = std::max(s.c.qp[t].sq_seg, seg);
   if (s.c.nmembers > 1) s.c.member_bytes[member].add(lane_bytes);  // else: stats.bytes
   if (ar_imm) s.c.stats.ar_imm_writes.add(1);
-  if (s.c.fo.on) {  // the chain log (health/path_failover.h): its place in t's order of closes
-    PathFailover& f = s.c.fo;
-    if (f.closes[t] - f.log_lo[t] >= static_cast<uint64_t>(kChainLog))
-      return fail(s.c, Status(Code::kInternalError,
-                              "failover: the chain log of " + s.c.describe_qp(t) + " is full"));
-    f.log[static_cast<size_t>(t) * kChainLog + f.closes[t] % kChainLog] =
+  if (s.c.fo.on) {
+    const uint64_t at = ledger::on_chain_posted(s.c.qp[t].led);
+    s.c.fo.log[static_cast<size_t>(t) * kChainLog + at % kChainLog] =
         ChainRec{seq, leader->index, static_cast<uint8_t>(path), static_cast<uint8_t>(lane), first};
-    ++f.closes[t];
   }
   if (bytes_out != nullptr) *bytes_out = lane_bytes;
   return Status::ok();
@@ -187,6 +189,7 @@ Status post_group(SendComm& s) {
   leader->pending = static_cast<uint8_t>(stripe::closes(mask, s.c.split, s.c.qpp));
   leader->group_n = static_cast<uint8_t>(nreqs);
   leader->paths = mask;
+  leader->shares = s.snap.shares;
   size_t bytes = 0;
   for (int i = 0; i < nreqs; ++i) {
     leader->group[i] = s.slot_reqs[i]->index;
@@ -223,7 +226,7 @@ Status post_group(SendComm& s) {
 Status room_for(SendComm& s, const uint32_t* need, bool* fits) {
   for (int pass = 0; pass < 2; ++pass) {
     *fits = true;
-    for (int q = 0; q < s.c.nqps && *fits; ++q) *fits = s.sq_used[q] + need[q] <= kSendSqDepth;
+    for (int q = 0; q < s.c.nqps && *fits; ++q) *fits = s.c.qp[q].sq_used + need[q] <= kSendSqDepth;
     if (*fits || pass == 1) return Status::ok();
     SLUICE_RETURN_IF_ERROR(poll_send(s));
   }
@@ -296,9 +299,10 @@ Status isend_impl(SendComm* s, void* data, size_t size, int tag, MemHandle* mh, 
     const size_t cells = static_cast<size_t>(s->c.cells());
     const wire::CtsEntry* e =
         &s->fifo[(s->head % wire::kFifoSlots) * wire::kEntriesPerSlot * cells];
-    Status st = s->c.npaths > 1 ? cts::take_snapshot_fused(e, s->head + 1, s->c.npaths,
-                                                           s->c.remote_nmembers, &s->snap)
-                                : cts::take_snapshot(e, s->head + 1, &s->snap);
+    Status st = s->c.npaths > 1
+                    ? cts::take_snapshot_fused(e, s->head + 1, s->c.npaths, s->c.remote_nmembers,
+                                               &s->snap, s->c.fo.path_set >= 2)
+                    : cts::take_snapshot(e, s->head + 1, &s->snap);
     if (st.is_again()) return st;
     if (!st.is_ok()) return fail(s->c, on_qp(s->c, 0, st));
   }
@@ -322,8 +326,9 @@ Status isend_impl(SendComm* s, void* data, size_t size, int tag, MemHandle* mh, 
       const int t = fo_route(s->c.fo, s->c.qpp, q);
       routed = routed && t >= 0;
       if (t >= 0)
-        need[t] += stripe::plan_path(s->c.paths, s->snap.paths, sizes, nreqs, path, lane, nlanes,
-                                     ar_of(*s, sizes, nreqs), nullptr);
+        need[t] +=
+            stripe::plan_path(stripe::with_shares(s->c.paths, s->snap.shares), s->snap.paths, sizes,
+                              nreqs, path, lane, nlanes, ar_of(*s, sizes, nreqs), nullptr);
     });
     // A path of the receive is fencing (failover): its chains wait for the substitute the
     // receiver names in its FENCE.
@@ -373,64 +378,62 @@ Status poll_send_cq(SendComm& s, int member) {
   if (n > 0) s.c.stats.completions.add(static_cast<uint64_t>(n));
   int64_t now = 0;
   for (int k = 0; k < n; ++k) {
+    const int q = qp_index(s.c, wc[k].qp_num, member);
+    if (q < 0) {  // a retired incarnation's (failback), or of none of ours
+      SLUICE_RETURN_IF_ERROR(fo_stale_wc(s.c, wc[k], member, "send"));
+      continue;
+    }
+    QpLife& l = s.c.qp[q];
     if (wc[k].status != IBV_WC_SUCCESS) {
-      if (fo_error_wc(s.c, wc[k], member, "send")) continue;  // failover takes it
+      if (fo_error_wc(s.c, wc[k], q, "send")) continue;  // failover takes it
       return fail(s.c, completion_error(s.c, wc[k], "send", member));
     }
     if (wc[k].wr_id & kWrUnsignaled) continue;
-    const int q = qp_index(s.c, wc[k].qp_num, member);
-    if (q >= 0) s.c.progress.since_ns[q] = 0;  // progress on that QP (progress.h)
+    l.since_ns = 0;                   // progress on that QP (progress.h)
     if (wc[k].wr_id & kWrProgress) {  // inside a long chain: its run of WRs completed (progress.h)
-      if (q >= 0) {
-        s.sq_used[q] -= static_cast<uint32_t>(wc[k].wr_id >> kWrProgressWrsShift & 0xffff);
-        s.sq_bytes[q] -= std::min(wc[k].wr_id & kWrProgressBytesMask, s.sq_bytes[q]);
-      }
+      l.sq_used -=
+          std::min(l.sq_used, static_cast<uint32_t>(wc[k].wr_id >> kWrProgressWrsShift & 0xffff));
+      l.sq_bytes -= std::min(wc[k].wr_id & kWrProgressBytesMask, l.sq_bytes);
       continue;  // never a message's closing completion
     }
     if (wc[k].wr_id & kWrReject) {
-      if (q >= 0) s.sq_used[q] -= 1;
+      l.sq_used -= std::min<uint32_t>(1, l.sq_used);
       continue;
     }
     if (wc[k].wr_id & kWrCheck) {  // failback's check of a fresh QP (failback_dp.cc)
-      if (q >= 0) {
-        s.sq_used[q] -= std::min<uint32_t>(1, s.sq_used[q]);
-        fo_check_done(s.c, q);
-      }
+      l.sq_used -= std::min<uint32_t>(1, l.sq_used);
+      fo_check_done(s.c, q);
       continue;
     }
     if (wc[k].wr_id >= static_cast<uint64_t>(SendComm::kPool))  // none of ours: never index by it
       return fail(s.c, Status(Code::kInternalError, "completion with unknown wr_id " +
                                                         std::to_string(wc[k].wr_id) + " on " +
-                                                        s.c.describe_qp(q < 0 ? 0 : q)));
+                                                        s.c.describe_qp(q)));
     SendReq* leader = &s.pool[wc[k].wr_id];
     // This closing WR completed, so every WR of the group before it on that QP did too. QP q is
     // on path q / qpp; in split mode its lane is q % qpp, otherwise the path had one lane.
     // Its progress WRs (if any) completed before it and freed their runs: it frees the rest.
-    if (q >= 0) {
-      size_t sizes[wire::kEntriesPerSlot];
-      int path = q / s.c.qpp, lane = s.c.split ? q % s.c.qpp : 0;
-      if (s.c.fo.on) {  // the chain log says which chain it closed (it may be a replay)
-        PathFailover& f = s.c.fo;
-        const ChainRec& rec = f.log[static_cast<size_t>(q) * kChainLog + f.log_lo[q] % kChainLog];
-        if (f.log_lo[q] == f.closes[q] || rec.leader != wc[k].wr_id)
-          return fail(s.c, Status(Code::kInternalError,
-                                  "failover: a close completed out of the chain log's order on " +
-                                      s.c.describe_qp(q)));
-        path = rec.path;
-        lane = rec.lane;
-        ++f.log_lo[q];
-      }
-      for (int i = 0; i < leader->group_n; ++i) sizes[i] = s.pool[leader->group[i]].size;
-      uint32_t tail_wrs = 0;
-      uint64_t tail_bytes = 0;
-      (void)stripe::plan_path(s.c.paths, leader->paths, sizes, leader->group_n, path, lane, nlanes,
-                              ar_of(s, sizes, leader->group_n), nullptr, &tail_wrs, &tail_bytes);
-      s.sq_used[q] -= tail_wrs;
-      s.sq_bytes[q] -= std::min(tail_bytes, s.sq_bytes[q]);
-      if (s.sq_used[q] == 0) s.sq_seg[q] = 0;
-      if (s.c.prof.start != nullptr) [[unlikely]]
-        prof_send_done(s, *leader, q);
+    size_t sizes[wire::kEntriesPerSlot];
+    int path = q / s.c.qpp, lane = s.c.split ? q % s.c.qpp : 0;
+    if (s.c.fo.on) {  // the chain log says which chain it closed (it may be a replay)
+      const ChainRec& rec =
+          s.c.fo.log[static_cast<size_t>(q) * kChainLog + l.led.log_lo % kChainLog];
+      if (Status st = ledger::on_close_completed(l.led, rec.leader == wc[k].wr_id); !st.is_ok())
+        return fail(s.c, on_qp(s.c, q, st));
+      path = rec.path;
+      lane = rec.lane;
     }
+    for (int i = 0; i < leader->group_n; ++i) sizes[i] = s.pool[leader->group[i]].size;
+    uint32_t tail_wrs = 0;
+    uint64_t tail_bytes = 0;
+    (void)stripe::plan_path(stripe::with_shares(s.c.paths, leader->shares), leader->paths, sizes,
+                            leader->group_n, path, lane, nlanes, ar_of(s, sizes, leader->group_n),
+                            nullptr, &tail_wrs, &tail_bytes);
+    l.sq_used -= std::min(tail_wrs, l.sq_used);
+    l.sq_bytes -= std::min(tail_bytes, l.sq_bytes);
+    if (l.sq_used == 0) l.sq_seg = 0;
+    if (s.c.prof.start != nullptr) [[unlikely]]
+      prof_send_done(s, *leader, q);
     if (--leader->pending == 0) {
       if (now == 0) now = stat_clock_ns();
       s.c.stats.add_latency(now - leader->posted_ns);
@@ -448,6 +451,12 @@ Status poll_send(SendComm& s) {
   return Status::ok();
 }
 
+// Failover's replay of path p (the sender's driver calls it once both fences are in; health/
+// path_failover.h argues it): per QP x of the path, the chains of x's log the receiver counted
+// (its FENCE's closes) are settled, the others posted again, whole, where fo_route sends x's
+// chains now, from the receive's clear-to-send entries (which stay in the FIFO until the receive
+// completes). Everything it uses comes from the chain log, the group's leader and the FIFO: never
+// the matching state of the call in progress (s.snap, s.slot_reqs), which is another group's.
 Status fo_send_replay(SendComm& s, int p, bool* done) {
   PathFailover& f = s.c.fo;
   *done = false;
@@ -455,10 +464,13 @@ Status fo_send_replay(SendComm& s, int p, bool* done) {
   for (int x = p * s.c.qpp; x < (p + 1) * s.c.qpp; ++x) {
     const int t = fo_route(f, s.c.qpp, x);
     if (t < 0) return Status::ok();  // the substitute is fencing too: its own FENCE names the next
+    QpLife& old = s.c.qp[x];
     // The receiver polled this many closes on x: the first chains of x's log arrived whole.
     const uint64_t arrived = f.peer_counts[p][x - p * s.c.qpp];
-    while (f.log_lo[x] < f.closes[x]) {
-      const uint64_t i = f.log_lo[x];
+    if (Status st = ledger::check_arrived(old.led, arrived); !st.is_ok())
+      return fail(s.c, on_qp(s.c, x, st));
+    while (old.led.log_lo < old.led.chains) {
+      const uint64_t i = old.led.log_lo;
       const ChainRec rec = f.log[static_cast<size_t>(x) * kChainLog + i % kChainLog];
       SendReq* leader = &s.pool[rec.leader];
       // The chain's WRs on x are done either way (arrived, or flushed and sent again below): its
@@ -466,7 +478,7 @@ Status fo_send_replay(SendComm& s, int p, bool* done) {
       if (s.c.prof.start != nullptr) [[unlikely]]
         prof_send_done(s, *leader, x);
       if (i < arrived) {  // its close reached the receive: settled without its own completion
-        ++f.log_lo[x];
+        ledger::on_chain_settled(old.led);
         if (--leader->pending == 0) {
           s.c.stats.add_latency(stat_clock_ns() - leader->posted_ns);
           for (int g = 0; g < leader->group_n; ++g) s.pool[leader->group[g]].done = true;
@@ -479,8 +491,8 @@ Status fo_send_replay(SendComm& s, int p, bool* done) {
       const size_t cells = static_cast<size_t>(s.c.cells());
       const wire::CtsEntry* e =
           &s.fifo[(rec.seq % wire::kFifoSlots) * wire::kEntriesPerSlot * cells];
-      if (Status st =
-              cts::take_snapshot_fused(e, rec.seq + 1, s.c.npaths, s.c.remote_nmembers, &snap);
+      if (Status st = cts::take_snapshot_fused(e, rec.seq + 1, s.c.npaths, s.c.remote_nmembers,
+                                               &snap, s.c.fo.path_set >= 2);
           !st.is_ok()) {
         return fail(s.c, Status(Code::kInternalError,
                                 "failover replay: the clear-to-send entries of receive " +
@@ -493,26 +505,26 @@ Status fo_send_replay(SendComm& s, int p, bool* done) {
         reqs[g] = &s.pool[leader->group[g]];
         sizes[g] = reqs[g]->size;
       }
-      const uint32_t need =
-          stripe::plan_path(s.c.paths, snap.paths, sizes, leader->group_n, rec.path, rec.lane,
-                            nlanes, ar_of(s, sizes, leader->group_n), nullptr);
-      if (s.sq_used[t] + need > kSendSqDepth) {
+      const uint32_t need = stripe::plan_path(
+          stripe::with_shares(s.c.paths, snap.shares), snap.paths, sizes, leader->group_n, rec.path,
+          rec.lane, nlanes, ar_of(s, sizes, leader->group_n), nullptr);
+      if (s.c.qp[t].sq_used + need > kSendSqDepth) {
         SLUICE_RETURN_IF_ERROR(poll_send(s));
-        if (s.sq_used[t] + need > kSendSqDepth) return Status::ok();  // the next call goes on
+        if (s.c.qp[t].sq_used + need > kSendSqDepth) return Status::ok();  // the next call goes on
       }
       uint64_t bytes = 0;
       SLUICE_RETURN_IF_ERROR(post_path_chain(s, snap, reqs, leader->group_n, rec.seq, rec.path,
                                              rec.lane, rec.first, t, leader, &bytes, true));
-      ++f.log_lo[x];
+      ledger::on_chain_settled(old.led);
       ++f.chains_replayed;
       f.bytes_replayed += bytes;
       ++f.path_chains_replayed[p];
       f.path_bytes_replayed[p] += bytes;
     }
     // Every WR of x completed or flushed behind its marker: none is on its queue any more.
-    s.sq_used[x] = 0;
-    s.sq_bytes[x] = 0;
-    s.sq_seg[x] = 0;
+    old.sq_used = 0;
+    old.sq_bytes = 0;
+    old.sq_seg = 0;
   }
   *done = true;
   return Status::ok();

@@ -32,7 +32,7 @@ void* start(const Conn& c, void* parent, const ibv_send_wr& w, uint32_t qpn, siz
 
 void prof_send_chain(const Conn& c, int q, const ibv_send_wr* wrs, const cts::LaneWr* plan, int nw,
                      SendReq* const* reqs, int nreqs) {
-  const uint32_t qpn = c.qps[q]->qp_num;
+  const uint32_t qpn = c.qp[q].qpn;
   SendReq* leader = reqs[0];
   for (int i = 0; i < nreqs; ++i) {
     SendReq* r = reqs[i];
@@ -67,7 +67,7 @@ void prof_recv_posted(RecvReq& req, int n, void* const* parents) {
 }
 
 void prof_cts(RecvComm& r, uint64_t from, uint64_t to, const ibv_send_wr& w, int q) {
-  const uint32_t qpn = r.c.qps[q]->qp_num;
+  const uint32_t qpn = r.c.qp[q].qpn;
   for (uint64_t k = from; k < to; ++k) {
     RecvReq& req = r.pool[k % wire::kFifoSlots];
     for (int i = 0; i < req.n; ++i)

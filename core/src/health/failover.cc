@@ -59,6 +59,21 @@ int64_t backoff_ms(const Timing& t, int attempt) {
   return std::min(d, t.retry_cap_ms);
 }
 
+bool Path::awaits_peer() const {
+  switch (state_) {
+    case State::kFencing:
+      return !peer_fenced_;
+    case State::kRecovering:
+    case State::kChecking:
+      return true;
+    case State::kUp:
+    case State::kDown:
+    case State::kRamping:
+      return false;
+  }
+  return false;
+}
+
 int Path::share_pct() const {
   if (state_ == State::kUp) return 100;
   if (state_ == State::kRamping) return kRampPct[ramp_step_];
@@ -133,8 +148,24 @@ uint32_t Path::on_local_fenced(int64_t now_ms) {
   return a;
 }
 
+Path::PeerFence Path::classify_peer_fence(uint32_t epoch) const {
+  if (epoch != epoch_) return PeerFence::kStale;
+  switch (state_) {
+    case State::kUp:
+    case State::kRamping:
+    case State::kFencing:
+      return PeerFence::kFences;
+    case State::kRecovering:
+    case State::kChecking:
+      return PeerFence::kEndsAttempt;
+    case State::kDown:
+      return PeerFence::kStale;  // both fences are in: a repeat changes nothing
+  }
+  return PeerFence::kStale;
+}
+
 uint32_t Path::on_peer_fence(uint32_t epoch, int64_t now_ms) {
-  if (epoch != epoch_) return kNoAction;  // of an incarnation already gone
+  if (classify_peer_fence(epoch) == PeerFence::kStale) return kNoAction;
   uint32_t a = kNoAction;
   if (state_ == State::kUp || state_ == State::kRamping) {
     a |= enter_fencing(Cause::kPeerFence, "", now_ms);
@@ -219,8 +250,9 @@ uint32_t Path::on_checked(int64_t now_ms) {
   local_checked_ = true;
   // The sender's completions prove both directions: it ramps in and tells the receiver, whose
   // immediates prove only the sender's direction.
-  if (role_ == Role::kSender) return enter_ramping(now_ms) | kSendChecked;
-  if (peer_checked_) return enter_ramping(now_ms);
+  if (role_ == Role::kSender)
+    return enter_ramping(now_ms) | (t_.checked_word ? uint32_t{kSendChecked} : uint32_t{0});
+  if (peer_checked_ || !t_.checked_word) return enter_ramping(now_ms);
   say("checked one way (epoch " + std::to_string(epoch_) +
       "): the sender's checks arrived; waiting for its CHECKED (its ACKs must get back)");
   return kLog;

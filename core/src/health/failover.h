@@ -92,6 +92,10 @@ struct Timing {
   int64_t attempt_bound_ms = 10000;  // one attempt (offer to checked)
   int64_t ramp_step_ms = 1000;       // per ramp step without a fault
   int64_t stable_ms = 10000;         // kUp this long: the backoff count returns to 0
+  // Both ends speak CHECKED (path-message set 2, agreed at connect: wire.h kMetaFeaturePathSet2).
+  // Without it (a peer of set 1) the sender sends no CHECKED and the receiver ramps in on its
+  // check immediates alone, as set 1 did: a one-way path may then come back and fail again.
+  bool checked_word = true;
 };
 inline constexpr int kRampSteps = 3;
 inline constexpr int kRampPct[kRampSteps] = {25, 50, 100};  // share while ramping, per step
@@ -115,6 +119,9 @@ class Path {
   bool carries() const { return state_ == State::kUp || state_ == State::kRamping; }
   int share_pct() const;
   int64_t retry_at_ms() const { return retry_at_; }
+  // A message from the peer is awaited now: its FENCE (fencing), its answer or offer (an attempt),
+  // its CHECKED (the receiver, checked one way). The comm reads its socket at every call then.
+  bool awaits_peer() const;
   int attempts() const { return attempts_; }
   uint32_t failovers() const { return failovers_; }
   uint32_t failbacks() const { return failbacks_; }
@@ -126,6 +133,14 @@ class Path {
   uint32_t on_fault(Cause c, const std::string& what, int64_t now_ms);
   // This side's drain markers of the path all flushed (its QPs are in ERROR and drained).
   uint32_t on_local_fenced(int64_t now_ms);
+  // What a FENCE of `epoch` from the peer means here, decided before any of its fields is used
+  // (the one place a FENCE's epoch is checked): kStale, of an incarnation already gone (a late
+  // FENCE of a failed attempt), changes nothing; kFences fences the carrying path (or completes
+  // this side's fence) and brings the receiver's substitute, first receive without the path and
+  // close counts; kEndsAttempt (recovering, checking) ends the attempt and carries nothing the
+  // fields are used for.
+  enum class PeerFence : uint8_t { kStale, kFences, kEndsAttempt };
+  PeerFence classify_peer_fence(uint32_t epoch) const;
   // The peer's FENCE for this path and `epoch` (a stale epoch is ignored).
   uint32_t on_peer_fence(uint32_t epoch, int64_t now_ms);
   // This side's member port is ACTIVE again (after its GID table was re-read).

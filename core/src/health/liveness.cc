@@ -209,7 +209,16 @@ void poll_socket(Conn& c) {
   if (w.state == PeerWatch::kGone || c.fd < 0) return;
   for (;;) {
     uint8_t buf[64];
-    ssize_t r = ::recv(c.fd, buf, sizeof buf, MSG_DONTWAIT);
+    // Backpressure: a failover comm's path messages wait in the socket while the driver's inbox
+    // is full. At most `room` messages can complete in room x kPathMsgMinBytes bytes (each needs
+    // that many, the first one at least one byte more than what rx already holds).
+    size_t want = sizeof buf;
+    if (c.fo.on) {
+      const int room = fo_inbox_room(&c.fo);
+      if (room <= 0) return;  // the driver takes the inbox at this call; read on at the next
+      want = std::min(want, static_cast<size_t>(room) * wire::kPathMsgMinBytes);
+    }
+    ssize_t r = ::recv(c.fd, buf, want, MSG_DONTWAIT);
     int err = r < 0 ? errno : 0;
     SocketSeen seen = classify_read(r, err, buf);
     if (seen == SocketSeen::kNothing) {
@@ -368,7 +377,7 @@ void liveness_async_event(Adapter& a, const ibv_async_event& ev) {
           if (!c->fo.on) continue;
           for (int m = 0; m < c->nmembers; ++m)
             if (c->members[m].dev->adapter == &a && c->members[m].dev->port == ev.element.port_num)
-              c->fo.port_up.fetch_or(1u << m, std::memory_order_release);
+              fo_post_event(c->fo, uint64_t{1} << (kEvPortUpShift + m));
         }
       } else {
         SLUICE_INFO(kSubNet, "%s: async event %s", a.name.c_str(), what);
@@ -387,7 +396,7 @@ void liveness_async_event(Adapter& a, const ibv_async_event& ev) {
       bool match = false;
       switch (info.scope) {
         case AsyncEventInfo::kQp:
-          for (int q = 0; q < c->nqps; ++q) match = match || c->qps[q].get() == ev.element.qp;
+          for (int q = 0; q < c->nqps; ++q) match = match || c->qp[q].get() == ev.element.qp;
           break;
         case AsyncEventInfo::kCq:
           for (int m = 0; m < c->nmembers; ++m)
@@ -418,12 +427,12 @@ void liveness_async_event(Adapter& a, const ibv_async_event& ev) {
                                      c->members[m].dev->port == ev.element.port_num;
           if (hit) bits |= 1u << m;
         }
-        if (bits != 0) c->fo.port_down.fetch_or(bits, std::memory_order_release);
+        uint64_t word = uint64_t{bits} << kEvPortDownShift;
         if (info.scope == AsyncEventInfo::kQp) {
           for (int q = 0; q < c->nqps; ++q)
-            if (c->qps[q].get() == ev.element.qp)
-              c->fo.qp_event.fetch_or(1u << q, std::memory_order_release);
+            if (c->qp[q].get() == ev.element.qp) word |= uint64_t{1} << (kEvQpShift + q);
         }
+        if (word != 0) fo_post_event(c->fo, word);
         ++failing_over;
         continue;
       }

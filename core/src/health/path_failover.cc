@@ -33,6 +33,7 @@ uint32_t fo_restripe(PathFailover& f, const stripe::Paths& weights) {
   f.live = weights;
   bool weighted = false;
   f.any_not_up = false;
+  f.awaiting = false;
   for (int p = 0; p < weights.npaths; ++p) {
     // A path ramping back in carries its step's part of its weight (at least 1 when weighted).
     const uint64_t w = uint64_t{weights.weight[p]} * static_cast<uint64_t>(f.path[p].share_pct());
@@ -43,6 +44,7 @@ uint32_t fo_restripe(PathFailover& f, const stripe::Paths& weights) {
     // Ticks go on until every path is up and its backoff count back to 0 (hysteresis).
     f.any_not_up =
         f.any_not_up || f.path[p].state() != failover::State::kUp || f.path[p].attempts() > 0;
+    f.awaiting = f.awaiting || f.path[p].awaits_peer();
   }
   uint32_t mask = 0;
   for (int p = 0; p < weights.npaths; ++p) {
@@ -55,10 +57,14 @@ uint32_t fo_restripe(PathFailover& f, const stripe::Paths& weights) {
 void fo_take_path_msg(void* fo, const wire::PathMsg& m) {
   auto& f = *static_cast<PathFailover*>(fo);
   if (f.inbox_n >= kPathInbox) {
-    f.inbox_overflow = true;
+    f.inbox_lost = true;
     return;
   }
   f.inbox[f.inbox_n++] = m;
+}
+
+int fo_inbox_room(const void* fo) {
+  return kPathInbox - static_cast<const PathFailover*>(fo)->inbox_n;
 }
 
 }  // namespace sluice

@@ -53,25 +53,30 @@ struct ChainRec {
 inline constexpr int kChainLog = wire::kFifoSlots * stripe::kMaxPaths;
 static_assert((kChainLog & (kChainLog - 1)) == 0, "the chain log is a power-of-two ring");
 
-// Path messages read from the socket, waiting for the comm's driver.
+// Path messages read from the socket, waiting for the comm's driver. The socket is not read while
+// it is full (liveness.cc: backpressure), so a burst of messages waits in the socket.
 inline constexpr int kPathInbox = 8;
+
+// PathFailover::events: what the async-event thread saw, per QP index or member.
+inline constexpr int kEvQpShift = 0;           // bits 0..15: a QP event on QP q
+inline constexpr int kEvPortDownShift = 16;    // bits 16..19: member m's port (or CQ) failed
+inline constexpr int kEvPortUpShift = 24;      // bits 24..27: member m's port is ACTIVE again
+inline constexpr int kEvDeviceDeadShift = 32;  // bits 32..35: member m's device is dead (fatal)
+static_assert(wire::kMaxQps <= kEvPortDownShift - kEvQpShift, "a bit per QP");
+static_assert(stripe::kMaxPaths <= 8, "a bit per member in each byte");
 
 struct PathFailover {
   bool on = false;  // a fused comm whose both sides run failover
   bool sender = false;
+  int path_set = 1;  // the path-message set both sides speak (wire.h kMetaFeaturePathSet2)
   failover::Timing timing;
   failover::Path path[stripe::kMaxPaths];
   // The substitute of a path that is down (the receiver's choice, told in its FENCE), -1: none.
   int8_t sub[stripe::kMaxPaths] = {-1, -1, -1, -1};
-  // Per QP: moved to ERROR by a fence; its drain marker posted; the marker's completion seen.
-  bool qp_fenced[wire::kMaxQps] = {};
-  bool marker_posted[wire::kMaxQps] = {};
-  bool marker_seen[wire::kMaxQps] = {};
-  // Receiver: closes polled and credits owed per QP since connect. Sender: chains posted per QP
-  // (`closes`), and the absolute index of the oldest chain not yet settled (`log_lo`).
-  uint64_t closes[wire::kMaxQps] = {};
-  uint64_t credits[wire::kMaxQps] = {};
-  uint64_t log_lo[wire::kMaxQps] = {};
+  // Per QP, the fence's flags and the counts (the receiver's closes and credits, the sender's
+  // chains and the settled ones) are in the QP's incarnation (comm/qp_life.h, health/qp_ledger.h).
+  // The sender's chain log: per QP index, kChainLog records of the incarnation's chains in post
+  // order (ledger chains % kChainLog), allocated at connect.
   std::unique_ptr<ChainRec[]> log;  // sender: kMaxQps x kChainLog
   // The peer's FENCE per path: its counts (the receiver's closes, for the sender's replay).
   bool peer_fence_seen[stripe::kMaxPaths] = {};
@@ -80,18 +85,28 @@ struct PathFailover {
   bool replay_pending[stripe::kMaxPaths] = {};
   // Faults seen inside a completion poll, applied by the driver (its next step).
   failover::Cause pending_cause[stripe::kMaxPaths] = {};
+  bool any_pending = false;  // some pending_cause is set
+  // SLUICE_TEST_HOLD_RQ (tests only): hold successful receive completions of a fenced QP until
+  // its drain marker is back (failover_recv.cc), and how many were held and taken.
+  bool hold_rq = false;
+  uint64_t held_total = 0, held_taken = 0, held_said = 0;
   std::string pending_what[stripe::kMaxPaths];
-  // Set by the async-event thread: members whose port (or CQ) failed, QPs with a QP event.
-  std::atomic<uint32_t> port_down{0};
-  std::atomic<uint32_t> qp_event{0};
+  // Set by the async-event thread (fo_post_event), taken by the driver: one word, so that a
+  // healthy comm's call reads one atomic (kEv* bits below) and nothing else.
+  std::atomic<uint64_t> events{0};
   // Path messages read by a socket poll, for the driver.
   wire::PathMsg inbox[kPathInbox];
   int inbox_n = 0;
-  bool inbox_overflow = false;
+  bool inbox_lost = false;  // a message came with the inbox full: never, while the reader keeps
+                            // to fo_inbox_room (an internal error if it does)
   // Receiver: the weights new receives are striped by (the comm's, less the paths that do not
   // carry; the fallback paths when no weighted one carries).
   stripe::Paths live;
-  bool any_not_up = false;  // some path is not kUp: the driver polls the socket every call
+  // Some path is not kUp (or its backoff count is not back to 0): the driver runs its clock at
+  // every call. A path message is awaited (a FENCE, an answer, CHECKED: fo_restripe): the driver
+  // reads the socket at every call; otherwise at the liveness cadence only.
+  bool any_not_up = false;
+  bool awaiting = false;
   // Recovery (failback; datapath/failback_dp.cc). Set at connect by either bring-up (oob's, or
   // rdma_cm's from its route): the paths' traffic class and service level and each local
   // member's GID (found again by value in the port's table after a flap: its index may have
@@ -104,16 +119,16 @@ struct PathFailover {
   // receiver's, from its FENCE. The sender offers a recovery once it consumed every receive before
   // it (none in flight names the path then), and its replay is done.
   uint64_t from_seq[stripe::kMaxPaths] = {};
-  // The fresh QPs of an attempt: this side's PSNs and the GID index they use, which of them passed
-  // the check (sender: the check's completion; receiver: its immediate), and when the path went
-  // down (the answerer waits a little for the old QPs' receive WRs to flush before it replaces
-  // them).
-  uint32_t fresh_psn[wire::kMaxQps] = {};
+  // The fresh QPs of an attempt: the GID index they use (their PSNs and checks are in their
+  // incarnations), and when the path went down.
   uint8_t fresh_gid_index[stripe::kMaxPaths] = {};
-  bool checked[wire::kMaxQps] = {};
   int64_t down_ms[stripe::kMaxPaths] = {};
-  // Ports of members that came back ACTIVE (the async-event thread): the next attempt at once.
-  std::atomic<uint32_t> port_up{0};
+  // Members whose port came back ACTIVE and whose paths have not taken it yet (an attempt at once,
+  // kept until a path of the member may offer), and members whose device is dead (their paths
+  // stay down; DEVICE_FATAL).
+  uint32_t port_back = 0;
+  uint32_t dead_members = 0;
+  std::string dead_why[stripe::kMaxPaths];
   // Statistics (sluice-bench, the INFO lines).
   uint64_t chains_replayed = 0;
   uint64_t bytes_replayed = 0;
@@ -138,7 +153,14 @@ void fo_init(PathFailover& f, bool on, bool sender, int npaths, const failover::
 // paths that carry now.
 uint32_t fo_restripe(PathFailover& f, const stripe::Paths& weights);
 
-// The socket's sink for path messages (liveness.cc): queued for the comm's driver.
+// The socket's sink for path messages (liveness.cc): queued for the comm's driver. The reader
+// never feeds more than fo_inbox_room() messages' worth of bytes (backpressure).
 void fo_take_path_msg(void* fo, const wire::PathMsg& m);
+int fo_inbox_room(const void* fo);
+
+// The async-event thread's word for the driver (kEv* bits), and the driver's take of it.
+inline void fo_post_event(PathFailover& f, uint64_t bits) {
+  f.events.fetch_or(bits, std::memory_order_release);
+}
 
 }  // namespace sluice

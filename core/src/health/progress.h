@@ -66,9 +66,8 @@ namespace sluice {
 // Per-comm watchdog state (a member of Conn), driven by the comm's driving thread (for a receive
 // comm, under RecvComm::mu).
 struct ProgressWatch {
-  // steady_clock time (ns) since which QP q has had watched work outstanding and no completion;
-  // 0 = not running (nothing outstanding, or a completion since the last check).
-  int64_t since_ns[wire::kMaxQps] = {};
+  // Per QP, in its incarnation (comm/qp_life.h QpLife::since_ns): steady_clock time (ns) since
+  // which the QP has had watched work outstanding and no completion; 0 = not running.
   bool due = false;    // a liveness poll came due: the next check_device runs the watchdog
   int64_t now_ns = 0;  // the clock read of that poll
 };

@@ -68,9 +68,13 @@ struct Config {
   int stripe_min = 65536;      // SLUICE_STRIPE_MIN: posted bytes from which a receive is striped
   bool failover = true;        // SLUICE_FAILOVER: a multi-path comm survives the loss of a path
   int failover_fence_ms = 0;   // SLUICE_FAILOVER_FENCE_MS: bound on the peer's FENCE (0 = liveness)
-  int failback_retry_ms = 200;        // SLUICE_FAILBACK_RETRY_MS: first recovery attempt's delay
-  int failback_retry_cap_ms = 30000;  // SLUICE_FAILBACK_RETRY_CAP_MS: the backoff's cap
-  int failback_ramp_ms = 1000;        // SLUICE_FAILBACK_RAMP_MS: per ramp step (25, 50, 100 %)
+  int failback_retry_ms = 200;         // SLUICE_FAILBACK_RETRY_MS: first recovery attempt's delay
+  int failback_retry_cap_ms = 30000;   // SLUICE_FAILBACK_RETRY_CAP_MS: the backoff's cap
+  int failback_ramp_ms = 1000;         // SLUICE_FAILBACK_RAMP_MS: per ramp step (25, 50, 100 %)
+  bool test_hold_rq = false;           // SLUICE_TEST_HOLD_RQ (tests only)
+  int test_failback_create_fails = 0;  // SLUICE_TEST_FAILBACK_CREATE_FAILS (tests only)
+  std::string test_fault_file;         // SLUICE_TEST_FAULT_FILE (tests only)
+  int test_path_msg_set = 0;           // SLUICE_TEST_PATH_MSG_SET (tests only; 0 = this build's)
   bool standby = false;     // SLUICE_STANDBY: a comm on one device also holds QPs on its standby
   std::string standby_map;  // SLUICE_STANDBY_MAP: primary=standby,... instead of the topology
   // Logging

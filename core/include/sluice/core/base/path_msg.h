@@ -45,6 +45,9 @@ inline constexpr uint8_t kPathMsgMagic =
 inline constexpr uint8_t kPathMsgVersion = 1;
 inline constexpr size_t kPathMsgHeaderBytes = 12;
 inline constexpr size_t kPathMsgMaxBytes = 256;  // any version: what a reader may have to hold
+// The shortest message of any version (a header and the checksum: CHECKED): a reader that takes
+// n bytes completes at most ceil(n / kPathMsgMinBytes) messages (liveness.cc's backpressure).
+inline constexpr size_t kPathMsgMinBytes = kPathMsgHeaderBytes + 4;
 inline constexpr uint64_t kNoSeq = ~uint64_t{0};
 
 enum class PathMsgType : uint8_t { kFence = 1, kOffer = 2, kAnswer = 3, kChecked = 4 };

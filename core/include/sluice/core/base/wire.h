@@ -140,6 +140,19 @@ bool put_meta_ece(Meta* m, const MetaEce& e);
 // The peer's ECE, when its metadata has the feature.
 bool meta_ece(const Meta& m, MetaEce* out);
 
+// Failover's path messages (path_msg.h) come in sets; each side offers the highest it speaks in
+// its Meta's features and both use the lower of the two (connect/comm_setup.cc set_paths), so
+// peers of different releases agree at connect instead of failing at the first failback:
+//  set 1 (no feature bit: every Sluice with failover before it): FENCE, OFFER, ANSWER; the
+//        receiver takes a recovered path back on its check immediates alone;
+//  set 2 (kMetaFeaturePathSet2): also CHECKED (the receiver takes a path back only with the
+//        sender's CHECKED), and a fused clear-to-send entry's CtsMembers::shares (the byte split
+//        of a receive follows the ramp of a path coming back).
+// A Sluice before the bit ignores it (features bits it does not know are not checked), so the bit
+// never costs a connection.
+inline constexpr uint8_t kMetaFeaturePathSet2 = 0x4;
+inline constexpr int kPathMsgSetNewest = 2;
+
 // The private data of each rdma_cm connect request in SLUICE_CM=rdmacm mode: the listener matches
 // it to the TCP handshake whose metadata it accepted (nonce, the connector's FIFO address and rkey,
 // and the QP number the CM request names for QP `qp_index`). IB/RoCE REQs carry at most 56 bytes
@@ -303,11 +316,20 @@ static_assert(offsetof(CtsEntry, seq) == 24);
 // receive buffer's rkey on each receiver member (its registration on that member's adapter; rkey[0]
 // = the entry's rkey) and the paths the receiver expects this receive on (stripe.h's paths_of: the
 // sender follows this mask, never its own view, so both ends count the same closing immediates).
+// With path-message set 2 (kMetaFeaturePathSet2) `shares` says how much of its weight each path
+// in the mask carries of this receive's bytes: byte p = a percentage 1..99 while path p ramps back
+// in after a failback, 0 = its whole share (and 0 for paths outside the mask); both ends cut the
+// receive's bytes by those weights (stripe.h), so the ramp reaches the bytes. Zero with set 1.
 struct alignas(32) CtsMembers {
   uint32_t rkey[kMaxMetaMembers];
   uint32_t paths;        // bit p: path p carries a part of this receive (same in every entry)
-  uint32_t reserved[3];  // zero
+  uint32_t shares;       // set 2: byte p = path p's share of its weight in percent, 0 = all of it
+  uint32_t reserved[2];  // zero
 };
+inline uint32_t share_pct_of(uint32_t shares, int path) {
+  const uint32_t b = shares >> (8 * path) & 0xffu;
+  return b == 0 ? 100u : b;
+}
 static_assert(sizeof(CtsMembers) == sizeof(CtsEntry), "a fused entry is two cells of one size");
 static_assert(std::is_trivially_copyable_v<CtsMembers>);
 // Cells per clear-to-send entry: 1 on a one-path comm (byte for byte as before fusion), 2 fused.
