@@ -1,12 +1,18 @@
 #!/usr/bin/env bash
 # tests/gpu/run.sh: Sluice on a GPU machine, one command of at most 5 minutes (label `gpu`).
-#   1. facts   GPU, driver, kernel, CUDA/PyTorch/NCCL runtime, /dev/infiniband, ulimit -l,
-#              whether `modprobe rdma_rxe` works, where the wheel's libnccl.so.2 is
+#   1. facts   GPU, driver, kernel, CUDA/PyTorch/NCCL runtime, /dev/infiniband, the RDMA ports and
+#              their states, ulimit -l, nvidia_peermem, where the wheel's libnccl.so.2 is, and the
+#              kernel's RDMA configuration (/proc/config.gz or /boot/config-<release>:
+#              CONFIG_INFINIBAND, _INFINIBAND_USER_ACCESS, _RDMA_RXE, _RDMA_SIW, _MLX5_INFINIBAND,
+#              _MODULES) with whether it can load modules at all (tests/gpu/kernel_rdma.sh)
 #   2. cuda    gpu-check cuda: cuMemAlloc and cuMem* (NCCL's allocator), copies, dma-buf export
 #   3. gdr     the GPUDirect decision, from sluice-info --json
-#   4. rdma    where an RDMA device exists or rxe loads: gpu-check plugin (GPU memory registered
-#              both ways, GPU -> GPU through the plugin with every byte checked, the flush);
-#              where none exists, the reason
+#   4. rdma    where an RDMA device has an ACTIVE port: gpu-check plugin in loopback on the port
+#              nearest the GPU (GPU memory registered both ways, GPU -> GPU through the plugin with
+#              every byte checked, the flush). Where no device exists, Soft-RoCE as far as the
+#              kernel allows (rdma_rxe built in or loaded: `rdma link add` at once; a module with
+#              modprobe and /lib/modules: modprobe first; neither: nothing is tried), else the
+#              reason: "rdma_rxe is not in this kernel and it cannot load modules (...)" when so
 #   5. nccl    PyTorch's NCCL end to end: two processes on the one GPU posing as two hosts
 #              (NCCL_HOSTID), NCCL_NET_PLUGIN=<plugin> NCCL_NET=Sluice NCCL_P2P_DISABLE=1
 #              NCCL_SHM_DISABLE=1; all-reduce checked over sizes and dtypes (nccl_torch.py); the
@@ -14,12 +20,18 @@
 #              expected result is NCCL's "Failed to initialize any NET plugin", reported as such
 #   6. summary one line a step: PASS / FAIL / SKIP with its reason
 #
-# usage: tests/gpu/run.sh --bundle DIR     (scripts/gpu-bundle's folder: the GPU machine)
+# usage: tests/gpu/run.sh --bundle DIR     (scripts/gpu-bundle's folder: a machine without a build)
 #        tests/gpu/run.sh [--build DIR]    (a build tree, default ./build)
-# Logs: $OUT/gpu-run/ ($OUT defaults to a new temporary folder). SLUICE_GPU_RUN_NO_RXE=1 leaves
-# rdma_rxe alone (rehearsals on a shared host). SLUICE_GPU_RUN_PYTHON names the
-# Python that has torch (default python3); SLUICE_GPU_RUN_TORCH_SCRIPT replaces nccl_torch.py (the
-# rehearsal passes tests/gpu/standin_torch.py where PyTorch is missing).
+# Logs: $OUT/gpu-run/ ($OUT defaults to a new temporary folder). SLUICE_GPU_RUN_NO_RXE=1 loads no
+# module and creates no rxe device (rehearsals on a shared host; step 4 still gives the kernel's
+# reason). SLUICE_GPU_RUN_PYTHON names the Python that has torch (default python3);
+# SLUICE_GPU_RUN_TORCH_SCRIPT replaces nccl_torch.py (the rehearsal passes tests/gpu/standin_torch.py
+# where PyTorch is missing).
+# Rehearsals and tests only, describing a machine other than this one: SLUICE_GPU_RUN_KCONFIG=FILE
+# (the kernel configuration), SLUICE_GPU_RUN_MODPROBE=PATH ("" = no modprobe and no insmod),
+# SLUICE_GPU_RUN_MODULES_DIR (for /lib/modules/<release>), SLUICE_GPU_RUN_SYS_MODULE (for
+# /sys/module), SLUICE_GPU_RUN_DEV_IB (for /dev/infiniband), SLUICE_SYS_IB (for
+# /sys/class/infiniband).
 # Every step has its own time limit (10+30+45+20+75+100 s: under 5 minutes in all).
 # Exit: 0 when steps 4 and 5 passed; 1 when a step failed; 77 otherwise (no GPU, or steps 4/5
 # skipped with their reasons).
@@ -27,12 +39,15 @@ set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 . "$HERE/nccl_log.sh"
+. "$HERE/kernel_rdma.sh"
+DEV_IB=${SLUICE_GPU_RUN_DEV_IB:-/dev/infiniband}
+SYS_IB=${SLUICE_SYS_IB:-/sys/class/infiniband}
 BUNDLE="" BUILD=${SLUICE_BUILD_DIR:-$ROOT/build}
 while [ $# -gt 0 ]; do
   case "$1" in
     --bundle) BUNDLE=$(cd "$2" && pwd) || exit 2; shift 2 ;;
     --build) BUILD=$2; shift 2 ;;
-    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,/^set -uo/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;;
     *) echo "run.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -61,6 +76,7 @@ if [ -n "$BUNDLE" ]; then
   export HWLOC_PLUGINS_PATH=$BUNDLE/lib/hwloc
 else
   CHECK=$BUILD/tests/gpu-check INFO=$BUILD/tools/sluice-info RDMA_TOOL=$(command -v rdma || true)
+  for t in /sbin/rdma /usr/sbin/rdma /bin/rdma; do [ -z "$RDMA_TOOL" ] && [ -x "$t" ] && RDMA_TOOL=$t; done
   PLUGIN=$BUILD/plugin/libnccl-net-sluice.so
 fi
 STEPS=() VERDICTS=() REASONS=()
@@ -86,6 +102,19 @@ finish() {
   exit "$rc"
 }
 first() { grep -m1 -E -- "$1" "$2" | sed -E 's/^CHECK [a-z_]+: (PASS|FAIL|SKIP) //'; }
+port_states() {  # "dev:port STATE link_layer, ..." for every port under $SYS_IB, or "none"
+  local d p st out=""
+  for d in "$SYS_IB"/*; do
+    [ -d "$d/ports" ] || continue
+    for p in $(ls "$d/ports" | sort -n); do
+      st=$(sed -E 's/^[0-9]+: *//' "$d/ports/$p/state" 2>/dev/null)
+      out+="${out:+, }${d##*/}:$p ${st:-?} $(cat "$d/ports/$p/link_layer" 2>/dev/null)"
+    done
+  done
+  echo "${out:-none}"
+}
+usable_uverbs() { local d; for d in "$DEV_IB"/uverbs*; do [ -r "$d" ] && [ -w "$d" ] && return 0; done; return 1; }
+kernel_rdma_read
 
 # ---- 1. facts ---------------------------------------------------------------------------------
 {
@@ -95,18 +124,13 @@ first() { grep -m1 -E -- "$1" "$2" | sed -E 's/^CHECK [a-z_]+: (PASS|FAIL|SKIP) 
   command -v nvidia-smi >/dev/null && timeout 10 nvidia-smi --query-gpu=name,pci.bus_id,driver_version,memory.total --format=csv,noheader
   [ -r /proc/driver/nvidia/version ] && head -1 /proc/driver/nvidia/version
   ls -l /dev/nvidia* 2>&1 | head -8
-  echo "/dev/infiniband: $(ls /dev/infiniband 2>&1 | tr '\n' ' ')"
-  echo "/sys/class/infiniband: $(ls /sys/class/infiniband 2>&1 | tr '\n' ' ')"
+  echo "$DEV_IB: $(ls "$DEV_IB" 2>&1 | tr '\n' ' ')"
+  echo "RDMA ports ($SYS_IB): $(port_states)"
   echo "ulimit -l: $(ulimit -l)"
   echo "nvidia_peermem: $([ -e /sys/module/nvidia_peermem ] && echo loaded || echo 'not loaded')"
+  echo "kernel RDMA: $(kernel_rdma_summary)"
+  echo "modprobe: ${KRDMA_MODPROBE:-none}; rdma (iproute2): ${RDMA_TOOL:-none}"
 } > "$LOG/facts.txt" 2>&1
-if [ "${SLUICE_GPU_RUN_NO_RXE:-0}" = 1 ]; then
-  MRC=1 MODPROBE="modprobe rdma_rxe: not tried (SLUICE_GPU_RUN_NO_RXE=1)"
-else
-  MODPROBE=$( (timeout 10 modprobe rdma_rxe) 2>&1 ); MRC=$?
-  [ "$MRC" = 0 ] && MODPROBE="modprobe rdma_rxe: ok" || MODPROBE="modprobe rdma_rxe: exit $MRC ${MODPROBE:0:160}"
-fi
-echo "$MODPROBE" >> "$LOG/facts.txt"
 timeout 30 "$PY" - > "$LOG/torch.txt" 2>&1 <<'EOF'
 import glob, os, sys
 print("python", sys.version.split()[0], sys.executable)
@@ -129,7 +153,7 @@ if [ "$GPU_NODES" = no ] && [ -z "${SLUICE_CUDA_LIBRARY:-}" ]; then
   record facts SKIP "no GPU here: /dev/nvidiactl and /dev/nvidia0 do not exist (no NVIDIA driver or device)"
   finish
 fi
-record facts PASS "kernel $(uname -r); GPU nodes: $GPU_NODES${SLUICE_CUDA_LIBRARY:+ (CUDA library: $SLUICE_CUDA_LIBRARY)}; $(grep -m1 '^torch' "$LOG/torch.txt" || echo 'torch: none'); ${WHEEL_NCCL:+wheel NCCL $WHEEL_NCCL; }ulimit -l $(ulimit -l); $MODPROBE"
+record facts PASS "kernel $(uname -r); GPU nodes: $GPU_NODES${SLUICE_CUDA_LIBRARY:+ (CUDA library: $SLUICE_CUDA_LIBRARY)}; $(grep -m1 '^torch' "$LOG/torch.txt" || echo 'torch: none'); ${WHEEL_NCCL:+wheel NCCL $WHEEL_NCCL; }ulimit -l $(ulimit -l); RDMA ports: $(port_states); kernel RDMA: $(kernel_rdma_summary)"
 for f in "$CHECK" "$INFO" "$PLUGIN"; do
   if [ ! -e "$f" ]; then
     record cuda FAIL "missing $f (build it, or scripts/gpu-bundle)"
@@ -177,19 +201,38 @@ else
 fi
 
 # ---- 4. RDMA: GPU -> GPU through the plugin ---------------------------------------------------
-usable_uverbs() { local d; for d in /dev/infiniband/uverbs*; do [ -r "$d" ] && [ -w "$d" ] && return 0; done; return 1; }
-RDMA_WHY=""
-if ! usable_uverbs && [ "$MRC" = 0 ] && [ -n "$RDMA_TOOL" ] && [ -x "$RDMA_TOOL" ]; then
-  NETDEV=$(ip -o route get 1.1.1.1 2>/dev/null | grep -oE 'dev [^ ]+' | cut -d' ' -f2)
-  if [ -z "$NETDEV" ]; then
-    for n in /sys/class/net/*; do [ "${n##*/}" != lo ] && NETDEV=${n##*/} && break; done
-  fi
-  if [ -n "$NETDEV" ]; then
-    if "$RDMA_TOOL" link add sluice_rxe0 type rxe netdev "$NETDEV" >> "$LOG/facts.txt" 2>&1; then
-      echo "rxe: sluice_rxe0 on $NETDEV" | tee -a "$LOG/facts.txt"
-      trap '"$RDMA_TOOL" link delete sluice_rxe0 2>/dev/null' EXIT  # ours: gone again at the end
+RDMA_WHY="" RXE_NOTE=""
+# Soft-RoCE only where no RDMA device exists at all, and only as far as the kernel allows
+# (tests/gpu/kernel_rdma.sh): never a modprobe that cannot work, never rxe beside a real NIC.
+if ! usable_uverbs; then
+  plan=$(rxe_plan)
+  how=${plan%% *} RXE_NOTE=${plan#* }
+  if [ "$how" != no ] && [ "${SLUICE_GPU_RUN_NO_RXE:-0}" = 1 ]; then
+    RXE_NOTE="rdma_rxe: not tried (SLUICE_GPU_RUN_NO_RXE=1; $RXE_NOTE)"
+  elif [ "$how" != no ]; then
+    if [ "$how" = modprobe ]; then
+      out=$( (timeout 10 "$KRDMA_MODPROBE" rdma_rxe) 2>&1 ); mrc=$?
+      echo "modprobe rdma_rxe: exit $mrc $out" >> "$LOG/facts.txt"
+      [ "$mrc" = 0 ] || { how=no RXE_NOTE="modprobe rdma_rxe: exit $mrc${out:+ ${out:0:160}} ($RXE_NOTE)"; }
+    fi
+    if [ "$how" != no ]; then
+      NETDEV=$(ip -o route get 1.1.1.1 2>/dev/null | grep -oE 'dev [^ ]+' | cut -d' ' -f2)
+      if [ -z "$NETDEV" ]; then
+        for n in /sys/class/net/*; do [ "${n##*/}" != lo ] && NETDEV=${n##*/} && break; done
+      fi
+      if [ -z "$RDMA_TOOL" ] || [ ! -x "$RDMA_TOOL" ]; then
+        RXE_NOTE="no rdma tool (iproute2) to create an rxe device ($RXE_NOTE)"
+      elif [ -z "$NETDEV" ]; then
+        RXE_NOTE="no network device to put an rxe device on ($RXE_NOTE)"
+      elif out=$("$RDMA_TOOL" link add sluice_rxe0 type rxe netdev "$NETDEV" 2>&1); then
+        RXE_NOTE="rxe: sluice_rxe0 on $NETDEV ($RXE_NOTE)"
+        trap '"$RDMA_TOOL" link delete sluice_rxe0 2>/dev/null' EXIT  # ours: gone again at the end
+      else
+        RXE_NOTE="rdma link add sluice_rxe0 type rxe netdev $NETDEV: ${out:0:160} ($RXE_NOTE)"
+      fi
     fi
   fi
+  echo "$RXE_NOTE" | tee -a "$LOG/facts.txt"
 fi
 if usable_uverbs; then
   timeout 75 "$CHECK" plugin "$PLUGIN" > "$LOG/plugin.txt" 2>&1; rc=$?
@@ -202,7 +245,7 @@ if usable_uverbs; then
     record rdma FAIL "gpu-check plugin exit $rc: $(grep ': FAIL' "$LOG/plugin.txt" | head -3 | tr '\n' ' ')"
   fi
 else
-  RDMA_WHY="no RDMA device: /dev/infiniband has no usable uverbs ($(ls /dev/infiniband 2>&1 | tr '\n' ' ')) and rdma_rxe did not load ($MODPROBE)"
+  RDMA_WHY="no RDMA device: $DEV_IB has no usable uverbs ($(ls "$DEV_IB" 2>&1 | tr '\n' ' ' | sed 's/ $//')); $RXE_NOTE"
   # Still run the plugin's part, to show what it says (exit 77: skipped with the reason).
   timeout 30 "$CHECK" plugin "$PLUGIN" > "$LOG/plugin.txt" 2>&1; rc=$?
   cat "$LOG/plugin.txt"
