@@ -22,6 +22,13 @@
 #
 # usage: tests/gpu/run.sh --bundle DIR     (scripts/gpu-bundle's folder: a machine without a build)
 #        tests/gpu/run.sh [--build DIR]    (a build tree, default ./build)
+# Ports: the plugin offers only ACTIVE ports. SLUICE_TEST_DEVICES=dev[:port][,dev[:port]] (as for
+# scripts/test) limits steps 3-5 to those ports through NCCL_IB_HCA (an NCCL_IB_HCA already set
+# wins); unset, step 4 takes the ACTIVE port nearest the GPU and NCCL chooses as it would.
+# rdma-core with --bundle: the machine's own libibverbs, librdmacm and providers where it has them
+# (a libibverbs.so.1 with the versions MANIFEST names, and /etc/libibverbs.d); the bundle's
+# (lib/rdma-core, its rxe and mlx5 providers through RDMAV_DRIVERS) only where it has none.
+# SLUICE_GPU_RUN_RDMA_CORE=system|bundle forces the choice.
 # Logs: $OUT/gpu-run/ ($OUT defaults to a new temporary folder). SLUICE_GPU_RUN_NO_RXE=1 loads no
 # module and creates no rxe device (rehearsals on a shared host; step 4 still gives the kernel's
 # reason). SLUICE_GPU_RUN_PYTHON names the Python that has torch (default python3);
@@ -40,8 +47,9 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 . "$HERE/nccl_log.sh"
 . "$HERE/kernel_rdma.sh"
+. "$ROOT/tests/rdma/test_devices.sh"
 DEV_IB=${SLUICE_GPU_RUN_DEV_IB:-/dev/infiniband}
-SYS_IB=${SLUICE_SYS_IB:-/sys/class/infiniband}
+SYS_IB=$SLUICE_SYS_IB
 BUNDLE="" BUILD=${SLUICE_BUILD_DIR:-$ROOT/build}
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -68,16 +76,51 @@ if [ -n "$BUNDLE" ]; then
   if [ -z "$sys" ] || [ -z "$need" ] || ! grep -qa "$need" "$sys"; then
     CXX_DIR=$BUNDLE/lib/cxx: CXX_NOTE="bundle's libstdc++ (system ${sys:-none} lacks ${need:-?})"
   fi
-  export LD_LIBRARY_PATH=$BUNDLE/lib:${CXX_DIR:-}${LD_LIBRARY_PATH:-}
+  # rdma-core: the machine's own where it has one (its libibverbs reads its /etc/libibverbs.d and
+  # loads its providers, matched to its kernel and NICs: a cluster node's rdma-core or DOCA/OFED);
+  # the bundle's only where it has none. Mixing them (the bundle's providers through RDMAV_DRIVERS
+  # into the machine's libibverbs, or the bundle's libibverbs over the machine's providers) is
+  # what must not happen.
+  RDMA_CORE=${SLUICE_GPU_RUN_RDMA_CORE:-auto}
+  sys_verbs=$(ldconfig -p 2>/dev/null | awk '/libibverbs\.so\.1 .*x86-64/ {print $NF; exit}')
+  sys_cm=$(ldconfig -p 2>/dev/null | awk '/librdmacm\.so\.1 .*x86-64/ {print $NF; exit}')
+  verbs_need=$(sed -n 's/^rdma-core needs: //p' "$BUNDLE/MANIFEST" 2>/dev/null)
+  if [ "$RDMA_CORE" = auto ]; then
+    RDMA_CORE=system RDMA_CORE_NOTE="the machine's ($sys_verbs, $sys_cm, /etc/libibverbs.d)"
+    if [ -z "$sys_verbs" ] || [ -z "$sys_cm" ]; then
+      RDMA_CORE=bundle RDMA_CORE_NOTE="the bundle's (the machine has no libibverbs.so.1 or librdmacm.so.1)"
+    elif ! ls /etc/libibverbs.d/*.driver > /dev/null 2>&1; then
+      RDMA_CORE=bundle RDMA_CORE_NOTE="the bundle's (the machine's $sys_verbs has no /etc/libibverbs.d/*.driver: no providers)"
+    else
+      for v in $verbs_need; do  # IBVERBS_1.n in libibverbs, RDMACM_1.n in librdmacm
+        f=$sys_verbs
+        [ "${v#RDMACM_}" != "$v" ] && f=$sys_cm
+        if ! grep -qa "$v" "$f"; then
+          RDMA_CORE=bundle RDMA_CORE_NOTE="the bundle's (the machine's $sys_verbs / $sys_cm lack $v)"
+          break
+        fi
+      done
+    fi
+  else
+    RDMA_CORE_NOTE="the $([ "$RDMA_CORE" = bundle ] && echo "bundle's" || echo "machine's") (SLUICE_GPU_RUN_RDMA_CORE=$RDMA_CORE)"
+  fi
+  RDMA_CORE_DIR=""
+  [ "$RDMA_CORE" = bundle ] && RDMA_CORE_DIR=$BUNDLE/lib/rdma-core:
+  export LD_LIBRARY_PATH=$RDMA_CORE_DIR$BUNDLE/lib:${CXX_DIR:-}${LD_LIBRARY_PATH:-}
   LD_LIBRARY_PATH=${LD_LIBRARY_PATH%:}
-  # No rdma-core on the machine: its providers come from the bundle (rdma-core's load_driver
-  # appends "-rdmav34.so" to an absolute name), and hwloc's PCI plugin too.
-  export RDMAV_DRIVERS=$BUNDLE/lib/libibverbs/librxe:$BUNDLE/lib/libibverbs/libmlx5
+  if [ "$RDMA_CORE" = bundle ]; then
+    # Its providers (rdma-core's load_driver appends "-rdmav34.so" to an absolute name): the
+    # bundle's libibverbs reads only its compiled-in /etc/libibverbs.d, which this machine lacks.
+    # With the machine's own rdma-core, RDMAV_DRIVERS stays as the user has it (normally unset).
+    export RDMAV_DRIVERS=$BUNDLE/lib/libibverbs/librxe:$BUNDLE/lib/libibverbs/libmlx5
+  fi
+  # hwloc's PCI plugin, from the bundle (its libhwloc is the bundle's too).
   export HWLOC_PLUGINS_PATH=$BUNDLE/lib/hwloc
 else
   CHECK=$BUILD/tests/gpu-check INFO=$BUILD/tools/sluice-info RDMA_TOOL=$(command -v rdma || true)
   for t in /sbin/rdma /usr/sbin/rdma /bin/rdma; do [ -z "$RDMA_TOOL" ] && [ -x "$t" ] && RDMA_TOOL=$t; done
   PLUGIN=$BUILD/plugin/libnccl-net-sluice.so
+  RDMA_CORE_NOTE="the machine's (a build tree)"
 fi
 STEPS=() VERDICTS=() REASONS=()
 record() {  # record STEP VERDICT REASON
@@ -126,11 +169,35 @@ kernel_rdma_read
   ls -l /dev/nvidia* 2>&1 | head -8
   echo "$DEV_IB: $(ls "$DEV_IB" 2>&1 | tr '\n' ' ')"
   echo "RDMA ports ($SYS_IB): $(port_states)"
+  echo "rdma-core: $RDMA_CORE_NOTE${RDMAV_DRIVERS:+; RDMAV_DRIVERS=$RDMAV_DRIVERS}"
   echo "ulimit -l: $(ulimit -l)"
   echo "nvidia_peermem: $([ -e /sys/module/nvidia_peermem ] && echo loaded || echo 'not loaded')"
   echo "kernel RDMA: $(kernel_rdma_summary)"
   echo "modprobe: ${KRDMA_MODPROBE:-none}; rdma (iproute2): ${RDMA_TOOL:-none}"
 } > "$LOG/facts.txt" 2>&1
+# The ports to test on: SLUICE_TEST_DEVICES as scripts/test reads it (tests/rdma/test_devices.sh),
+# handed to the plugin and to NCCL as NCCL_IB_HCA.
+DEVICES_BAD="" DEVICES_NOTE=""
+if [ -n "${SLUICE_TEST_DEVICES:-}" ]; then
+  if pair=$(sluice_test_ports 2>&1); then
+    # shellcheck disable=SC2086  # "dev:port dev:port" (the same twice for loopback)
+    set -- $pair
+    hca="=$1"; [ "$2" != "$1" ] && hca+=",$2"
+    if [ -n "${NCCL_IB_HCA:-}" ]; then
+      DEVICES_NOTE="NCCL_IB_HCA=$NCCL_IB_HCA kept (SLUICE_TEST_DEVICES=$SLUICE_TEST_DEVICES not applied)"
+    else
+      export NCCL_IB_HCA=$hca
+      DEVICES_NOTE="SLUICE_TEST_DEVICES=$SLUICE_TEST_DEVICES: NCCL_IB_HCA=$hca"
+    fi
+  else
+    DEVICES_BAD=$pair
+  fi
+  set --
+fi
+if [ -z "$DEVICES_NOTE$DEVICES_BAD" ]; then
+  DEVICES_NOTE="${NCCL_IB_HCA:+NCCL_IB_HCA=$NCCL_IB_HCA: }every ACTIVE port the plugin offers; step 4 on the one nearest the GPU"
+fi
+echo "ports chosen: ${DEVICES_BAD:-$DEVICES_NOTE}" >> "$LOG/facts.txt"
 timeout 30 "$PY" - > "$LOG/torch.txt" 2>&1 <<'EOF'
 import glob, os, sys
 print("python", sys.version.split()[0], sys.executable)
@@ -204,7 +271,7 @@ fi
 RDMA_WHY="" RXE_NOTE=""
 # Soft-RoCE only where no RDMA device exists at all, and only as far as the kernel allows
 # (tests/gpu/kernel_rdma.sh): never a modprobe that cannot work, never rxe beside a real NIC.
-if ! usable_uverbs; then
+if ! usable_uverbs && [ -z "$DEVICES_BAD" ]; then
   plan=$(rxe_plan)
   how=${plan%% *} RXE_NOTE=${plan#* }
   if [ "$how" != no ] && [ "${SLUICE_GPU_RUN_NO_RXE:-0}" = 1 ]; then
@@ -234,11 +301,17 @@ if ! usable_uverbs; then
   fi
   echo "$RXE_NOTE" | tee -a "$LOG/facts.txt"
 fi
-if usable_uverbs; then
+if [ -n "$DEVICES_BAD" ]; then
+  record rdma FAIL "$DEVICES_BAD"
+elif usable_uverbs; then
   timeout 75 "$CHECK" plugin "$PLUGIN" > "$LOG/plugin.txt" 2>&1; rc=$?
   cat "$LOG/plugin.txt"
   if [ "$rc" = 0 ]; then
-    record rdma PASS "$(first 'CHECK gpu_dmabuf_transfer: PASS' "$LOG/plugin.txt" | cut -c1-110); $(first 'CHECK gpu_transfer: PASS' "$LOG/plugin.txt" | cut -c1-110)"
+    record rdma PASS "$(first 'CHECK plugin_init: PASS' "$LOG/plugin.txt" | cut -c1-110); $(first 'CHECK gpu_dmabuf_transfer: PASS' "$LOG/plugin.txt" | cut -c1-110); $(first 'CHECK gpu_transfer: PASS' "$LOG/plugin.txt" | cut -c1-110)"
+  elif [ "$rc" = 77 ] && grep -q '^CHECK plugin_init: SKIP' "$LOG/plugin.txt"; then
+    # uverbs exist, but the plugin offers no port: none ACTIVE, or NCCL_IB_HCA excludes them.
+    RDMA_WHY="no usable RDMA port: the plugin offers none (ports: $(port_states)${NCCL_IB_HCA:+; NCCL_IB_HCA=$NCCL_IB_HCA}; its WARN in $LOG/plugin.txt says why)${RXE_NOTE:+; $RXE_NOTE}"
+    record rdma SKIP "$RDMA_WHY"
   elif [ "$rc" = 77 ]; then
     record rdma SKIP "$(grep -E ': SKIP' "$LOG/plugin.txt" | sed -E 's/^CHECK ([a-z_]+): SKIP /\1: /' | head -3 | tr '\n' ' ')"
   else

@@ -87,11 +87,12 @@ endif()
 
 # The device run rehearsed from the bundle (label package): run.sh --bundle with the stand-in
 # driver and the stand-in for PyTorch (tests/gpu/standin_torch.py: the plugin loaded into Python
-# as NCCL does, NCCL's lines into NCCL_DEBUG_FILE), only the bundle on the library path, rxe
-# left alone, and the kernel of issue 34's H200 machine: its configuration (no rxe, no siw), no
-# /lib/modules, no modprobe, an empty /dev/infiniband and /sys/class/infiniband. Exit 77, steps 4
-# and 5 skipped with their reasons: step 4 the kernel's ("rdma_rxe is not in this kernel and it
-# cannot load modules"), step 5 NCCL's refusal, exactly.
+# as NCCL does, NCCL's lines into NCCL_DEBUG_FILE), only the bundle on the library path (its own
+# rdma-core, as on a machine without one), rxe left alone, and the kernel of issue 34's H200
+# machine: its configuration (no rxe, no siw), no /lib/modules, no modprobe, an empty
+# /dev/infiniband and /sys/class/infiniband. Exit 77, steps 4 and 5 skipped with their reasons:
+# step 4 the kernel's ("rdma_rxe is not in this kernel and it cannot load modules"), step 5
+# NCCL's refusal, exactly.
 if(SLUICE_HAVE_CUDA_HEADERS AND SLUICE_BUILD_BENCH)
   set_tests_properties(gpu_bundle PROPERTIES FIXTURES_SETUP gpu_bundle_dir)
   set(_rehearsal_empty ${CMAKE_BINARY_DIR}/gpu-run-rehearsal-empty)
@@ -99,7 +100,7 @@ if(SLUICE_HAVE_CUDA_HEADERS AND SLUICE_BUILD_BENCH)
   add_test(NAME gpu_run_rehearsal
            COMMAND env -u LD_LIBRARY_PATH -u SLUICE_TEST_DEVICES
                    OUT=${CMAKE_BINARY_DIR}/gpu-run-rehearsal
-                   SLUICE_GPU_RUN_NO_RXE=1
+                   SLUICE_GPU_RUN_NO_RXE=1 SLUICE_GPU_RUN_RDMA_CORE=bundle
                    NCCL_IB_HCA==no_such_hca_sluice
                    SLUICE_GPU_RUN_KCONFIG=${PROJECT_SOURCE_DIR}/tests/gpu/kconfig/h200-firecracker.config
                    SLUICE_GPU_RUN_MODPROBE= SLUICE_GPU_RUN_MODULES_DIR=${CMAKE_BINARY_DIR}/no-lib-modules
@@ -112,6 +113,7 @@ if(SLUICE_HAVE_CUDA_HEADERS AND SLUICE_BUILD_BENCH)
                    "^  2  cuda   PASS" "^  3  gdr    PASS"
                    "^  4  rdma   SKIP no RDMA device: [^ ]+ has no usable uverbs \\(\\); rdma_rxe is not in this kernel and it cannot load modules \\(CONFIG_RDMA_RXE=unset, CONFIG_RDMA_SIW=unset; no [^ ]+/no-lib-modules; no modprobe or insmod\\)$"
                    "^  5  nccl   SKIP expected without an RDMA device: NCCL refused with \"Failed to initialize any NET plugin\""
+                   "^rdma-core: the bundle's \\(SLUICE_GPU_RUN_RDMA_CORE=bundle\\); RDMAV_DRIVERS="
                    -- ${PROJECT_SOURCE_DIR}/tests/gpu/run.sh --bundle ${CMAKE_BINARY_DIR}/gpu-bundle-test)
   set_tests_properties(gpu_run_rehearsal PROPERTIES LABELS package TIMEOUT 330
                        FIXTURES_REQUIRED gpu_bundle_dir)
