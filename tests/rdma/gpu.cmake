@@ -71,6 +71,12 @@ endif()
 add_test(NAME gpu_nccl_log_verdicts COMMAND ${PROJECT_SOURCE_DIR}/tests/gpu/nccl_log_test.sh)
 set_tests_properties(gpu_nccl_log_verdicts PROPERTIES LABELS unit TIMEOUT 60)
 
+# run.sh's reading of the kernel's RDMA configuration and its rxe plan, on fake machines (label
+# unit): the kernel's reason where rxe is not built in and modules cannot be loaded, `rdma link
+# add` at once where rxe is built in, modprobe only where it can work.
+add_test(NAME gpu_kernel_rdma COMMAND ${PROJECT_SOURCE_DIR}/tests/gpu/kernel_rdma_test.sh)
+set_tests_properties(gpu_kernel_rdma PROPERTIES LABELS unit TIMEOUT 60)
+
 # scripts/gpu-bundle from this build tree, then its size and libraries (label package; a minute).
 # The bundle carries nccl-allreduce, a benchmark: a build without benchmarks has no bundle to check.
 if(SLUICE_HAVE_CUDA_HEADERS AND SLUICE_BUILD_BENCH)
@@ -81,19 +87,33 @@ endif()
 
 # The device run rehearsed from the bundle (label package): run.sh --bundle with the stand-in
 # driver and the stand-in for PyTorch (tests/gpu/standin_torch.py: the plugin loaded into Python
-# as NCCL does, NCCL's lines into NCCL_DEBUG_FILE), only the bundle on the library path, rxe left
-# alone. Without RDMA devices: exit 77, steps 4 and 5 skipped with their reasons, NCCL's refusal
-# reported exactly.
+# as NCCL does, NCCL's lines into NCCL_DEBUG_FILE), only the bundle on the library path (its own
+# rdma-core, as on a machine without one), rxe left alone, and the kernel of issue 34's H200
+# machine: its configuration (no rxe, no siw), no /lib/modules, no modprobe, an empty
+# /dev/infiniband and /sys/class/infiniband. Exit 77, steps 4 and 5 skipped with their reasons:
+# step 4 the kernel's ("rdma_rxe is not in this kernel and it cannot load modules"), step 5
+# NCCL's refusal, exactly.
 if(SLUICE_HAVE_CUDA_HEADERS AND SLUICE_BUILD_BENCH)
   set_tests_properties(gpu_bundle PROPERTIES FIXTURES_SETUP gpu_bundle_dir)
+  set(_rehearsal_empty ${CMAKE_BINARY_DIR}/gpu-run-rehearsal-empty)
+  file(MAKE_DIRECTORY ${_rehearsal_empty})
   add_test(NAME gpu_run_rehearsal
-           COMMAND env -u LD_LIBRARY_PATH OUT=${CMAKE_BINARY_DIR}/gpu-run-rehearsal
-                   SLUICE_GPU_RUN_NO_RXE=1 NCCL_IB_HCA==no_such_hca_sluice
+           COMMAND env -u LD_LIBRARY_PATH -u SLUICE_TEST_DEVICES
+                   OUT=${CMAKE_BINARY_DIR}/gpu-run-rehearsal
+                   SLUICE_GPU_RUN_NO_RXE=1 SLUICE_GPU_RUN_RDMA_CORE=bundle
+                   NCCL_IB_HCA==no_such_hca_sluice
+                   SLUICE_GPU_RUN_KCONFIG=${PROJECT_SOURCE_DIR}/tests/gpu/kconfig/h200-firecracker.config
+                   SLUICE_GPU_RUN_MODPROBE= SLUICE_GPU_RUN_MODULES_DIR=${CMAKE_BINARY_DIR}/no-lib-modules
+                   SLUICE_GPU_RUN_SYS_MODULE=${_rehearsal_empty} SLUICE_GPU_RUN_DEV_IB=${_rehearsal_empty}
+                   SLUICE_SYS_IB=${_rehearsal_empty}
                    SLUICE_CUDA_LIBRARY=${CMAKE_BINARY_DIR}/gpu-bundle-test/test/libsluice-test-fake-cuda.so
                    SLUICE_GPU_RUN_TORCH_SCRIPT=${PROJECT_SOURCE_DIR}/tests/gpu/standin_torch.py
                    ${PROJECT_SOURCE_DIR}/tests/gpu/expect_skip.sh
-                   "^  1  facts  PASS" "^  2  cuda   PASS" "^  3  gdr    PASS" "^  4  rdma   SKIP no RDMA device"
+                   "^  1  facts  PASS .*RDMA ports: none; kernel RDMA: CONFIG_INFINIBAND=y CONFIG_INFINIBAND_USER_ACCESS=y CONFIG_RDMA_RXE=unset CONFIG_RDMA_SIW=unset CONFIG_MLX5_INFINIBAND=y"
+                   "^  2  cuda   PASS" "^  3  gdr    PASS"
+                   "^  4  rdma   SKIP no RDMA device: [^ ]+ has no usable uverbs \\(\\); rdma_rxe is not in this kernel and it cannot load modules \\(CONFIG_RDMA_RXE=unset, CONFIG_RDMA_SIW=unset; no [^ ]+/no-lib-modules; no modprobe or insmod\\)$"
                    "^  5  nccl   SKIP expected without an RDMA device: NCCL refused with \"Failed to initialize any NET plugin\""
+                   "^rdma-core: the bundle's \\(SLUICE_GPU_RUN_RDMA_CORE=bundle\\); RDMAV_DRIVERS="
                    -- ${PROJECT_SOURCE_DIR}/tests/gpu/run.sh --bundle ${CMAKE_BINARY_DIR}/gpu-bundle-test)
   set_tests_properties(gpu_run_rehearsal PROPERTIES LABELS package TIMEOUT 330
                        FIXTURES_REQUIRED gpu_bundle_dir)
