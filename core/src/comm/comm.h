@@ -8,9 +8,10 @@
 //  * Both sides walk the same sequence numbers: receive k uses FIFO slot k % kFifoSlots and record
 //    slot k % kFifoSlots. Split mode: every data QP carries exactly one immediate for it; otherwise
 //    only QP k % nqps does (cts::qp_of_lane).
-//  * A comm is driven by one thread at a time (NCCL's rule). The one exception: a receive comm's
-//    staged clear-to-send entries may be published by any thread's call (recv.cc, publish_all),
-//    so the receive comm's CTS and completion state is guarded by RecvComm::mu.
+//  * A comm is driven by one thread at a time (NCCL's rule), and a call touches only its own comm:
+//    no call's cost grows with the comms open (issue 32). A receive comm's state is still guarded
+//    by RecvComm::mu, for the calls NCCL may make from another thread (deregMr's scan of its
+//    requests, finalize's retirement).
 #pragma once
 
 #include <atomic>
@@ -59,8 +60,6 @@ inline constexpr uint32_t kRecvRqDepth = wire::kFifoSlots;  // one receive WR pe
 // A fused comm's receive queues hold kRecvRqDepth per path: failover may route every path's
 // closes, so their credits, to one QP (health/path_failover.h).
 inline constexpr int kRecvRqMaxDepth = static_cast<int>(kRecvRqDepth) * stripe::kMaxPaths;
-// Receives staged before a clear-to-send publication is forced (wire.h says why it lives there).
-inline constexpr uint32_t kCtsCoalesceSlots = wire::kCtsCoalesceSlots;
 static_assert(kCtsBudget >= 2, "a publication may need two writes (FIFO wrap)");
 // Inline CTS: one entry (the common, ungrouped receive); grouped receives post from staging memory.
 inline constexpr uint32_t kCtsInlineBytes = sizeof(wire::CtsEntry);
@@ -316,14 +315,12 @@ class RecvComm : public CommBase {
   wire::CtsEntry* stage = nullptr;      // kFifoSlots * kEntriesPerSlot entries of cts_cells() cells
   wire::DoneRecord* records = nullptr;  // kFifoSlots
   uint64_t remote_fifo = 0;  // the sender's CTS FIFO (its key per member: c.remote_mem_rkey)
-  // Guards everything below and the requests in `pool`: a publisher on another thread (recv.cc)
-  // posts on this comm's queues and may poll its CQ for room.
+  // Guards everything below and the requests in `pool` (uncontended on the data path: only the
+  // comm's driver takes it there; deregMr and finalize may come from another thread).
   std::mutex mu;
   uint64_t seq = 0;        // receives posted so far (staged in `stage`)
   uint64_t rq_posted = 0;  // receives whose receive WRs are posted (<= seq)
   uint64_t published = 0;  // receives whose CTS entries are written to the peer (<= rq_posted)
-  std::atomic<bool> has_pending{false};  // published < seq (hint for other threads' publishers)
-  bool registered = false;               // in the process-wide publication registry
   // (The clear-to-send writes' accounting is per QP incarnation: Conn::qp[q].cts_*.)
   // The progress watchdog's view of the unsignaled CTS tail (progress.h): per QP in its
   // incarnation (cts_tail_from, cts_probing); here the receives completed.

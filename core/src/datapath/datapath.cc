@@ -203,7 +203,7 @@ Status iflush(RecvComm* r, int n, void* const* data, const int* sizes, MemHandle
     return Status(Code::kInvalidArgument, "iflush: n = " + std::to_string(n));
   // Host memory needs no flush (the CPU sees the NIC's writes once the completion arrived) unless
   // NCCL_NET_FORCE_FLUSH; GPU memory gets a loopback READ (flush.cc). Under the comm's mutex, like
-  // irecv and test: publish_all on another thread may record the comm's failure meanwhile.
+  // irecv and test.
   std::lock_guard<std::mutex> lk(r->mu);
   return flush_post(*r, n, data, sizes, mhs, out);
 }
@@ -212,7 +212,6 @@ Status test(Request* req, int* done, size_t* sizes) {
   *done = 0;
   if (req == nullptr || req->magic != Request::kMagic || !req->in_use)
     return Status(Code::kInvalidArgument, "test: not a live Sluice request");
-  dp::publish_all();  // a receive staged anywhere in the process may be what this test waits for
   if (req->is_flush) return flush_test(req, done);
   if (req->is_send) {
     auto* r = static_cast<SendReq*>(req);
@@ -233,7 +232,7 @@ Status test(Request* req, int* done, size_t* sizes) {
   std::lock_guard<std::mutex> lk(rc.mu);
   if (!r->done) {
     SLUICE_RETURN_IF_ERROR(check_device(rc.c, false));
-    SLUICE_RETURN_IF_ERROR(dp::publish(rc));  // staged but skipped above (registry busy)
+    SLUICE_RETURN_IF_ERROR(dp::publish(rc));  // staged for want of CTS budget at its irecv
     SLUICE_RETURN_IF_ERROR(poll_recv(rc));
     if (!r->done) return liveness_verdict(rc.c);  // fails once the peer is gone
   }
@@ -323,7 +322,6 @@ Status comm_stats_v2(void* comm, CommStatsV2* out) {
 
 void retire_comm(Conn& c, const std::string& why) {
   if (c.retired) return;
-  if (c.owner->kind == CommKind::kRecv) dp::unregister_recv(*static_cast<RecvComm*>(c.owner));
   c.failure = Status(Code::kInvalidUsage, why + " (comm " + c.describe_qp(0) + ")");
   liveness_stop(c);
   c.drain_at_close();
@@ -415,7 +413,6 @@ Status close_recv(RecvComm* r) {
   if (r == nullptr || r->kind != CommKind::kRecv)
     return Status(Code::kInvalidArgument, "closeRecv: not a receive comm");
   r->kind = CommKind::kDead;
-  dp::unregister_recv(*r);  // no other thread's publisher reaches it from here on
   dp::log_stats("receive", r->c);
   if (r->c.prof.start != nullptr) {
     std::lock_guard<std::mutex> lk(r->mu);

@@ -119,13 +119,9 @@ Status take_held_wc(RecvComm& r, const ibv_wc& wc, int member);
 // substitute is fencing: the next call goes on).
 Status fo_send_replay(SendComm& s, int p, bool* done);
 
-// Clear-to-send publication (recv.cc). publish(): posts r's staged receives (receive WRs, then the
-// CTS WRITEs); caller holds r.mu. publish_all(): publishes every comm's staged receives that
-// another thread is not driving right now; costs one atomic load when nothing is staged anywhere.
-// The caller must not hold any RecvComm::mu.
+// Clear-to-send publication (recv.cc): posts r's staged receives (receive WRs, then the CTS
+// WRITEs); what finds no CTS budget stays staged for the comm's next call. Caller holds r.mu.
 Status publish(RecvComm& r);
-void publish_all(const RecvComm* skip = nullptr);
-void unregister_recv(RecvComm& r);  // at close, before the comm is freed
 // Failover (failover_recv.cc): n receive WRs on QP q whose closes name their receives (a fused
 // comm's credits moved to a substitute); every receive from r.published on published again.
 // Caller holds r.mu.

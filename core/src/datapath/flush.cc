@@ -232,7 +232,7 @@ Status flush_test(Request* req, int* done) {
   *done = 0;
   auto* fr = static_cast<FlushReq*>(req);
   auto& r = *static_cast<RecvComm*>(fr->comm);
-  std::lock_guard<std::mutex> lk(r.mu);  // r.c.failure may be written by publish_all elsewhere
+  std::lock_guard<std::mutex> lk(r.mu);  // the receive comm's state (comm.h)
   if (!fr->done) {
     SLUICE_RETURN_IF_ERROR(r.c.failure);
     SLUICE_RETURN_IF_ERROR(poll(r, *r.flush));

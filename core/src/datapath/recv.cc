@@ -1,27 +1,19 @@
-// The receive side: irecv stages a receive's clear-to-send (CTS) entries; receives posted back to
-// back are published together, with one chained ibv_post_recv per QP and one RDMA WRITE covering
-// their contiguous FIFO slots (two at the FIFO's wrap). poll_recv harvests the immediates and
+// The receive side: irecv takes a receive's clear-to-send (CTS) entries into the comm's stage and
+// publishes them at once: its receive WRs (one chained ibv_post_recv per QP that gets any), then
+// one RDMA WRITE of its entries into the sender's FIFO. poll_recv harvests the immediates and
 // checks completion records (cts_match.cc).
 //
-// When staged entries are published (no entry may wait across a call that could wait for it):
-//  * at kCtsCoalesceSlots staged receives, and when the comm's 32 receives are all in flight;
-//  * at the next test of any request (send, receive or flush), isend of any comm (after that
-//    send's own data), or irecv of any other comm, in any thread of the process (publish_all); a
-//    test of a receive also publishes its own comm under its mu (publish), in case publish_all
-//    found the registry busy.
-// An entry whose QP has no CTS budget left (kCtsBudget writes not yet reclaimed) stays staged, and
-// the next such call retries: that waits only for this NIC's completions, never for the peer.
-// publish_all finds staged comms through a registry: one mutex, a vector of the receive comms that
-// ever posted, and an atomic count of comms with staged entries, so the common path (nothing
-// staged) costs one atomic load; with something staged it walks every registered comm. A comm
-// joins at its first irecv (a push_back under the registry's mutex: the data path's only
-// allocation and blocking lock, once per comm) and leaves at close. It only try_locks (the
-// registry, then each comm's mu): a comm whose driver is inside a call right now, or a registry
-// another thread is walking, is left to that thread, and the caller's next call tries again.
-// Nothing on the path of a message blocks on a comm's mu except its own driver against a
-// publisher that holds it for a few posts. Weighed in docs/benchmarks.md (issue 18): in NCCL's
-// posting pattern every receive still gets its own write; receives posted back to back on one
-// comm share one per 8, and its CPU cost does not show above rxe's.
+// A publication touches this comm only. An entry whose QP has no CTS budget left (kCtsBudget
+// writes not yet reclaimed by a signaled completion) stays staged, and the comm's own next irecv
+// or test of a receive retries (that test polls the completions that reclaim the budget): it
+// waits only for this NIC's completions, never for the peer. Entries staged back to back then go
+// out in one WRITE (their FIFO slots are contiguous; two at the FIFO's wrap).
+//
+// Before issue 32 the entries of back-to-back receives were held for a later call of any comm in
+// the process (a process-wide registry walked on every isend, irecv and test while anything was
+// staged), to share one WRITE per 8 receives. In NCCL's posting pattern (one irecv per comm per
+// proxy progress call, the comms interleaved) every receive got its own WRITE anyway, and the
+// walk made every call's cost grow with the receive comms open: docs/benchmarks.md weighs it.
 #include <arpa/inet.h>
 
 #include <algorithm>
@@ -37,23 +29,6 @@
 namespace sluice {
 namespace dp {
 namespace {
-
-struct Registry {
-  std::mutex mu;
-  std::vector<RecvComm*> comms;  // guarded by mu
-  std::atomic<int> staged{0};    // comms with has_pending set
-};
-
-Registry& registry() {
-  static Registry r;
-  return r;
-}
-
-void set_pending(RecvComm& r, bool pending) {
-  if (r.has_pending.load(std::memory_order_relaxed) == pending) return;
-  r.has_pending.store(pending, std::memory_order_relaxed);
-  registry().staged.fetch_add(pending ? 1 : -1, std::memory_order_release);
-}
 
 // Posts n receive WRs (credits) on QP q, chained; wr_id = the slot of receive k for each.
 Status post_credits(RecvComm& r, int q, const uint64_t* ks, int n) {
@@ -252,37 +227,12 @@ Status publish_staged(RecvComm& r) {
 
 Status publish(RecvComm& r) {
   if (r.published == r.seq) return r.c.failure;
-  Status st = publish_staged(r);
   // A failed comm has nothing left to publish: every later call reports its failure.
-  set_pending(r, st.is_ok() && r.published < r.seq);
-  return st;
-}
-
-void publish_all(const RecvComm* skip) {
-  Registry& g = registry();
-  if (g.staged.load(std::memory_order_acquire) == 0) return;
-  std::unique_lock<std::mutex> lk(g.mu, std::try_to_lock);
-  if (!lk.owns_lock()) return;  // another thread is publishing
-  for (RecvComm* r : g.comms) {
-    if (r == skip || !r->has_pending.load(std::memory_order_relaxed)) continue;
-    std::unique_lock<std::mutex> cl(r->mu, std::try_to_lock);
-    if (!cl.owns_lock()) continue;  // its driver is inside a call on it and publishes itself
-    (void)publish(*r);              // a failure stays in r's Conn: its own next call reports it
-  }
+  return publish_staged(r);
 }
 
 Status republish_from(RecvComm& r) {
-  set_pending(r, true);
   return publish(r);
-}
-
-void unregister_recv(RecvComm& r) {
-  Registry& g = registry();
-  std::lock_guard<std::mutex> lk(g.mu);
-  std::lock_guard<std::mutex> cl(r.mu);
-  set_pending(r, false);
-  if (r.registered) std::erase(g.comms, &r);
-  r.registered = false;
 }
 
 namespace {
@@ -408,12 +358,6 @@ Status irecv(RecvComm* r, int n, void* const* data, const size_t* sizes, const i
     return Status(Code::kInvalidArgument, "irecv: n = " + std::to_string(n) + " outside 1.." +
                                               std::to_string(wire::kEntriesPerSlot));
   }
-  dp::publish_all(r);  // other comms' staged receives (r's own stay staged: they coalesce)
-  if (!r->registered) {
-    std::lock_guard<std::mutex> lk(dp::registry().mu);
-    dp::registry().comms.push_back(r);
-    r->registered = true;
-  }
   std::lock_guard<std::mutex> lk(r->mu);
   SLUICE_RETURN_IF_ERROR(dp::check_device(r->c));
   for (int i = 0; i < n; ++i) {
@@ -482,8 +426,7 @@ Status irecv(RecvComm* r, int n, void* const* data, const size_t* sizes, const i
   }
   ++r->seq;
   *out = &req;
-  if (r->seq - r->published >= kCtsCoalesceSlots) return dp::publish(*r);
-  dp::set_pending(*r, true);
+  SLUICE_RETURN_IF_ERROR(dp::publish(*r));  // at once (or at the comm's next call: no budget)
   return Status::ok();
 }
 

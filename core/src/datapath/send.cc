@@ -537,10 +537,7 @@ Status isend(SendComm* s, void* data, size_t size, int tag, MemHandle* mh, Reque
   *out = nullptr;
   if (s == nullptr || s->kind != CommKind::kSend)
     return Status(Code::kInvalidArgument, "isend: not a send comm");
-  Status st = dp::isend_impl(s, data, size, tag, mh, parent, out);
-  // A receive posted before this send is published after the send's data went out.
-  dp::publish_all();
-  return st;
+  return dp::isend_impl(s, data, size, tag, mh, parent, out);
 }
 
 }  // namespace sluice

@@ -22,11 +22,6 @@ inline constexpr uint16_t kVersion = 2;
 inline constexpr int kMaxQps = 16;         // NCCL_IB_QPS_PER_CONNECTION upper bound
 inline constexpr int kFifoSlots = 32;      // = receives in flight per comm (NCCL_NET_MAX_REQUESTS)
 inline constexpr int kEntriesPerSlot = 8;  // = maxRecvs
-// Receives whose clear-to-send entries the receiver stages and publishes together: reaching this
-// many publishes at once (one RDMA WRITE of up to this many slots, two at the FIFO's wrap). Here,
-// not in core's comm.h, so the cost test can bound CTS writes per message by the same constant.
-inline constexpr int kCtsCoalesceSlots = 8;
-static_assert(kCtsCoalesceSlots >= 1 && kCtsCoalesceSlots <= kFifoSlots);
 
 // The listen handle (first bytes of NCCL's 128-byte handle). The connector keeps a reference to its
 // in-progress state in `connect_state` (NCCL passes the same handle memory on every connect call).
