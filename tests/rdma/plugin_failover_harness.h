@@ -276,11 +276,19 @@ struct Event {
   // before it among them; the soak: a stream that completes while the link is down, without
   // waiting for the whole window posted before the fault).
   bool past_posted = true;
+  // Also: min_done completions since this host logged "fenced on both sides" in the phase (the
+  // peer failed over too, and the stream goes on over the path left).
+  bool from_fence = false;
   bool watch_back = false;   // the phase it begins watches member 1's counter rise
   int watch_member = 1;      // ... or this member's (the soak's eth0 flaps: 0)
   bool carry_window = true;  // until_full after it: also the window of messages after "back";
                              // false: only the member's counter rise (carries_ms)
-  bool end = false;          // the last: ends the stream
+  // Also the other host's word on its own "back in full" since the previous event: 'F', or 'N'
+  // once max_ms passed there without it. It sends exactly one per such event (never both
+  // directions at once: the other host is told of this event only after), so that the next fault
+  // does not cut the other side's ramp short (the soak).
+  bool peer_full = false;
+  bool end = false;                  // the last: ends the stream
   std::function<std::string()> act;  // on the actor, before the mark; may be empty
   bool async = false;  // act in a thread of its own while the stream goes on (a fork + exec of
                        // tc takes ~1 s in a loaded TCG VM); the event is due when it returns

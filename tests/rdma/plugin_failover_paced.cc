@@ -98,6 +98,8 @@ std::string paced_stream(Ctx& x, void* comm, RegBuf& buf, int step, int nslots, 
   bool fence_seen = false;
   std::future<std::string> pending;  // an async act in flight
   size_t watched = SIZE_MAX;         // the phase watching member 1 (watching())
+  char peer_word = 0;                // the other host's word for this host's next event (peer_full)
+  bool word_sent = false;            // this host's word for the other host's next event (peer_full)
   const size_t stride = slot_bytes();
   auto slot = [&](int i) { return buf.data() + size_t(i % nslots) * stride; };
   auto mark = [&](Mark& m, bool fresh) {
@@ -124,6 +126,8 @@ std::string paced_stream(Ctx& x, void* comm, RegBuf& buf, int step, int nslots, 
     flow->ph.push_back(p);
     if (p.watch_back) watched = flow->ph.size() - 1;
     ++next;
+    peer_word = 0;
+    word_sent = false;
     if (at_phase) at_phase(flow->ph.size() - 1);
   };
   auto where = [&] { return " (" + flow->ph.back().name + ")"; };
@@ -286,7 +290,17 @@ std::string paced_stream(Ctx& x, void* comm, RegBuf& buf, int step, int nslots, 
       const Event& e = ev[next];
       const auto prev = flow->ph.back().start.t;
       const long long el = ms_between(prev, now);
-      bool due = el >= e.after_ms;
+      if (e.peer_full && peer_word == 0 && now >= next_side) {  // the other host's word
+        next_side = now + milliseconds(5);
+        pollfd q{x.side, POLLIN, 0};
+        if (poll(&q, 1, 0) == 1) {
+          if (!read_full(x.side, &peer_word, 1, wait_limit())) return "side read";
+          if (peer_word != 'F' && peer_word != 'N')
+            return std::string("unexpected side byte '") + peer_word +
+                   "' (want the other host's word on \"" + kBackFull + "\")";
+        }
+      }
+      bool due = el >= e.after_ms && (!e.peer_full || peer_word != 0);
       if (due && e.until_full) {  // and a window of messages served after "back"
         const long long full = flow->first_ms(kBackFull, prev, now + milliseconds(1), 0);
         due = (full >= 0 && el - full >= e.hold_ms &&
@@ -298,6 +312,15 @@ std::string paced_stream(Ctx& x, void* comm, RegBuf& buf, int step, int nslots, 
       const Mark& since = flow->ph.back().start;
       if (due && done < (e.past_posted ? since.posted : since.done) + e.min_done)
         due = el >= e.max_ms;
+      if (due && e.from_fence) {  // min_done completions since "fenced on both sides" here
+        const long long f = flow->first_ms(kFenced, prev, now + milliseconds(1), 0);
+        int n = 0;
+        if (f >= 0)
+          for (auto it = flow->completions.rbegin();
+               it != flow->completions.rend() && *it >= prev + milliseconds(f); ++it)
+            ++n;
+        if (f < 0 || n < e.min_done) due = el >= e.max_ms;
+      }
       bool fire = false;
       if (pending.valid()) {  // an act in its own thread: the event when it is done
         due = false;
@@ -326,9 +349,23 @@ std::string paced_stream(Ctx& x, void* comm, RegBuf& buf, int step, int nslots, 
         }
         begin_phase(e);
       }
-    } else if (now >= next_side) {  // told events, the end's acknowledgement
-      next_side = now + milliseconds(5);
-      if (std::string e = poll_side(); !e.empty()) return e;
+    } else {
+      // The other host's next event waits for this host's word on its "back in full" (seen since
+      // the phase began, or just before: a told host may log it before the side byte arrives).
+      if (next < ev.size() && ev[next].peer_full && !word_sent) {
+        const Event& e = ev[next];
+        const auto from = flow->ph.back().start.t;
+        const bool full = flow->first_ms(kBackFull, from, now + milliseconds(1), 250) >= 0;
+        if (full || ms_between(from, now) >= e.max_ms) {
+          const char w = full ? 'F' : 'N';
+          if (!write_full(x.side, &w, 1)) return "side write";
+          word_sent = true;
+        }
+      }
+      if (now >= next_side) {  // told events, the end's acknowledgement
+        next_side = now + milliseconds(5);
+        if (std::string e = poll_side(); !e.empty()) return e;
+      }
     }
   }
   if (await_ack) {  // all done before the other host's acknowledgement of the end arrived

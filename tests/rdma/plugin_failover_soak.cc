@@ -19,13 +19,15 @@
 //      rounds, host0 in even ones: one link down at a time, the next flap only once the last is
 //      "back in full" (never both down at once).
 // A flap: its host takes the link down (SIOCSIFFLAGS) and, a quarter of SLUICE_TEST_FLAP_MS
-// (2000 in CI) later, up again (eth1: only once it completed kMinDownDone messages since the
-// fault), then waits for the port ACTIVE with its GID; the next flap (or the drain) comes half a
-// period after up, once this host logged "back in full" an eighth of a period ago and the link's
-// member carried again (its packet counter up kCarryPackets). No call may fail and every byte is
-// checked, so the stream must complete. Checked per flap, each host from what it saw:
-//  * eth1: the host that flapped it completed a message while it was down; "failed over" logged
-//    then; the longest wait between completions from the fault to "back" within 2 liveness polls
+// (2000 in CI) later, up again (eth1: only once it logged "fenced on both sides" and completed
+// kMinDownDone messages since), then waits for the port ACTIVE with its GID; the next flap (or the
+// drain) comes half a period after up, once its host logged "back in full" an eighth of a period
+// ago, the other host sent word that it logged it too (the next fault never cuts a ramp short) and
+// the link's member carried again (its packet counter up kCarryPackets). No call may fail and every
+// byte is checked, so the stream must complete. Checked per flap, each host from what it saw:
+//  * eth1: the host that flapped it completed messages after the fence while it was down (the
+//    event waits for kMinDownDone; checked: at least one); "failed over" logged then; the longest
+//    wait between completions from the fault to "back" within 2 liveness polls
 //    + kMoveMs + kMarginMs; host1's eth1 member sent at most the slack while down;
 //  * eth0, which the plugin's kept socket and the side socket share (docs/test-bed.md): FENCE and
 //    the side bytes wait for the link, so the stream may wait out the down time (not checked:

@@ -54,7 +54,8 @@ int step_soak(Ctx& x, int step, const std::string& addr1) {
     d.after_ms = c / 2;
     d.min_done = j == 0 ? 2 * kWindow : 0;  // the first: past the connection's warm-up
     d.past_posted = j == 0;
-    d.until_full = j > 0;  // the flap before back in full an eighth period ago
+    d.until_full = j > 0;  // the flap before back in full an eighth period ago, on both hosts
+    d.peer_full = j > 0;
     d.hold_ms = c / 8;
     d.max_ms = full_bound_ms() + c;
     d.act = [l] { return l->down(); };
@@ -63,11 +64,12 @@ int step_soak(Ctx& x, int step, const std::string& addr1) {
     u.actor = fl.actor;
     u.name = "up " + what;
     u.after_ms = c / 4;
-    // eth1: down until kMinDownDone messages completed on this host since the fault (the replay of
-    // what path 1 had in flight goes first); eth0 carries the kept socket, so FENCE waits for the
+    // eth1: down until this host logged "fenced on both sides" (the peer failed over too) and
+    // completed kMinDownDone messages since; eth0 carries the kept socket, so FENCE waits for the
     // link: a quarter period, whatever completed.
     u.min_done = fl.link == 1 ? kMinDownDone : 0;
     u.past_posted = false;
+    u.from_fence = fl.link == 1;
     u.max_ms = fl.link == 1 ? gap_bound : c / 4;
     u.watch_back = true;  // its member's counter: the next flap waits for it to carry again
     u.watch_member = fl.link;
@@ -82,6 +84,7 @@ int step_soak(Ctx& x, int step, const std::string& addr1) {
   end.after_ms = c / 2;
   end.until_full = !flaps.empty();
   end.past_posted = false;
+  end.peer_full = !flaps.empty();
   end.hold_ms = c / 4;  // the last phase: mostly at the full share
   end.max_ms = full_bound_ms() + c;
   ev.push_back(end);
@@ -96,7 +99,10 @@ int step_soak(Ctx& x, int step, const std::string& addr1) {
                                      [&](size_t) { snaps.push_back(snap(x, comm)); });
   if (!e.empty()) {
     print_transitions(kName, info0);
-    return fail(10 + step, std::string(kName) + ": " + e);
+    const int rc = fail(10 + step, std::string(kName) + ": " + e);
+    buf.reset();
+    close_comm(x, comm);  // best effort (the comm may have failed): nothing left for LeakSanitizer
+    return rc;
   }
   snaps.push_back(snap(x, comm));  // the end of the drain
   print_paced(x, kName, f, loss0);
@@ -170,7 +176,15 @@ int step_soak(Ctx& x, int step, const std::string& addr1) {
       note(fk + x.m[m].name + "'s packets " + (sent ? "sent" : "received") + " did not rise " +
            std::to_string(kCarryPackets) + " after its link came back");
     if (m == 1) {
-      if (actor && D.done < 1) note(fk + "no message completed while eth1 was down");
+      // The host that flapped it: completions after "fenced on both sides", while still down.
+      const long long fenced = f.first_ms(kFenced, D.start.t, U.start.t, 0);
+      int after_fence = 0;
+      for (const auto& t : f.completions)
+        after_fence += fenced >= 0 && t >= D.start.t + milliseconds(fenced) && t < U.start.t;
+      if (actor && after_fence < 1)
+        note(fk + "no message completed after \"" + kFenced + "\" while eth1 was down (" +
+             (fenced < 0 ? std::string("no fence logged") : std::to_string(fenced) + " ms in") +
+             ")");
       if (g.stall_fo > gap_bound)
         note(fk + "a wait of " + std::to_string(g.stall_fo) + " ms between completions after " +
              "the link went down, bound " + std::to_string(gap_bound) + " ms");
