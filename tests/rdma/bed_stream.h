@@ -68,12 +68,12 @@ inline ncclResult_t post_msg(Net& n, void* comm, bool sender, uint8_t* p, void* 
   return n.irecv(comm, 1, &data, &cap, &t, &mh, req);
 }
 
-// A received slot: the message's pattern over its size, the guard after it and after kMaxMsg. ""
-// or what is wrong.
-inline std::string check_msg(const uint8_t* p, const Msg& m) {
+// A received slot: the message's pattern over its size, the guard after it and after `max` (the
+// stream's largest message, kMaxMsg unless it says otherwise). "" or what is wrong.
+inline std::string check_msg(const uint8_t* p, const Msg& m, size_t max = kMaxMsg) {
   std::string bad = check_pattern(p, m.size, m.seed);
   if (bad.empty()) bad = check_fill(p + m.size, kGuard, kGuardByte);
-  if (bad.empty()) bad = check_fill(p + kMaxMsg, kGuard, kGuardByte);
+  if (bad.empty()) bad = check_fill(p + max, kGuard, kGuardByte);
   return bad;
 }
 

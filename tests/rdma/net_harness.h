@@ -174,6 +174,17 @@ template <typename T>
 inline constexpr bool kHasCtx =
     std::is_same_v<T, ncclNet_v11_t> || std::is_same_v<T, ncclNet_v12_t>;
 
+// The handles of NCCL's proxy steps (nccl_profiler_default.h): set on a Net, its isend / irecv
+// pass them where phandle / phandles are NULL, and its test reports each request found done.
+class StepHandles {
+ public:
+  virtual ~StepHandles() = default;
+  virtual void* send_handle(void* comm) = 0;           // for an isend on comm (again if not taken)
+  virtual void** recv_handles(void* comm, int n) = 0;  // for an irecv of n buffers on comm
+  virtual void posted(void* comm, bool send, void* req, int n) = 0;  // a post took them
+  virtual void done(void* req) = 0;                                  // test: req is done
+};
+
 // One table version, with a per-comm ctx for v11/v12.
 class Net {
  public:
@@ -192,6 +203,7 @@ class Net {
   ncclProfilerCallback_t profiler = nullptr;
   void* phandle = nullptr;
   void** phandles = nullptr;
+  StepHandles* steps = nullptr;  // v10+: NCCL's step handles where phandle(s) are NULL
 
   ncclResult_t init(uint64_t comm_id = 0x51u, int traffic_class = NCCL_NET_TRAFFIC_CLASS_UNDEF) {
     return call([&](auto t) -> ncclResult_t {
@@ -336,7 +348,11 @@ class Net {
       } else if constexpr (std::is_same_v<T, ncclNet_v9_t>) {
         return t->isend(sc, data, size, tag, mh, req);
       } else {
-        return t->isend(sc, data, size, tag, mh, phandle, req);
+        StepHandles* st = phandle == nullptr ? steps : nullptr;
+        const ncclResult_t r =
+            t->isend(sc, data, size, tag, mh, st != nullptr ? st->send_handle(sc) : phandle, req);
+        if (st != nullptr && r == ncclSuccess && *req != nullptr) st->posted(sc, true, *req, 1);
+        return r;
       }
     });
   }
@@ -354,7 +370,11 @@ class Net {
       } else if constexpr (std::is_same_v<T, ncclNet_v9_t>) {
         return t->irecv(rc, n, data, sizes, tags, mhs, req);
       } else {
-        return t->irecv(rc, n, data, sizes, tags, mhs, phandles, req);
+        StepHandles* st = phandles == nullptr ? steps : nullptr;
+        const ncclResult_t r = t->irecv(rc, n, data, sizes, tags, mhs,
+                                        st != nullptr ? st->recv_handles(rc, n) : phandles, req);
+        if (st != nullptr && r == ncclSuccess && *req != nullptr) st->posted(rc, false, *req, n);
+        return r;
       }
     });
   }
@@ -363,7 +383,9 @@ class Net {
     return call([&](auto t) { return t->iflush(rc, n, data, sizes, mhs, req); });
   }
   ncclResult_t test(void* req, int* done, int* sizes) {
-    return call([&](auto t) { return t->test(req, done, sizes); });
+    const ncclResult_t r = call([&](auto t) { return t->test(req, done, sizes); });
+    if (steps != nullptr && r == ncclSuccess && *done) steps->done(req);
+    return r;
   }
   ncclResult_t close_send(void* c) {
     return call([&](auto t) { return t->closeSend(c); });

@@ -247,9 +247,17 @@ inline long long cycle_ms() {
   return std::max(1000L, env_long("SLUICE_TEST_FLAP_MS", 4000));
 }
 
+// The largest message of the paced streams (msg_at) and the stride of their receive buffers
+// (slot_bytes): kMaxMsg (4 MiB) and kSlot for plugin_failover_two_host; the soak
+// (plugin_failover_soak.cc) sets 16 MiB before its stream.
+inline size_t g_max_msg = kMaxMsg;
+inline size_t slot_bytes() {
+  return (g_max_msg + kGuard + 4095) / 4096 * 4096;
+}
+
 // Message `i` of a paced stream of step `step` whose sentinel is message `end` (-1: not known
-// yet): log-uniform 4 KiB .. 4 MiB by a hash of the index (message 0: 4 MiB), every other receive
-// posted at 4 MiB (striped), the others at their size; a pattern of its own per index.
+// yet): log-uniform 4 KiB .. g_max_msg by a hash of the index (message 0: g_max_msg), every other
+// receive posted at g_max_msg (striped), the others at their size; a pattern of its own per index.
 Msg msg_at(int step, int i, int end);
 
 struct Event {
@@ -264,7 +272,22 @@ struct Event {
   bool until_full = false;
   long long hold_ms = 0, max_ms = 0;
   int min_done = 0;
-  bool watch_back = false;           // the phase it begins watches member 1's counter rise
+  // false: min_done counts the completions since the previous event instead (messages posted
+  // before it among them; the soak: a stream that completes while the link is down, without
+  // waiting for the whole window posted before the fault).
+  bool past_posted = true;
+  // Also: min_done completions since this host logged "fenced on both sides" in the phase (the
+  // peer failed over too, and the stream goes on over the path left).
+  bool from_fence = false;
+  bool watch_back = false;   // the phase it begins watches member 1's counter rise
+  int watch_member = 1;      // ... or this member's (the soak's eth0 flaps: 0)
+  bool carry_window = true;  // until_full after it: also the window of messages after "back";
+                             // false: only the member's counter rise (carries_ms)
+  // Also the other host's word on its own "back in full" since the previous event: 'F', or 'N'
+  // once max_ms passed there without it. It sends exactly one per such event (never both
+  // directions at once: the other host is told of this event only after), so that the next fault
+  // does not cut the other side's ramp short (the soak).
+  bool peer_full = false;
   bool end = false;                  // the last: ends the stream
   std::function<std::string()> act;  // on the actor, before the mark; may be empty
   bool async = false;  // act in a thread of its own while the stream goes on (a fork + exec of
@@ -280,8 +303,10 @@ struct PhaseStat {
   int gap_to = -1;            // the message whose completion ended the longest wait
   long long gap_end_ms = -1;  // when, since the start
   bool watch_back = false;
-  long long base1 = -1;       // member 1's counter at the start
-  long long carries_ms = -1;  // member 1's counter rose kCarryPackets, this long after the start
+  int member = 1;             // the member it watches (Event::watch_member)
+  bool carry_window = true;   // Event::carry_window
+  long long base1 = -1;       // that member's counter at the start
+  long long carries_ms = -1;  // that member's counter rose kCarryPackets, this long after the start
   int back_posted = -1;       // messages posted when this host saw "back (epoch" in the phase
   long long window_ms = -1;   // message back_posted + kCarryWindow completed, this long after start
 };

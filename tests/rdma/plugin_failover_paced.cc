@@ -23,13 +23,14 @@ Msg msg_at(int step, int i, int end) {
     return {kSentinel, kSentinel, pattern_seed(kSentinel, 100000u * step + 99999, kTag)};
   const double u =
       double(pattern_word(0x5eed0000u + static_cast<uint64_t>(step), size_t(i)) >> 11) * 0x1.0p-53;
-  const double lo = std::log(double(kMinMsg)), hi = std::log(double(kMaxMsg));
+  const size_t max = g_max_msg;
+  const double lo = std::log(double(kMinMsg)), hi = std::log(double(max));
   const size_t s =
-      i == 0 ? kMaxMsg : std::clamp<size_t>(size_t(std::exp(lo + u * (hi - lo))), kMinMsg, kMaxMsg);
-  return {s, i % 2 == 0 ? kMaxMsg : s, pattern_seed(s, 100000u * step + uint64_t(i), kTag)};
+      i == 0 ? max : std::clamp<size_t>(size_t(std::exp(lo + u * (hi - lo))), kMinMsg, max);
+  return {s, i % 2 == 0 ? max : s, pattern_seed(s, 100000u * step + uint64_t(i), kTag)};
 }
 
-// Bytes of a receive buffer (kSlot bytes) that are not what message `index` left there: its
+// Bytes of a receive buffer (slot_bytes()) that are not what message `index` left there: its
 // pattern over its size, the guard byte over all the rest (the guard after its size, the rest of
 // its posted size, the slot's tail). The first is described in *first (if empty): where, and
 // whether it is a byte of an older message of the same buffer.
@@ -49,8 +50,9 @@ long long wrong_bytes(const uint8_t* p, int step, int index, const Msg& m, int n
     }
   }
   static const std::vector<uint8_t> fill(65536, kGuardByte);
-  for (size_t o = m.size; o < kSlot; o += fill.size()) {
-    const size_t len = std::min(fill.size(), kSlot - o);
+  const size_t slot = slot_bytes();
+  for (size_t o = m.size; o < slot; o += fill.size()) {
+    const size_t len = std::min(fill.size(), slot - o);
     if (std::memcmp(p + o, fill.data(), len) == 0) continue;
     for (size_t i = 0; i < len; ++i) {
       if (p[o + i] != kGuardByte) {
@@ -96,7 +98,10 @@ std::string paced_stream(Ctx& x, void* comm, RegBuf& buf, int step, int nslots, 
   bool fence_seen = false;
   std::future<std::string> pending;  // an async act in flight
   size_t watched = SIZE_MAX;         // the phase watching member 1 (watching())
-  auto slot = [&](int i) { return buf.data() + size_t(i % nslots) * kSlot; };
+  char peer_word = 0;                // the other host's word for this host's next event (peer_full)
+  bool word_sent = false;            // this host's word for the other host's next event (peer_full)
+  const size_t stride = slot_bytes();
+  auto slot = [&](int i) { return buf.data() + size_t(i % nslots) * stride; };
   auto mark = [&](Mark& m, bool fresh) {
     m.t = Clock::now();
     m.done = done;
@@ -109,9 +114,11 @@ std::string paced_stream(Ctx& x, void* comm, RegBuf& buf, int step, int nslots, 
     PhaseStat p;
     p.name = e.name;
     p.watch_back = e.watch_back;
+    p.member = e.watch_member;
+    p.carry_window = e.carry_window;
     mark(p.start, false);
     if (p.watch_back) {
-      p.base1 = member_packets(x, 1);
+      p.base1 = member_packets(x, p.member);
       // A told host may have seen "back" before the side byte of the link's return.
       for (const Seen& s : flow->seen)
         if (s.what == kBack && s.t >= flow->ph.back().start.t) p.back_posted = p.start.posted;
@@ -119,6 +126,8 @@ std::string paced_stream(Ctx& x, void* comm, RegBuf& buf, int step, int nslots, 
     flow->ph.push_back(p);
     if (p.watch_back) watched = flow->ph.size() - 1;
     ++next;
+    peer_word = 0;
+    word_sent = false;
     if (at_phase) at_phase(flow->ph.size() - 1);
   };
   auto where = [&] { return " (" + flow->ph.back().name + ")"; };
@@ -194,10 +203,10 @@ std::string paced_stream(Ctx& x, void* comm, RegBuf& buf, int step, int nslots, 
               ++flow->reposted;
               slot_msg[s] = -1;
             }
-            std::memset(p, kGuardByte, kSlot);
+            std::memset(p, kGuardByte, stride);
           } else {
             std::memset(p, kGuardByte, m.size + kGuard);
-            std::memset(p + kMaxMsg, kGuardByte, kGuard);
+            std::memset(p + g_max_msg, kGuardByte, kGuard);
           }
         }
         void* data = p;
@@ -229,7 +238,7 @@ std::string paced_stream(Ctx& x, void* comm, RegBuf& buf, int step, int nslots, 
           if (thorough) {
             flow->late_bytes +=
                 wrong_bytes(p, step, done, m, nslots, "at its completion", &flow->late_first);
-          } else if (const std::string bad = check_msg(p, m); !bad.empty()) {
+          } else if (const std::string bad = check_msg(p, m, g_max_msg); !bad.empty()) {
             return "message " + std::to_string(done) + " (" + std::to_string(m.size) + " bytes)" +
                    where() + ": " + bad;
           }
@@ -274,21 +283,44 @@ std::string paced_stream(Ctx& x, void* comm, RegBuf& buf, int step, int nslots, 
     }
     if (PhaseStat* w = watching(); w != nullptr && w->carries_ms < 0 && now >= next_count) {
       next_count = now + milliseconds(20);
-      if (member_packets(x, 1) - w->base1 >= kCarryPackets)
+      if (member_packets(x, w->member) - w->base1 >= kCarryPackets)
         w->carries_ms = ms_between(w->start.t, now);
     }
     if (next < ev.size() && ev[next].actor == x.host) {
       const Event& e = ev[next];
       const auto prev = flow->ph.back().start.t;
       const long long el = ms_between(prev, now);
-      bool due = el >= e.after_ms;
+      if (e.peer_full && peer_word == 0 && now >= next_side) {  // the other host's word
+        next_side = now + milliseconds(5);
+        pollfd q{x.side, POLLIN, 0};
+        if (poll(&q, 1, 0) == 1) {
+          if (!read_full(x.side, &peer_word, 1, wait_limit())) return "side read";
+          if (peer_word != 'F' && peer_word != 'N')
+            return std::string("unexpected side byte '") + peer_word +
+                   "' (want the other host's word on \"" + kBackFull + "\")";
+        }
+      }
+      bool due = el >= e.after_ms && (!e.peer_full || peer_word != 0);
       if (due && e.until_full) {  // and a window of messages served after "back"
         const long long full = flow->first_ms(kBackFull, prev, now + milliseconds(1), 0);
         due = (full >= 0 && el - full >= e.hold_ms &&
-               (!flow->ph.back().watch_back || flow->ph.back().window_ms >= 0)) ||
+               (!flow->ph.back().watch_back ||
+                (flow->ph.back().carry_window ? flow->ph.back().window_ms >= 0
+                                              : flow->ph.back().carries_ms >= 0))) ||
               el >= e.max_ms;
       }
-      if (due && done < flow->ph.back().start.posted + e.min_done) due = el >= e.max_ms;
+      const Mark& since = flow->ph.back().start;
+      if (due && done < (e.past_posted ? since.posted : since.done) + e.min_done)
+        due = el >= e.max_ms;
+      if (due && e.from_fence) {  // min_done completions since "fenced on both sides" here
+        const long long f = flow->first_ms(kFenced, prev, now + milliseconds(1), 0);
+        int n = 0;
+        if (f >= 0)
+          for (auto it = flow->completions.rbegin();
+               it != flow->completions.rend() && *it >= prev + milliseconds(f); ++it)
+            ++n;
+        if (f < 0 || n < e.min_done) due = el >= e.max_ms;
+      }
       bool fire = false;
       if (pending.valid()) {  // an act in its own thread: the event when it is done
         due = false;
@@ -317,9 +349,23 @@ std::string paced_stream(Ctx& x, void* comm, RegBuf& buf, int step, int nslots, 
         }
         begin_phase(e);
       }
-    } else if (now >= next_side) {  // told events, the end's acknowledgement
-      next_side = now + milliseconds(5);
-      if (std::string e = poll_side(); !e.empty()) return e;
+    } else {
+      // The other host's next event waits for this host's word on its "back in full" (seen since
+      // the phase began, or just before: a told host may log it before the side byte arrives).
+      if (next < ev.size() && ev[next].peer_full && !word_sent) {
+        const Event& e = ev[next];
+        const auto from = flow->ph.back().start.t;
+        const bool full = flow->first_ms(kBackFull, from, now + milliseconds(1), 250) >= 0;
+        if (full || ms_between(from, now) >= e.max_ms) {
+          const char w = full ? 'F' : 'N';
+          if (!write_full(x.side, &w, 1)) return "side write";
+          word_sent = true;
+        }
+      }
+      if (now >= next_side) {  // told events, the end's acknowledgement
+        next_side = now + milliseconds(5);
+        if (std::string e = poll_side(); !e.empty()) return e;
+      }
     }
   }
   if (await_ack) {  // all done before the other host's acknowledgement of the end arrived

@@ -86,6 +86,11 @@
 //                 must fail within SLUICE_TEST_ALL_GONE_MS (20000) of the filters with a WARN
 //                 naming every path ("path 0: ", "path 1: "); host0's pending receive must fail too
 //                 (the failure notice), within that bound + 5 s. Filters removed, both close.
+// init gets a profiler callback and every isend / irecv a step handle, as NCCL gives them with no
+// profiler plugin loaded (nccl_profiler_default.h; SLUICE_TEST_PROFILER=loaded|off changes it): the
+// plugin's profiler branch runs through every failover and replay (issue 31); the run ends with a
+// check that the plugin called the callback.
+//
 // Each invocation starts with a verified warm-up connection (opened and closed) and ends with the
 // process's fds, QPs, CQs and MRs back at the count taken after it. A step whose data path failed
 // (an error, a byte wrong outside the fence check, a wait past SLUICE_TEST_DEADLINE_S) ends the
@@ -104,6 +109,7 @@
 #include <string>
 
 #include "bed_resources.h"
+#include "nccl_profiler_default.h"
 #include "plugin_failover_harness.h"
 
 namespace nettest::failover {
@@ -120,6 +126,9 @@ int run(int host, const std::string& steps) {
   x.addr2 = a2;
   x.side = side_socket(host, kSidePort);
   if (x.side < 0) return fail(3, "no side connection");
+  // As NCCL calls it: a profiler callback at init (NCCL's own, no profiler plugin loaded) and a
+  // step handle with every isend / irecv (nccl_profiler_default.h; SLUICE_TEST_PROFILER).
+  nccl_profiler::attach(x.n, nccl_profiler::Mode::kDefault);
   if (x.n.init(0x2420 + host) != ncclSuccess) return fail(2, "init: " + last_warn());
   if (std::string e = fuse(x); !e.empty()) return fail(2, "fusion: " + e);
   // Warm-up: a verified fused connection, opened and closed, then the resource baseline.
@@ -170,6 +179,8 @@ int run(int host, const std::string& steps) {
   }
   const std::string leak = Resources::now().diff(base);
   if (!leak.empty()) return fail(9, "not back to the baseline after the steps:" + leak);
+  std::fprintf(stderr, "host%d: %s\n", host, nccl_profiler::summary().c_str());
+  if (const std::string e = nccl_profiler::check(true); !e.empty()) return fail(9, e);
   if (x.n.finalize() != ncclSuccess) return fail(9, "finalize");
   close(x.side);
   if (g_failed != 0) {

@@ -26,8 +26,10 @@
 //    receives posted before it may still name the standby's path) to the end, the standby sends at
 //    most kQuiet packets again and the primary carries every message.
 // The longest wait between two completions per phase and the time from "back" to the end are
-// printed. A warm-up comm (opened, 3 messages, closed) comes first; after the stream's comm is
-// closed, the process's QPs, CQs and MRs must be back at the count taken after the warm-up.
+// printed. init gets a profiler callback and every isend / irecv a step handle, as NCCL gives them
+// with no profiler plugin loaded (nccl_profiler_default.h). A warm-up comm (opened, 3 messages,
+// closed) comes first; after the stream's comm is closed, the process's QPs, CQs and MRs must be
+// back at the count taken after the warm-up, and the plugin must have called the callback.
 #include <poll.h>
 #include <unistd.h>
 
@@ -41,6 +43,7 @@
 #include "bed_link.h"
 #include "bed_resources.h"
 #include "bed_stream.h"
+#include "nccl_profiler_default.h"
 #include "plugin_bed.h"
 #include "side_channel.h"
 
@@ -346,6 +349,9 @@ int run(int host) {
   x.addr2 = a2;
   x.side = side_socket(host, kSidePort);
   if (x.side < 0) return fail(3, "no side connection");
+  // As NCCL calls it: a profiler callback at init (NCCL's own, no profiler plugin loaded) and a
+  // step handle with every isend / irecv (nccl_profiler_default.h; SLUICE_TEST_PROFILER).
+  nccl_profiler::attach(x.n, nccl_profiler::Mode::kDefault);
   if (x.n.init(0x5b00 + host) != ncclSuccess) return fail(2, "init: " + last_warn());
   if (std::string e = find_devices(x); !e.empty()) return fail(2, e);
   const int n = static_cast<int>(std::max(24L, env_long("SLUICE_TEST_STANDBY_MESSAGES", 60)));
@@ -418,6 +424,8 @@ int run(int host) {
   // QPs, CQs and MRs (bed_resources.h), not the fds.
   const std::string leak = Resources::now().diff(base, false);
   if (bad.empty() && !leak.empty()) bad = "QPs/CQs/MRs not back to the baseline:" + leak;
+  std::fprintf(stderr, "host%d: %s\n", host, nccl_profiler::summary().c_str());
+  if (const std::string e = nccl_profiler::check(true); bad.empty() && !e.empty()) bad = e;
   if (x.n.finalize() != ncclSuccess && bad.empty()) bad = "finalize";
   close(x.side);
   if (!bad.empty()) return fail(7, bad);

@@ -30,6 +30,9 @@
 // must be its weight's share (the weights makeVDevice logged) within 10 % of it.
 // SLUICE_TEST_FUSE_WEIGHTS=A:B sets SLUICE_FUSION_WEIGHTS to the first member A, the second B
 // (the members by the names the plugin gives them), so that the shares are checked unequal too.
+// init gets a profiler callback and every isend / irecv a step handle, as NCCL gives them with no
+// profiler plugin loaded (nccl_profiler_default.h); the run ends with a check that the plugin
+// called the callback.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -46,6 +49,7 @@
 #include <tuple>
 #include <vector>
 
+#include "nccl_profiler_default.h"
 #include "plugin_bed.h"
 #include "side_channel.h"
 #include "sluice/core/base/wire.h"
@@ -255,6 +259,9 @@ int run(int host, const std::string& expect) {
       return fail(host, 3, "fusion weights: " + bad);
   }
   Net n(12);
+  // As NCCL calls it: a profiler callback at init (NCCL's own, no profiler plugin loaded) and a
+  // step handle with every isend / irecv (nccl_profiler_default.h; SLUICE_TEST_PROFILER).
+  nccl_profiler::attach(n, nccl_profiler::Mode::kDefault);
   if (n.init(0x2410 + host) != ncclSuccess) return fail(host, 3, "init");
   int dev = 0;
   Props ma, mb, mv;
@@ -418,6 +425,8 @@ int run(int host, const std::string& expect) {
     if (r != ncclSuccess && !failed) return fail(host, 9, "close");
   }
   if (rdma_cm_fds() != 0) return fail(host, 9, "rdma_cm channels left after close");
+  std::fprintf(stderr, "host%d: %s\n", host, nccl_profiler::summary().c_str());
+  if (const std::string e = nccl_profiler::check(true); !e.empty()) return fail(host, 9, e);
   close(side);
   std::fprintf(stderr, "host%d: PASS\n", host);
   return 0;
