@@ -315,9 +315,10 @@ void Engine::async_loop(Adapter* a) {
   const auto device_fatal = [a](const char* what, const char* how) {
     std::lock_guard<std::mutex> lk(a->fatal_mu);
     const AsyncEventInfo info = async_event_info(IBV_EVENT_DEVICE_FATAL);
-    a->fatal_reason = a->name + ": async event " + what + how + ": " + info.meaning +
-                      "; likely cause: " + info.cause +
-                      "; every comm on it fails, but a multi-path comm's other paths";
+    a->fatal_reason =
+        a->name + ": async event " + what + how + ": " + info.meaning +
+        "; likely cause: " + info.cause +
+        "; every comm on it fails, but a multi-path comm, which loses only that device's paths";
     a->fatal.store(true, std::memory_order_release);
     SLUICE_WARN("%s", a->fatal_reason.c_str());
   };

@@ -50,9 +50,11 @@ namespace {
 
 // Moves the path's QPs to ERROR and posts each one's drain marker (a full send queue takes it
 // once flushed WRs were polled: retried at every step). A QP of a dead device (DEVICE_FATAL) is
-// fenced without a verb: a device that reported a fatal error places no byte in memory any more,
-// and its CQ reports nothing more, so what this side polled of it is final; its marker counts as
-// back and its receive WRs as flushed.
+// fenced without waiting: a device that reported a fatal error places no byte in memory any more,
+// and its CQ reports nothing more (it is not polled again: datapath.cc), so what this side polled
+// of it is final; its marker counts as back and its receive WRs as flushed. Its move to ERROR is
+// still tried, and its failure ignored: a device whose fatal event was reported while it still
+// works (or injected by a test) then stops placing too.
 Status fence_local(Conn& c, int p, int64_t now) {
   const bool dead = fo_member_dead(c, p);
   for (int q = p * c.qpp; q < (p + 1) * c.qpp; ++q) {
@@ -62,6 +64,7 @@ Status fence_local(Conn& c, int p, int64_t now) {
       l.fence_ms = now;
       l.since_ns = 0;  // the watchdog no longer watches it
       if (dead) {
+        (void)qp_to_error(l.get());
         l.led.marker_posted = l.led.marker_seen = true;
         l.rq_outstanding = 0;
         continue;

@@ -336,7 +336,11 @@ Status poll_recv_cq(RecvComm& r, int member) {
 
 // Every member's CQ in turn (a one-member comm polls one, as before fusion).
 Status poll_recv(RecvComm& r) {
-  for (int m = 0; m < r.c.nmembers; ++m) SLUICE_RETURN_IF_ERROR(poll_recv_cq(r, m));
+  for (int m = 0; m < r.c.nmembers; ++m) {
+    // A member whose device is dead (DEVICE_FATAL) reports nothing more: its CQ is left alone.
+    if (r.c.fo.dead_members >> m & 1u) continue;
+    SLUICE_RETURN_IF_ERROR(poll_recv_cq(r, m));
+  }
   return Status::ok();
 }
 

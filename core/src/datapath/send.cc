@@ -83,7 +83,8 @@ uint32_t entry_rkey(const SendComm& s, const cts::Snapshot& snap, int i, int pat
 // it arrives on. Each chain's data WRITEs and its close are on one QP, which RC executes in
 // order, and the receiver completes the receive only once every chain's close arrived: no WRITE
 // of a receive lands after it completed.
-// A replay (`replay`: fo_send_replay) starts no profiler events (wr_events.h).
+// A replay (fo_send_replay) or a chain routed off its own QP (`replay` set) starts no profiler
+// events (wr_events.h).
 Status post_path_chain(SendComm& s, const cts::Snapshot& snap, SendReq* const* reqs, int nreqs,
                        uint64_t seq, int path, int lane, bool first, int t, SendReq* leader,
                        uint64_t* bytes_out = nullptr, bool replay = false) {
@@ -210,8 +211,10 @@ Status post_group(SendComm& s) {
   Status st = Status::ok();
   for_each_chain(s, mask, s.head, [&](int path, int lane, int q, bool first) {
     if (!st.is_ok()) return;
-    st = post_path_chain(s, s.snap, s.slot_reqs, nreqs, s.head, path, lane, first,
-                         fo_route(s.c.fo, s.c.qpp, q), leader);
+    // A chain routed off its own QP (its path failed) starts no profiler events (wr_events.h).
+    const int t = fo_route(s.c.fo, s.c.qpp, q);
+    st = post_path_chain(s, s.snap, s.slot_reqs, nreqs, s.head, path, lane, first, t, leader,
+                         nullptr, t != q);
   });
   SLUICE_RETURN_IF_ERROR(st);
   for (int i = 0; i < nreqs; ++i) s.slot_reqs[i]->posted = true;
@@ -447,7 +450,11 @@ Status poll_send_cq(SendComm& s, int member) {
 
 // Every member's CQ in turn (a one-member comm polls one, as before fusion).
 Status poll_send(SendComm& s) {
-  for (int m = 0; m < s.c.nmembers; ++m) SLUICE_RETURN_IF_ERROR(poll_send_cq(s, m));
+  for (int m = 0; m < s.c.nmembers; ++m) {
+    // A member whose device is dead (DEVICE_FATAL) reports nothing more: its CQ is left alone.
+    if (s.c.fo.dead_members >> m & 1u) continue;
+    SLUICE_RETURN_IF_ERROR(poll_send_cq(s, m));
+  }
   return Status::ok();
 }
 

@@ -16,7 +16,9 @@ namespace sluice::dp {
 // arguments, never the comm's matching state (s.snap, s.slot_reqs: the call in progress, which is
 // another group's while failover replays an old one). A replayed chain (send.cc fo_send_replay)
 // gets no events of its own: the original chain's events stop when it is settled or replayed
-// (prof_send_done), and a replay may share its QP with the group's own chain there.
+// (prof_send_done), and a replay may share its QP with the group's own chain there; nor does a
+// chain that failover routes to another path's QP (a receive published before its path failed):
+// it shares that QP with the group's own chain there, whose events the QP's slot holds.
 // prof_send_done: that QP's closing completion was polled (or the chain was settled or replayed
 // by failover), so every WR of its chain is complete.
 void prof_send_chain(const Conn& c, int q, const ibv_send_wr* wrs, const cts::LaneWr* plan, int nw,
@@ -25,8 +27,9 @@ void prof_send_done(SendComm& s, SendReq& leader, int q);
 
 // Receive side. prof_recv_posted: irecv took receive `req` with its buffers' parents.
 // prof_cts: the clear-to-send WRITE `w` on QP q publishing receives [from, to) is about to be
-// posted. prof_recv_done: the receive completed (its data arrived, so the sender had read its
-// clear-to-send entries: the WRITE is complete).
+// posted (a receive published again keeps its first write's event). prof_recv_done: the receive
+// completed (its data arrived, so the sender had read its clear-to-send entries: the WRITE is
+// complete).
 void prof_recv_posted(RecvReq& req, int n, void* const* parents);
 void prof_cts(RecvComm& r, uint64_t from, uint64_t to, const ibv_send_wr& w, int q);
 void prof_recv_done(RecvComm& r, RecvReq& req);

@@ -1,0 +1,147 @@
+// A member device's fatal error on a multi-path comm (issue 31): IBV_EVENT_DEVICE_FATAL on one
+// member used to fail every comm on it, even one whose other path was healthy, so with
+// SLUICE_STANDBY=1 a reset of the idle standby NIC failed every comm whose primary was fine. Now
+// that member's paths fail over, fenced without waiting for the device (a dead device places
+// nothing and reports nothing), and stay down with the reason; the comm goes on over the paths
+// left, every byte checked. Soft-RoCE never raises the event (rxe has no disassociate_ucontext:
+// removing an rxe device waits for its users instead), so the test injects it where the async
+// thread would take it (SLUICE_TEST_FAULT_FILE, docs/configuration.md); rxe itself keeps working,
+// which the plugin must then not depend on.
+//
+// One process (the bed's VM, rxe0 and rxe1), both sides of the comm in it, NCCL's calling
+// convention (v12, a profiler callback at init and a step handle per post). Modes, by the
+// environment (tests/rdma/device_fatal.cmake):
+//  * SLUICE_TEST_FUSE=fused: a fused rxe0+rxe1 comm (path 0 on rxe0, path 1 on rxe1, messages
+//    striped over both); rxe1 is declared dead mid-stream.
+//  * SLUICE_STANDBY=1: a comm on rxe0 at both ends (its standby rxe1 holds path 1, weight 0, idle);
+//    the standby is declared dead.
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "nccl_profiler_default.h"
+#include "plugin_bed.h"
+#include "rdma_env.h"
+
+namespace nettest {
+namespace {
+
+constexpr size_t kMsg = size_t{1} << 20;  // striped over both paths of a fused comm (>= 64 KiB)
+
+std::string fault_file() {
+  const char* f = std::getenv("SLUICE_TEST_FAULT_FILE");
+  return f != nullptr ? f : "";
+}
+
+bool write_fault(const std::string& dev) {
+  FILE* f = std::fopen(fault_file().c_str(), "w");
+  if (f == nullptr) return false;
+  std::fprintf(f, "device_fatal %s\n", dev.c_str());
+  return std::fclose(f) == 0;
+}
+
+// `count` messages of mixed sizes (1 MiB, 4 KiB, 0, 65537), each pattern-checked with its guard.
+::testing::AssertionResult messages(Net& n, Conn& c, RegBuf& sbuf, RegBuf& rbuf, int first,
+                                    int count) {
+  const size_t sizes[] = {kMsg, 4096, 0, 65537};
+  for (int i = first; i < first + count; ++i) {
+    const size_t sz = sizes[i % 4];
+    fill_pattern(sbuf.data(), sz, pattern_seed(sz, i, 31));
+    std::memset(rbuf.data(), kGuardByte, kMsg + kGuard);
+    int got = -1;
+    auto ok = send_recv(n, c, sbuf, sz, rbuf, kMsg, i, &got);
+    if (!ok) return ok << " (message " << i << ")";
+    if (got != static_cast<int>(sz))
+      return ::testing::AssertionFailure() << "message " << i << ": " << got << " of " << sz;
+    if (std::string bad = check_pattern(rbuf.data(), sz, pattern_seed(sz, i, 31)); !bad.empty())
+      return ::testing::AssertionFailure() << "message " << i << ": " << bad;
+    if (std::string bad = check_fill(rbuf.data() + sz, kMsg + kGuard - sz, kGuardByte);
+        !bad.empty())
+      return ::testing::AssertionFailure() << "message " << i << " past its size: " << bad;
+  }
+  return ::testing::AssertionSuccess();
+}
+
+TEST(DeviceFatal, AMembersDeadDeviceFailsOverItsPathsAndTheCommGoesOn) {
+  ASSERT_FALSE(fault_file().empty()) << "SLUICE_TEST_FAULT_FILE unset (device_fatal.cmake sets it)";
+  std::remove(fault_file().c_str());
+  g_keep_info = true;
+  const bool standby = std::getenv("SLUICE_STANDBY") != nullptr;
+  // The plugin as NCCL drives it: v12, a profiler callback at init (one that returns real event
+  // handles and checks NCCL's contract) and a step handle per post.
+  Net n{12};
+  nccl_profiler::attach(n, nccl_profiler::Mode::kLoaded);
+  ASSERT_EQ(n.init(0xfa7a1), ncclSuccess) << last_warn();
+  int ndev = 0;
+  ASSERT_EQ(n.devices(&ndev), ncclSuccess);
+  const auto pair = sluice::rdmatest::test_pair();
+  ASSERT_TRUE(pair.error.empty()) << pair.error;
+  if (pair.ports.size() < 2 && !require_rdma()) GTEST_SKIP() << "no pair of RDMA ports here";
+  ASSERT_GE(pair.ports.size(), 2u) << "two devices needed";
+  int a = -1, b = -1;
+  std::string name_b;
+  for (int d = 0; d < ndev; ++d) {
+    Props p;
+    ASSERT_EQ(n.properties(d, &p), ncclSuccess);
+    if (pair.a().matches(p.name)) a = d;
+    if (pair.b().matches(p.name)) {
+      b = d;
+      name_b = p.name;
+    }
+  }
+  ASSERT_TRUE(a >= 0 && b >= 0 && a != b) << pair.describe();
+  // The fused comm (rxe0+rxe1 at both ends) loses its path over the second device; the standby
+  // comm (the first device at both ends) loses its standby, the second device.
+  int send_dev = a, recv_dev = a;
+  if (!standby) {
+    int v = -1;
+    ASSERT_EQ(n.make_vdevice({a, b}, &v), ncclSuccess) << last_warn();
+    send_dev = recv_dev = v;
+  }
+  const std::string dead = name_b.substr(0, name_b.find(':'));
+  {
+    Conn c;
+    ASSERT_TRUE(open_conn(n, send_dev, recv_dev, &c));
+    RegBuf sbuf, rbuf;
+    ASSERT_TRUE(sbuf.allocate(&n, c.send, kMsg));
+    ASSERT_TRUE(rbuf.allocate(&n, c.recv, kMsg + kGuard));
+    const size_t info0 = info_size();
+    ASSERT_TRUE(messages(n, c, sbuf, rbuf, 0, 8));
+    const auto paths = info_with(0, "paths of");
+    ASSERT_FALSE(paths.empty());
+    EXPECT_NE(paths.back().find("failover on"), std::string::npos) << paths.back();
+
+    sluice::rdmatest::ExpectWarns expected;  // the device's fatal event is a WARN
+    ASSERT_TRUE(write_fault(dead)) << fault_file();
+    // The async thread reads the file every 100 ms; the comms find out at their next call.
+    const auto deadline = Clock::now() + std::chrono::seconds(10);
+    while (last_warn().find("injected by SLUICE_TEST_FAULT_FILE") == std::string::npos) {
+      ASSERT_LT(Clock::now(), deadline) << "no fatal event within 10 s";
+      usleep(20000);
+    }
+    EXPECT_NE(last_warn().find(dead + ": async event"), std::string::npos) << last_warn();
+    // The comm goes on: 64 messages over the paths left, each checked.
+    ASSERT_TRUE(messages(n, c, sbuf, rbuf, 8, 64));
+    // Both sides failed the dead member's path over and keep it down with the reason.
+    const auto over = info_with(info0, "failed over (device fatal");
+    const auto down = info_with(info0, "stays down: its device " + dead);
+    EXPECT_EQ(over.size(), 2u) << "one per side";
+    EXPECT_EQ(down.size(), 2u) << "one per side";
+    for (const std::string& l : down)
+      EXPECT_NE(l.find("IBV_EVENT_DEVICE_FATAL"), std::string::npos) << l;
+    EXPECT_TRUE(info_with(info0, "back (epoch").empty()) << "a dead device's path came back";
+    sbuf.reset();
+    rbuf.reset();
+    EXPECT_TRUE(close_conn(n, &c));
+  }
+  std::remove(fault_file().c_str());
+  EXPECT_EQ(nccl_profiler::check(true), "");
+  EXPECT_EQ(n.finalize(), ncclSuccess);
+}
+
+}  // namespace
+}  // namespace nettest
