@@ -41,7 +41,8 @@ add_executable(plugin_failover_two_host_test ${CMAKE_CURRENT_LIST_DIR}/plugin_fa
                                              ${CMAKE_CURRENT_LIST_DIR}/plugin_failover_harness.cc
                                              ${CMAKE_CURRENT_LIST_DIR}/plugin_failover_paced.cc
                                              ${CMAKE_CURRENT_LIST_DIR}/plugin_failover_flaps.cc
-                                             ${CMAKE_CURRENT_LIST_DIR}/plugin_failover_steps.cc)
+                                             ${CMAKE_CURRENT_LIST_DIR}/plugin_failover_steps.cc
+                                             ${CMAKE_CURRENT_LIST_DIR}/plugin_failover_defects.cc)
 sluice_not_in_sanitizer_pass(plugin_failover_two_host_test)  # label nosan: not run sanitized
 target_include_directories(plugin_failover_two_host_test PRIVATE ${CMAKE_CURRENT_LIST_DIR})
 target_link_libraries(plugin_failover_two_host_test PRIVATE sluice_nccl_abi GTest::gtest
@@ -54,10 +55,18 @@ set(_fo "$<TARGET_FILE:plugin_failover_two_host_test>")
 set(_fo_run1 "env NCCL_IB_TIMEOUT=17 ${_fo}")
 set(_fo_cm "env NCCL_IB_TIMEOUT=17 SLUICE_CM=rdmacm ${_fo}")
 set(_fo_short "env NCCL_IB_TIMEOUT=16 NCCL_IB_RETRY_CNT=4 ${_fo}")
+# Issue 31's defects (plugin_failover_defects.cc), in the same boot: hold-rq after silent at the
+# short timers with SLUICE_TEST_HOLD_RQ=1 (the receiver holds its fenced QPs' receive completions
+# until their markers; silent runs with it too); create-fail with host1's first failback QP
+# creation failing; old-peer twice, host0 then host1 at the path messages of a Sluice before
+# CHECKED (SLUICE_TEST_PATH_MSG_SET=1). About 40 s more.
+set(_fo_hold "env NCCL_IB_TIMEOUT=16 NCCL_IB_RETRY_CNT=4 SLUICE_TEST_HOLD_RQ=1 ${_fo}")
+set(_fo_create "env NCCL_IB_TIMEOUT=17 SLUICE_TEST_FAILBACK_CREATE_FAILS=1 ${_fo}")
+set(_fo_old "env NCCL_IB_TIMEOUT=17 SLUICE_TEST_PATH_MSG_SET=1 ${_fo}")
 add_test(NAME plugin_failover_two_host
-  COMMAND ${SLUICE_SKIP_STATUS} ${PROJECT_SOURCE_DIR}/scripts/rdma-bed --two-host --timeout 400 --
-    "${_fo_run1} 0 sender-port,fence,idle && ${_fo_cm} 0 receiver-port && ${_fo_short} 0 silent,all-gone"
-    "${_fo_run1} 1 sender-port,fence,idle && ${_fo_cm} 1 receiver-port && ${_fo_short} 1 silent,all-gone")
-set_tests_properties(plugin_failover_two_host PROPERTIES LABELS "rdma;bed;faults;nosan" TIMEOUT 420
+  COMMAND ${SLUICE_SKIP_STATUS} ${PROJECT_SOURCE_DIR}/scripts/rdma-bed --two-host --timeout 520 --
+    "${_fo_run1} 0 sender-port,fence,idle && ${_fo_cm} 0 receiver-port && ${_fo_hold} 0 silent,all-gone,hold-rq && ${_fo_run1} 0 create-fail && ${_fo_old} 0 old-peer && ${_fo_run1} 0 old-peer"
+    "${_fo_run1} 1 sender-port,fence,idle && ${_fo_cm} 1 receiver-port && ${_fo_hold} 1 silent,all-gone,hold-rq && ${_fo_create} 1 create-fail && ${_fo_run1} 1 old-peer && ${_fo_old} 1 old-peer")
+set_tests_properties(plugin_failover_two_host PROPERTIES LABELS "rdma;bed;faults;nosan" TIMEOUT 540
                      SKIP_RETURN_CODE 77   # 77: nested inside a VM bed, cannot boot VMs there
                      ENVIRONMENT "SLUICE_LIVENESS_POLL_MS=100;SLUICE_TEST_DEADLINE_S=60;SLUICE_TEST_FAILOVER_MESSAGES=150;SLUICE_TEST_ALL_GONE_MS=20000;SLUICE_FAILBACK_RETRY_MS=100;SLUICE_FAILBACK_RETRY_CAP_MS=800;SLUICE_FAILBACK_RAMP_MS=250;SLUICE_TEST_FLAP_MS=4000")

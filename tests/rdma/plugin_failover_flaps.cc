@@ -10,7 +10,7 @@
 namespace nettest::failover {
 
 // sender-port (actor 1), receiver-port (actor 0): three flaps of the actor's eth1 on one comm.
-int step_flaps(Ctx& x, int step, const char* name, int actor) {
+int step_flaps(Ctx& x, int step, const char* name, int actor, int nflaps) {
   if (!sync(x, static_cast<char>('a' + step))) return fail(3, std::string(name) + ": sync");
   void* comm = nullptr;
   if (std::string e = open_comm(x, &comm); !e.empty()) return fail(10 + step, name + (": " + e));
@@ -21,7 +21,7 @@ int step_flaps(Ctx& x, int step, const char* name, int actor) {
   // A failover's wait between completions: detection (a port event) + 2 liveness polls + the move.
   const long long gap_bound = 2 * poll_ms() + kMoveMs + kMarginMs;
   std::vector<Event> ev;
-  for (int k = 1; k <= kFlaps; ++k) {
+  for (int k = 1; k <= nflaps; ++k) {
     Event d;
     d.actor = actor;
     d.name = "down " + std::to_string(k);
@@ -72,7 +72,7 @@ int step_flaps(Ctx& x, int step, const char* name, int actor) {
   const long long slack = c / 8;  // a told host may log a transition before the side byte
   const std::string m1 = x.m[1].name;
   std::vector<double> st_fo, st_fb, to_back, to_carry, to_full, bw_down, bw_up;
-  for (int k = 1; k <= kFlaps; ++k) {
+  for (int k = 1; k <= nflaps; ++k) {
     const size_t d = 2 * k - 1, u = 2 * k;
     const PhaseStat& D = f.ph[d];
     const PhaseStat& U = f.ph[u];
@@ -133,7 +133,7 @@ int step_flaps(Ctx& x, int step, const char* name, int actor) {
            (full < 0 ? "never" : std::to_string(full) + " ms") + " after eth1 up, bound " +
            std::to_string(full_bound_ms()) + " ms");
   }
-  const size_t last = 2 * kFlaps;
+  const size_t last = 2 * static_cast<size_t>(nflaps);
   const Share sh = final_share(x, f.ph[last].start, f.ph[last + 1].start);
   const double of_share = sh.weight_pct > 0 ? 100.0 * sh.pct / sh.weight_pct : -1;
   const char* counted = x.host == 1 ? "sent" : "received";
@@ -157,7 +157,7 @@ int step_flaps(Ctx& x, int step, const char* name, int actor) {
   std::fprintf(stderr,
                "host%d: [%s] last phase (up %d): %s %s %.1f %% of the packets, its weight's share "
                "%.1f %%: %.0f %% of its share (must be > 25 %%)\n",
-               x.host, name, kFlaps, m1.c_str(), counted, sh.pct, sh.weight_pct, of_share);
+               x.host, name, nflaps, m1.c_str(), counted, sh.pct, sh.weight_pct, of_share);
   if (sh.pct < 0 || sh.weight_pct <= 0)
     note("the last phase's share: counters or the fused device's weights (INFO) not readable");
   else if (of_share <= 25)

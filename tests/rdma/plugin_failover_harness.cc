@@ -182,7 +182,9 @@ std::string stream(Ctx& x, void* comm, RegBuf& buf, const std::vector<Msg>& msgs
         if (!read_full(x.side, &b, 1, wait_limit())) return "side read";
         if (b != (run->mark[kFault].set ? 'U' : 'D'))
           return std::string("unexpected side byte '") + b + "'";
-        mark(run->mark[kFault].set ? kRestore : kFault);
+        const bool fault = !run->mark[kFault].set;
+        mark(fault ? kFault : kRestore);
+        if (fault && f.on_told) f.on_told();
       }
     }
   }

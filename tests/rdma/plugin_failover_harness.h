@@ -148,6 +148,8 @@ struct Fault {
   int inject_at = -1;   // messages done on the actor
   int restore_at = -1;  // -1: never (the mark is still taken, with no action, if >= 0)
   std::function<std::string()> inject, restore;
+  // On the told host, when the fault's side byte arrived (after its mark); may be empty.
+  std::function<void()> on_told;
 };
 
 enum { kStart, kFault, kRestore, kEnd };
@@ -425,8 +427,15 @@ Share final_share(const Ctx& x, const Mark& a, const Mark& b);
 // Each returns 0, or the exit status of a failure that ends the run (failed_check: one that lets
 // the next steps run). `step` is the step's index in the run.
 
-// plugin_failover_flaps.cc: sender-port (actor 1), receiver-port (actor 0).
-int step_flaps(Ctx& x, int step, const char* name, int actor);
+// plugin_failover_flaps.cc: sender-port (actor 1), receiver-port (actor 0); nflaps flaps of the
+// actor's eth1 on one comm (kFlaps for those two steps).
+int step_flaps(Ctx& x, int step, const char* name, int actor, int nflaps = kFlaps);
+// plugin_failover_defects.cc (issue 31): hold-rq (the receive queue's half of the fence, with
+// SLUICE_TEST_HOLD_RQ on the receiver), create-fail (SLUICE_TEST_FAILBACK_CREATE_FAILS on the
+// sender: failback's first QP creation fails), old-peer (one host at SLUICE_TEST_PATH_MSG_SET=1).
+int step_hold_rq(Ctx& x, int step);
+int step_create_fail(Ctx& x, int step);
+int step_old_peer(Ctx& x, int step);
 // plugin_failover_steps.cc.
 int step_fence(Ctx& x, int step);
 int step_idle(Ctx& x, int step);

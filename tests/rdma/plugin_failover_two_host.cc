@@ -169,9 +169,16 @@ int run(int host, const std::string& steps) {
       rc = step_silent(x, step);
     } else if (s == "all-gone") {
       rc = step_all_gone(x, step);
+    } else if (s == "hold-rq") {
+      rc = step_hold_rq(x, step);
+    } else if (s == "create-fail") {
+      rc = step_create_fail(x, step);
+    } else if (s == "old-peer") {
+      rc = step_old_peer(x, step);
     } else {
       return fail(2, "unknown step '" + s +
-                         "' (sender-port, receiver-port, fence, idle, silent, all-gone)");
+                         "' (sender-port, receiver-port, fence, idle, silent, all-gone, hold-rq, "
+                         "create-fail, old-peer)");
     }
     std::fprintf(stderr, "host%d: step %s: exit %d after %.1f s\n", host, s.c_str(), rc,
                  double(ms_since(t)) / 1000);

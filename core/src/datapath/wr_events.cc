@@ -70,8 +70,10 @@ void prof_cts(RecvComm& r, uint64_t from, uint64_t to, const ibv_send_wr& w, int
   const uint32_t qpn = r.c.qp[q].qpn;
   for (uint64_t k = from; k < to; ++k) {
     RecvReq& req = r.pool[k % wire::kFifoSlots];
-    // A receive published again (failover re-publishes every receive not yet complete) keeps the
-    // event of its first clear-to-send write: it stops when the receive completes.
+    // A receive published again (failover re-publishes every receive from the oldest one not yet
+    // complete) keeps the event of its first clear-to-send write, which stops when it completes;
+    // one among them that completed already gets none (its event stopped at its completion).
+    if (req.seq != k || req.done || !req.in_use) continue;
     for (int i = 0; i < req.n; ++i)
       if (req.cts_ev[i] == nullptr)
         req.cts_ev[i] = start(r.c, req.parents[i], w, qpn, sizeof(wire::CtsEntry));
