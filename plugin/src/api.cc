@@ -34,6 +34,9 @@ namespace {
 // largest power of two that does (and the value NCCL's compat layers use for older plugins).
 constexpr size_t kMaxTransferBytes = size_t{1} << 30;
 static_assert(kMaxTransferBytes == wire::kMaxMessageBytes, "core refuses larger sends");
+// listen writes wire::Handle into NCCL's handle memory (char[NCCL_NET_HANDLE_MAXSIZE]).
+static_assert(kHandleSize == NCCL_NET_HANDLE_MAXSIZE && wire::kNcclHandleMaxSize == kHandleSize);
+static_assert(sizeof(wire::Handle) <= NCCL_NET_HANDLE_MAXSIZE, "the listen handle fits NCCL's");
 
 // ---- Per-communicator context (v11/v12) --------------------------------------------------------
 

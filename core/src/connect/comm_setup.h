@@ -15,7 +15,7 @@ namespace sluice {
 // The last byte of the handshake: the connector's QPs are at RTS.
 inline constexpr uint8_t kReadyByte = 0x5a;
 
-void fill_local_meta(const Device& d, uint8_t role, uint64_t nonce, wire::Meta* m);
+void fill_local_meta(const Device& d, uint8_t role, const wire::Nonce& nonce, wire::Meta* m);
 // Creates the CQ and `nqps` RC QPs at INIT and records their QPN/PSN in `m`.
 Status create_qps(Conn& c, int nqps, const QpCaps& caps, int cqe, wire::Meta* m);
 // Checks the peer's metadata against ours (wire::check_peer_meta) and records its device and GID.

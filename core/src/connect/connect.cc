@@ -442,7 +442,7 @@ Status connect(int dev, void* handle, const CommConfig& cfg, SendComm** out) {
   if (h.connect_state != 0) {
     auto it = g.states.find(h.connect_state);
     if (it == g.states.end() || it->second->busy ||
-        h.connect_check != (h.connect_state ^ h.nonce ^ wire::kHandleMagic)) {
+        h.connect_check != (h.connect_state ^ wire::nonce_fold(h.nonce) ^ wire::kHandleMagic)) {
       return Status(Code::kInvalidArgument,
                     "connect: the handle refers to no connection in progress (corrupt handle, a "
                     "handle reused after its connection completed or failed, or a connection "
@@ -487,7 +487,7 @@ Status connect(int dev, void* handle, const CommConfig& cfg, SendComm** out) {
     }
     uint64_t id = g.next_id++;
     h.connect_state = id;
-    h.connect_check = id ^ h.nonce ^ wire::kHandleMagic;
+    h.connect_check = id ^ wire::nonce_fold(h.nonce) ^ wire::kHandleMagic;
     std::memcpy(handle, &h, sizeof h);
     s = st.get();
     g.states.emplace(id, std::move(st));

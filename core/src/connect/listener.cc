@@ -17,7 +17,6 @@
 #include <chrono>
 #include <cstring>
 #include <mutex>
-#include <random>
 #include <type_traits>
 #include <vector>
 
@@ -39,7 +38,7 @@ class ListenComm : public CommBase {
   std::vector<Device*> members;  // the listened device's members (Engine::members_of)
   std::vector<uint32_t> weights;
   int fd = -1;
-  uint64_t nonce = 0;
+  wire::Nonce nonce{};  // 128 bits from getrandom(2) (wire::new_nonce)
   std::string addr_text;
   struct Pending;
   // Handshakes in progress, oldest first. At kMaxPending, a new connection takes the place of the
@@ -75,11 +74,6 @@ struct ListenRegistry {
 ListenRegistry& listens() {
   static auto* r = new ListenRegistry;  // NOLINT: deliberately never destroyed
   return *r;
-}
-
-uint64_t random_u64() {
-  static thread_local std::mt19937_64 rng{std::random_device{}()};
-  return rng();
 }
 
 }  // namespace
@@ -209,7 +203,7 @@ Status listen(int dev, void* handle, ListenComm** out) {
   l->dev = d;
   l->members = members;
   l->weights = weights;
-  l->nonce = random_u64() | 1;
+  SLUICE_RETURN_IF_ERROR(wire::new_nonce(&l->nonce));
   sockaddr_storage sa = e->oob_interface().addr;
   l->fd = socket(sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (l->fd < 0) return errno_status(Code::kSystemError, "listen: socket()", errno);
@@ -272,6 +266,8 @@ Status listen(int dev, void* handle, ListenComm** out) {
   const wire::Handle h = wire::encode_handle(sa, static_cast<uint32_t>(dev), l->nonce,
                                              l->cm.empty() ? uint16_t{0} : l->cm[0]->port, &cm_sa,
                                              static_cast<uint16_t>(members.size()));
+  static_assert(kHandleSize == wire::kNcclHandleMaxSize && sizeof h <= kHandleSize,
+                "the handle fits NCCL_NET_HANDLE_MAXSIZE");
   std::memset(handle, 0, kHandleSize);
   std::memcpy(handle, &h, sizeof h);
   SLUICE_INFO(kSubNet, "listening on %s for %s", l->addr_text.c_str(), d->name.c_str());
