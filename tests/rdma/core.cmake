@@ -53,3 +53,19 @@ set_property(TEST core_fusion APPEND PROPERTY ENVIRONMENT SLUICE_CM=oob)
 sluice_add_rdma_test(NAME core_fusion_qps4 COMMAND $<TARGET_FILE:core_fusion_test> TIMEOUT 600)
 set_property(TEST core_fusion_qps4 APPEND PROPERTY ENVIRONMENT SLUICE_CM=auto
              NCCL_IB_QPS_PER_CONNECTION=4)
+
+# Bounds that cannot hang init (issue 32): a connector polled every 1.2x the handshake bound
+# completes, and so does its accept; a message passes. The handshake bound is scaled down to 1 s.
+add_executable(core_slow_connector_test ${CMAKE_CURRENT_LIST_DIR}/core_slow_connector_test.cc)
+target_link_libraries(core_slow_connector_test PRIVATE sluice_core GTest::gtest_main)
+sluice_add_rdma_test(NAME core_slow_connector COMMAND $<TARGET_FILE:core_slow_connector_test>
+                     TIMEOUT 300)
+set_property(TEST core_slow_connector APPEND PROPERTY ENVIRONMENT SLUICE_HANDSHAKE_TIMEOUT_MS=1000
+             SLUICE_CM=oob)
+# The same through rdma_cm (loopback on one port, rdmacm.cmake says why): the acceptor's side
+# completes on the connector's RTU, sent at its next poll.
+sluice_add_rdma_test(NAME core_slow_connector_rdmacm
+                     COMMAND ${CMAKE_CURRENT_LIST_DIR}/rdmacm_loopback.sh
+                             $<TARGET_FILE:core_slow_connector_test> TIMEOUT 300)
+set_property(TEST core_slow_connector_rdmacm APPEND PROPERTY ENVIRONMENT
+             SLUICE_HANDSHAKE_TIMEOUT_MS=1000)

@@ -1,6 +1,7 @@
 // The connect side of connection setup: a non-blocking state machine over an out-of-band TCP socket
 // that exchanges wire::Meta with the listener (listener.cc) and brings the send comm's QPs to RTS.
-// NCCL polls connect until it returns a comm; nothing here blocks, and every phase is bounded by
+// NCCL polls connect until it returns a comm; nothing here blocks but the first wait for the TCP
+// handshake (at most kTcpHandshakeWaitMs, below), and every phase is bounded by
 // SLUICE_CONNECT_TIMEOUT_MS.
 #include <poll.h>
 #include <sys/socket.h>
@@ -30,6 +31,15 @@ namespace sluice {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// How long one connect call waits for its TCP handshake to complete before it leaves it to later
+// calls. The metadata then goes out in the call that opened the socket: the listener drops a
+// connection that has sent nothing within SLUICE_HANDSHAKE_TIMEOUT_MS (its guard against port
+// scanners), and NCCL may poll a connect less often than that under load (issue 32), so a gap of a
+// poll interval between the TCP handshake and the metadata would get a real peer dropped. A
+// handshake on a datacenter network takes well under a millisecond; a slower one goes on without
+// waiting (kTcpWait).
+constexpr int kTcpHandshakeWaitMs = 20;
 
 // ---- connect side -------------------------------------------------------------------------------
 
@@ -61,6 +71,7 @@ struct ConnectState {
   wire::Meta local{}, remote{};
   size_t io = 0;
   int attempts = 0;
+  bool tcp_first_wait = false;  // kTcpWait's first poll of this attempt may wait (see above)
   bool busy = false;  // a connect call is driving it right now (guarded by the registry's mu)
   Clock::time_point last_poll;  // the last connect call on it (guarded by the registry's mu)
   uint8_t tc = 0, sl = 0;
@@ -283,15 +294,22 @@ Status connect_step(ConnectState& s, SendComm** out) {
           continue;
         }
         if (st.is_again()) {
-          // message "retry" = refused at once: stay in kStart; otherwise wait for the handshake.
-          if (st.message().empty()) s.phase = ConnectState::kTcpWait;
+          // message "retry" = refused at once: stay in kStart; otherwise wait for the handshake,
+          // briefly in this call.
+          if (st.message().empty()) {
+            s.phase = ConnectState::kTcpWait;
+            s.tcp_first_wait = true;
+            continue;
+          }
           return Status::again();
         }
         return st;
       }
       case ConnectState::kTcpWait: {
         pollfd p{s.comm->c.fd, POLLOUT, 0};
-        int r = poll(&p, 1, 0);
+        const int wait = s.tcp_first_wait ? std::min(remaining_ms(s), kTcpHandshakeWaitMs) : 0;
+        s.tcp_first_wait = false;
+        int r = poll(&p, 1, wait);
         if (r == 0) return Status::again();
         int err = 0;
         socklen_t len = sizeof err;

@@ -4,11 +4,15 @@
 // nothing here blocks.
 //
 // Up to ListenComm::kMaxPending handshakes are in progress at once, each bounded by its own
-// SLUICE_HANDSHAKE_TIMEOUT_MS, so a stray connection (port scanner, health probe, half-open socket,
-// a peer of another program) never delays a real peer: it is dropped at its deadline or at its
-// first byte that is not Sluice's, with an INFO. A connection that fails after its metadata was
-// accepted is dropped with a WARN and its resources released; only a broken listening socket fails
-// accept.
+// SLUICE_HANDSHAKE_TIMEOUT_MS until it shows itself a peer of this listener, so a stray connection
+// (port scanner, health probe, half-open socket, a peer of another program) never delays a real
+// peer: it is dropped at its deadline or at its first byte that is not Sluice's, with an INFO. A
+// connection whose metadata passed (the listener's nonce: a real peer) is then bounded by the
+// connector's own SLUICE_CONNECT_TIMEOUT_MS from its accept: the connector may complete as late as
+// that (NCCL polls it when it can), and a handshake dropped while the connector can still complete
+// would leave a send comm whose receive comm never comes. A connection that fails after its
+// metadata was accepted is dropped with a WARN and its resources released; only a broken listening
+// socket fails accept.
 #include <arpa/inet.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -85,6 +89,9 @@ struct ListenComm::Pending {
   int fd = -1;
   std::string peer;
   sockaddr_storage peer_addr{};
+  Clock::time_point accepted;  // taken from the backlog
+  // accepted + SLUICE_HANDSHAKE_TIMEOUT_MS; once identified, accepted + the larger of it and
+  // SLUICE_CONNECT_TIMEOUT_MS (the connector's bound: it may still complete until then).
   Clock::time_point deadline;
   std::unique_ptr<RecvComm> comm;
   wire::Meta local{}, remote{};
@@ -325,6 +332,8 @@ Step step(ListenComm& l, ListenComm::Pending& p, Clock::time_point now, RecvComm
           return Step::kDrop;
         }
         p.identified = true;
+        p.deadline = p.accepted + std::chrono::milliseconds(
+                                      std::max(cfg.handshake_timeout_ms, cfg.connect_timeout_ms));
         p.io = 0;
         p.phase = (p.remote.features & wire::kMetaFeatureMembers) != 0
                       ? ListenComm::Pending::kRecvMembers
@@ -412,9 +421,13 @@ Step step(ListenComm& l, ListenComm::Pending& p, Clock::time_point now, RecvComm
                           ? "our metadata is not sent yet (peer not reading)"
                       : p.cm && p.io == 1 ? "rdma_cm: " + p.cm->progress
                                           : "the peer's ready byte did not arrive";
-    *why = Status(Code::kRemoteError, "no complete handshake within SLUICE_HANDSHAKE_TIMEOUT_MS=" +
-                                          std::to_string(cfg.handshake_timeout_ms) + " ms (" + got +
-                                          ")");
+    const std::string bound =
+        p.identified
+            ? "SLUICE_CONNECT_TIMEOUT_MS=" +
+                  std::to_string(std::max(cfg.handshake_timeout_ms, cfg.connect_timeout_ms)) +
+                  " ms (the connector's bound; its metadata was valid)"
+            : "SLUICE_HANDSHAKE_TIMEOUT_MS=" + std::to_string(cfg.handshake_timeout_ms) + " ms";
+    *why = Status(Code::kRemoteError, "no complete handshake within " + bound + " (" + got + ")");
     return Step::kDrop;
   }
   return Step::kWait;
@@ -480,6 +493,7 @@ Status accept_new(ListenComm& l, Clock::time_point now) {
     p->fd = fd;
     p->peer = sockaddr_text(sa);
     p->peer_addr = sa;
+    p->accepted = now;
     p->deadline = now + std::chrono::milliseconds(cfg.handshake_timeout_ms);
     Status st = set_nonblocking(fd);
     if (!st.is_ok()) {
@@ -610,6 +624,9 @@ size_t reap_listens(bool all) {
       drop(*l, p,
            Status(Code::kRemoteError,
                   all ? "finalize with the handshake in progress"
+                  : p.identified
+                      ? "no complete handshake within SLUICE_CONNECT_TIMEOUT_MS (accept no "
+                        "longer called)"
                       : "no complete handshake within SLUICE_HANDSHAKE_TIMEOUT_MS (accept no "
                         "longer called)"));
       l->pending.erase(l->pending.begin() + static_cast<std::ptrdiff_t>(i));
