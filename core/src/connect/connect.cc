@@ -16,6 +16,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "base/deadline_queue.h"
 #include "comm/comm.h"
 #include "connect/cm_rdmacm.h"
 #include "connect/comm_setup.h"
@@ -100,7 +101,13 @@ struct ConnectRegistry {
   std::mutex mu;
   std::unordered_map<uint64_t, std::unique_ptr<ConnectState>> states;
   uint64_t next_id = 1;
+  // When each state may next be abandoned (its deadline, then its last poll plus the bound), so the
+  // reaper that every connect, accept and listen call runs looks only at what is due.
+  DeadlineQueue due;
 };
+
+// States the reaper looks at per call at most (what is due beyond them waits for the next call).
+constexpr size_t kReapBatch = 8;
 ConnectRegistry& connects() {
   static auto* r = new ConnectRegistry;  // NOLINT: deliberately never destroyed (see above)
   return *r;
@@ -504,6 +511,7 @@ Status connect(int dev, void* handle, const CommConfig& cfg, SendComm** out) {
       st->phase = resolve.value() ? ConnectState::kCmResolve : ConnectState::kGidRoute;
     }
     uint64_t id = g.next_id++;
+    g.due.push(st->deadline, id);  // not abandoned before its deadline
     h.connect_state = id;
     h.connect_check = id ^ wire::nonce_fold(h.nonce) ^ wire::kHandleMagic;
     std::memcpy(handle, &h, sizeof h);
@@ -553,20 +561,35 @@ size_t reap_abandoned_connects(bool all) {
     } else if (!lk.try_lock()) {
       return 0;  // another thread is in connect: it reaps
     }
-    if (g.states.empty()) return 0;
     const Clock::time_point now = Clock::now();
-    const Engine* e = engine();
-    const auto bound = std::chrono::milliseconds(e ? e->config().connect_timeout_ms : 0);
-    for (auto it = g.states.begin(); it != g.states.end();) {
-      // Abandoned: past its deadline and not polled for a whole bound (one still polled fails at
-      // its own next call, with the reason).
-      ConnectState& s = *it->second;
-      if (!s.busy && (all || (now > s.deadline && now - s.last_poll > bound))) {
+    if (all) {
+      for (auto it = g.states.begin(); it != g.states.end();) {
+        if (it->second->busy) {
+          ++it;
+          continue;
+        }
         dead.push_back(std::move(it->second));
         it = g.states.erase(it);
-      } else {
-        ++it;
       }
+      g.due.clear();
+      for (const auto& [id, s] : g.states) g.due.push(now, id);  // busy ones: look again later
+    } else {
+      const Engine* e = engine();
+      const auto bound = std::chrono::milliseconds(e ? e->config().connect_timeout_ms : 0);
+      // Abandoned: past its deadline and not polled for a whole bound (one still polled fails at
+      // its own next call, with the reason). Only states whose time has come are looked at.
+      reap_due(g.due, now, kReapBatch, [&](uint64_t id) -> ReapDecision {
+        auto it = g.states.find(id);
+        if (it == g.states.end()) return {ReapDecision::kGone, {}};  // completed or failed
+        ConnectState& s = *it->second;
+        if (s.busy) return {ReapDecision::kLater, now + bound};
+        if (now > s.deadline && now - s.last_poll > bound) {
+          dead.push_back(std::move(it->second));
+          g.states.erase(it);
+          return {ReapDecision::kReap, {}};
+        }
+        return {ReapDecision::kLater, std::max(s.deadline, s.last_poll + bound)};
+      });
     }
   }
   // Released outside the lock: each comm's teardown drains its QPs (bounded).

@@ -22,8 +22,10 @@
 #include <cstring>
 #include <mutex>
 #include <type_traits>
+#include <unordered_map>
 #include <vector>
 
+#include "base/deadline_queue.h"
 #include "comm/comm.h"
 #include "connect/cm_rdmacm.h"
 #include "connect/comm_setup.h"
@@ -51,8 +53,12 @@ class ListenComm : public CommBase {
   static constexpr size_t kMaxPending = 64;
   std::vector<std::unique_ptr<Pending>> pending;
   bool resource_warned =
-      false;       // accept4 ran out of descriptors/memory; WARNed once until it works
-  Status failure;  // sticky: the listening socket itself failed, or finalize retired the comm
+      false;        // accept4 ran out of descriptors/memory; WARNed once until it works
+  Status failure;   // sticky: the listening socket itself failed, or finalize retired the comm
+  uint64_t id = 0;  // its key in the registry (listens())
+  // In the reaper's queue (guarded by the registry's q_mu): set when accept takes a handshake in,
+  // cleared by the reaper when it finds none left.
+  bool queued = false;
   // Held by accept (its one driver) and by the reaper (reap_listens), which only try_locks it
   // except at finalize.
   std::mutex mu;
@@ -71,10 +77,21 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // Live listen comms, for the reaper. Allocated once and never destroyed (no static destructor).
+// Lock order: mu, then a listen's own mu, then q_mu (a leaf: accept takes it under its listen's
+// mu to queue the listen when it takes a handshake in).
 struct ListenRegistry {
   std::mutex mu;
-  std::vector<ListenComm*> comms;
+  std::unordered_map<uint64_t, ListenComm*> comms;  // by ListenComm::id
+  uint64_t next_id = 1;
+  std::mutex q_mu;
+  // Listens with handshakes in progress, by when the reaper should next look at them (the handshake
+  // bound after their last accept call): every connect, accept and listen call runs the reaper,
+  // which looks only at what is due (base/deadline_queue.h).
+  DeadlineQueue due;
 };
+
+// Listens the reaper looks at per call at most.
+constexpr size_t kReapBatch = 8;
 ListenRegistry& listens() {
   static auto* r = new ListenRegistry;  // NOLINT: deliberately never destroyed
   return *r;
@@ -280,7 +297,8 @@ Status listen(int dev, void* handle, ListenComm** out) {
   SLUICE_INFO(kSubNet, "listening on %s for %s", l->addr_text.c_str(), d->name.c_str());
   {
     std::lock_guard<std::mutex> lk(listens().mu);
-    listens().comms.push_back(l.get());
+    l->id = listens().next_id++;
+    listens().comms.emplace(l->id, l.get());
   }
   *out = l.release();
   return Status::ok();
@@ -448,6 +466,16 @@ bool make_room(ListenComm& l) {
   return false;
 }
 
+// Puts a listen with handshakes in progress in the reaper's queue (once): should accept stop being
+// called, reap_listens drops its handshakes at their deadlines. Caller holds l.mu.
+void queue_for_reaper(ListenComm& l, Clock::time_point now) {
+  ListenRegistry& g = listens();
+  std::lock_guard<std::mutex> q(g.q_mu);
+  if (l.queued) return;
+  l.queued = true;
+  g.due.push(now + std::chrono::milliseconds(engine()->config().handshake_timeout_ms), l.id);
+}
+
 bool connection_level_error(int err) {
   // accept(2): Linux passes errors of the new connection to accept; the listener is fine.
   return err == ECONNABORTED || err == EPROTO || err == EPERM || err == ENETDOWN ||
@@ -501,6 +529,7 @@ Status accept_new(ListenComm& l, Clock::time_point now) {
       continue;
     }
     l.pending.push_back(std::move(p));
+    queue_for_reaper(l, now);
   }
   return Status::ok();
 }
@@ -584,7 +613,7 @@ Status close_listen(ListenComm* l) {
     return Status(Code::kInvalidArgument, "closeListen: not a listen comm");
   {
     std::lock_guard<std::mutex> lk(listens().mu);
-    std::erase(listens().comms, l);
+    listens().comms.erase(l->id);  // its queue entry, if any, is dropped when it comes due
   }
   l->kind = CommKind::kDead;
   if (!l->pending.empty()) {
@@ -594,6 +623,33 @@ Status close_listen(ListenComm* l) {
   delete l;  // pending handshakes' comms (QPs, CQ, memory) and sockets, then the listening socket
   return Status::ok();
 }
+
+namespace {
+
+// Drops l's handshakes that are past their deadline (all of them at finalize); caller holds l.mu.
+size_t reap_pending(ListenComm& l, bool all, Clock::time_point now) {
+  size_t n = 0;
+  for (size_t i = 0; i < l.pending.size();) {
+    ListenComm::Pending& p = *l.pending[i];
+    if (!all && now <= p.deadline) {
+      ++i;
+      continue;
+    }
+    drop(l, p,
+         Status(Code::kRemoteError,
+                all ? "finalize with the handshake in progress"
+                : p.identified
+                    ? "no complete handshake within SLUICE_CONNECT_TIMEOUT_MS (accept no "
+                      "longer called)"
+                    : "no complete handshake within SLUICE_HANDSHAKE_TIMEOUT_MS (accept no "
+                      "longer called)"));
+    l.pending.erase(l.pending.begin() + static_cast<std::ptrdiff_t>(i));
+    ++n;
+  }
+  return n;
+}
+
+}  // namespace
 
 size_t reap_listens(bool all) {
   ListenRegistry& g = listens();
@@ -605,41 +661,48 @@ size_t reap_listens(bool all) {
   }
   size_t n = 0;
   const Clock::time_point now = Clock::now();
+  if (all) {
+    for (auto& [id, l] : g.comms) {
+      std::lock_guard<std::mutex> ll(l->mu);
+      n += reap_pending(*l, true, now);
+      l->cm.clear();  // their rdma_cm ids and event channels go with the devices
+      if (l->failure.is_ok()) {
+        l->failure = Status(Code::kInvalidUsage, "accept on " + l->addr_text +
+                                                     ": the listen comm outlived the plugin's "
+                                                     "finalize; only closeListen is valid now");
+      }
+    }
+    return n;
+  }
   const Engine* e = engine();
   const auto bound = std::chrono::milliseconds(e ? e->config().handshake_timeout_ms : 0);
-  for (ListenComm* l : g.comms) {
-    std::unique_lock<std::mutex> ll(l->mu, std::defer_lock);
-    if (all) {
-      ll.lock();
-    } else if (!ll.try_lock()) {
-      continue;  // its accept is running and reaps its own
-    }
-    if (!all && now - l->last_accept <= bound) continue;  // accept is still polled: it decides
-    for (size_t i = 0; i < l->pending.size();) {
-      ListenComm::Pending& p = *l->pending[i];
-      if (!all && now <= p.deadline) {
-        ++i;
-        continue;
-      }
-      drop(*l, p,
-           Status(Code::kRemoteError,
-                  all ? "finalize with the handshake in progress"
-                  : p.identified
-                      ? "no complete handshake within SLUICE_CONNECT_TIMEOUT_MS (accept no "
-                        "longer called)"
-                      : "no complete handshake within SLUICE_HANDSHAKE_TIMEOUT_MS (accept no "
-                        "longer called)"));
-      l->pending.erase(l->pending.begin() + static_cast<std::ptrdiff_t>(i));
-      ++n;
-    }
-    if (all) {  // their rdma_cm ids and event channels go with the devices
-      l->cm.clear();
-    }
-    if (all && l->failure.is_ok()) {
-      l->failure = Status(Code::kInvalidUsage, "accept on " + l->addr_text +
-                                                   ": the listen comm outlived the plugin's "
-                                                   "finalize; only closeListen is valid now");
-    }
+  // Pops under q_mu, a leaf: each listen is then locked with q_mu released (lock order above).
+  std::vector<uint64_t> ids;
+  {
+    std::lock_guard<std::mutex> q(g.q_mu);
+    if (!g.due.due(now)) return 0;  // the common case: one comparison
+    reap_due(g.due, now, kReapBatch, [&](uint64_t id) {
+      ids.push_back(id);
+      return ReapDecision{ReapDecision::kGone, {}};  // re-queued below if still needed
+    });
+  }
+  for (const uint64_t id : ids) {
+    auto it = g.comms.find(id);
+    if (it == g.comms.end()) continue;  // closed
+    ListenComm* l = it->second;
+    std::unique_lock<std::mutex> ll(l->mu, std::try_to_lock);
+    Clock::time_point next = now + bound;
+    bool keep = true;
+    if (ll.owns_lock()) {
+      if (now - l->last_accept > bound)
+        n += reap_pending(*l, false, now);  // accept abandoned it
+      else
+        next = l->last_accept + bound;  // accept is still polled: it decides
+      keep = !l->pending.empty();
+    }  // else its accept is running and reaps its own: look again later
+    std::lock_guard<std::mutex> q(g.q_mu);
+    l->queued = keep;
+    if (keep) g.due.push(next > now ? next : now + std::chrono::milliseconds(1), id);
   }
   return n;
 }
