@@ -20,6 +20,7 @@
 #include "placement.h"
 #include "profiler.h"
 #include "sluice/core/api.h"
+#include "sluice/core/base/fd_limit.h"
 #include "sluice/core/base/log.h"
 #include "sluice/core/base/status.h"
 #include "sluice/core/base/wire.h"
@@ -236,6 +237,9 @@ Status acquire_engine() {
     return Status(Code::kSystemError,
                   "no usable RDMA device (no active port, or none matches NCCL_IB_HCA)");
   }
+  // Every comm keeps a socket for its life: a soft limit of 1,024 is passed by a job of a thousand
+  // GPUs. Once per process, with the engine's log sink set (issue 32).
+  raise_fd_limit_at_init();
   g_refs.fetch_add(1, std::memory_order_acq_rel);
   return Status::ok();
 }

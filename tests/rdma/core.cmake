@@ -69,3 +69,12 @@ sluice_add_rdma_test(NAME core_slow_connector_rdmacm
                              $<TARGET_FILE:core_slow_connector_test> TIMEOUT 300)
 set_property(TEST core_slow_connector_rdmacm APPEND PROPERTY ENVIRONMENT
              SLUICE_HANDSHAKE_TIMEOUT_MS=1000)
+
+# No fd wall (issue 32), with the hard limit too low: a listener out of descriptors fails accept at
+# once, naming its limit, and tells its connector, which fails within seconds naming the peer's
+# limit; a connector out of descriptors fails connect and listen naming its own. Each side that
+# runs out is a forked process with RLIMIT_NOFILE 256/256 and its descriptors filled.
+add_executable(core_fd_limit_test ${CMAKE_CURRENT_LIST_DIR}/core_fd_limit_test.cc)
+target_link_libraries(core_fd_limit_test PRIVATE sluice_core GTest::gtest_main)
+sluice_add_rdma_test(NAME core_fd_limit COMMAND $<TARGET_FILE:core_fd_limit_test> TIMEOUT 300)
+set_property(TEST core_fd_limit APPEND PROPERTY ENVIRONMENT SLUICE_CM=oob)

@@ -20,6 +20,7 @@
 #include "comm/comm.h"
 #include "connect/cm_rdmacm.h"
 #include "connect/comm_setup.h"
+#include "connect/fd_census.h"
 #include "connect/oob_socket.h"
 #include "connect/route_gid.h"
 #include "health/liveness.h"
@@ -58,8 +59,10 @@ struct ConnectState {
     kRecvMeta,
     kCmResolveMore,
     kCmConnect,
-    kSendReady
+    kSendReady,
+    kRecvRefusal  // the listener answered with a failure notice (wire.h) instead of its metadata
   } phase = kStart;
+  FdCount counted{FdKind::kConnect};
   int dev = 0;
   CommConfig cfg;
   wire::Handle handle{};
@@ -87,6 +90,7 @@ struct ConnectState {
   int npaths = 1;
   wire::MetaMembers local_x{}, remote_x{};
   wire::MetaCmAddrs remote_cm{};  // fused over rdma_cm: the listener members' rdma_cm addresses
+  std::vector<uint8_t> refusal;   // kRecvRefusal: the notice's bytes so far
 };
 
 int remaining_ms(const ConnectState& s) {
@@ -129,7 +133,11 @@ void schedule_retry(ConnectState& s) {
 
 Status start_tcp(ConnectState& s) {
   int fd = socket(s.addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return errno_status(Code::kSystemError, "socket()", errno);
+  if (fd < 0) {
+    const int err = errno;
+    if (fd_exhausted(err)) return fd_exhausted_status("connect to " + s.peer + ": socket()", err);
+    return errno_status(Code::kSystemError, "socket()", err);
+  }
   s.comm->c.fd = fd;
   SLUICE_RETURN_IF_ERROR(set_nonblocking(fd));
   ++s.attempts;
@@ -214,8 +222,58 @@ std::string timeout_cause(const ConnectState& s) {
     return "the listener did not answer the rdma_cm connect requests (its process stalled, or "
            "rdma_cm traffic is filtered); check that both sides can `rping` each other";
   }
+  if (s.phase == ConnectState::kSendMeta || s.phase == ConnectState::kRecvMeta ||
+      s.phase == ConnectState::kRecvRefusal) {
+    // The TCP connection is up: the network and NCCL_SOCKET_IFNAME are not the problem.
+    return "the listener's host took the TCP connection, but the listening process never "
+           "answered it: it does not call accept (stalled, or busy elsewhere), or cannot take the "
+           "connection (out of file descriptors: look for the RLIMIT_NOFILE message in its log)";
+  }
+  if (s.phase == ConnectState::kSendReady) {
+    return "the listener stopped reading before the last byte of the handshake";
+  }
   return "the peer is not reachable on that address (host down, its link down, or packets "
          "filtered) or did not accept; check NCCL_SOCKET_IFNAME and firewalls";
+}
+
+static_assert((wire::kMetaMagic & 0xff) != wire::kNoticeMagic,
+              "a refusal's first byte is never metadata's");
+
+// kRecvRefusal: reads the listener's failure notice (its process could not take the connection:
+// out of file descriptors, listener.cc) and fails with its text. again() while it is incomplete.
+Status recv_refusal(ConnectState& s) {
+  const int fd = s.comm->c.fd;
+  Status end = Status::again();
+  while (s.refusal.size() < wire::kNoticeMaxBytes) {
+    uint8_t buf[wire::kNoticeMaxBytes];
+    const ssize_t r = ::recv(fd, buf, wire::kNoticeMaxBytes - s.refusal.size(), 0);
+    if (r > 0) {
+      s.refusal.insert(s.refusal.end(), buf, buf + r);
+      continue;
+    }
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+    end = Status(Code::kRemoteError, r == 0 ? std::string("closed") : std::strerror(errno));
+    break;
+  }
+  std::string text;
+  size_t used = 0;
+  switch (wire::decode_notice(s.refusal.data(), s.refusal.size(), &text, &used)) {
+    case wire::NoticeParse::kOk:
+      return Status(Code::kRemoteError,
+                    "the listener at " + s.peer + " refused the connection: " + text);
+    case wire::NoticeParse::kBad:
+      return Status(Code::kRemoteError,
+                    "the listener at " + s.peer + " answered with a malformed refusal: " + text);
+    case wire::NoticeParse::kIncomplete:
+      break;
+  }
+  if (end.is_again()) return end;
+  return Status(Code::kRemoteError, "the listener at " + s.peer +
+                                        " refused the connection, but its "
+                                        "reason was cut short (" +
+                                        std::to_string(s.refusal.size()) + " bytes, then " +
+                                        end.message() + ")");
 }
 
 // Fused over rdma_cm: starts resolving the ids of every path after path 0 (kCmResolve resolved path
@@ -345,6 +403,17 @@ Status connect_step(ConnectState& s, SendComm** out) {
         continue;
       }
       case ConnectState::kRecvMeta: {
+        if (s.io == 0) {
+          // The first byte tells the listener's metadata from a refusal (a failure notice: its
+          // process is out of file descriptors, listener.cc).
+          Status st = recv_some(s.comm->c.fd, &s.remote, 1, &s.io, s.peer);
+          if (!st.is_ok()) return st;
+          if (reinterpret_cast<const uint8_t*>(&s.remote)[0] == wire::kNoticeMagic) {
+            s.refusal.assign(1, wire::kNoticeMagic);
+            s.phase = ConnectState::kRecvRefusal;
+            continue;
+          }
+        }
         // Meta, then (fusion) the members' extension, then (fused over rdma_cm) the members'
         // rdma_cm addresses; s.io counts the bytes of all of them.
         struct Part {
@@ -431,6 +500,8 @@ Status connect_step(ConnectState& s, SendComm** out) {
         s.phase = ConnectState::kSendReady;
         continue;
       }
+      case ConnectState::kRecvRefusal:
+        return recv_refusal(s);
       case ConnectState::kSendReady: {
         Status st = send_some(s.comm->c.fd, &kReadyByte, 1, &s.io, s.peer);
         if (!st.is_ok()) return st;

@@ -14,6 +14,7 @@
 // metadata was accepted is dropped with a WARN and its resources released; only a broken listening
 // socket fails accept.
 #include <arpa/inet.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -29,6 +30,8 @@
 #include "comm/comm.h"
 #include "connect/cm_rdmacm.h"
 #include "connect/comm_setup.h"
+#include "connect/fd_census.h"
+#include "connect/fd_reserve.h"
 #include "connect/oob_socket.h"
 #include "connect/route_gid.h"
 #include "sluice/core/base/log.h"
@@ -40,6 +43,8 @@ class ListenComm : public CommBase {
  public:
   ListenComm() : CommBase(CommKind::kListen) {}
   ~ListenComm();
+  FdCount counted{FdKind::kListen};
+  bool holds_reserve = false;    // counted among the reserved descriptor's users (fd_reserve.h)
   Device* dev = nullptr;         // member 0's
   std::vector<Device*> members;  // the listened device's members (Engine::members_of)
   std::vector<uint32_t> weights;
@@ -52,8 +57,8 @@ class ListenComm : public CommBase {
   // wait in the kernel's backlog.
   static constexpr size_t kMaxPending = 64;
   std::vector<std::unique_ptr<Pending>> pending;
-  bool resource_warned =
-      false;        // accept4 ran out of descriptors/memory; WARNed once until it works
+  bool resource_warned = false;  // accept4 ran out of memory; WARNed once until it works
+  bool fd_warned = false;        // out of descriptors with no connection waiting; WARNed once
   Status failure;   // sticky: the listening socket itself failed, or finalize retired the comm
   uint64_t id = 0;  // its key in the registry (listens())
   // In the reaper's queue (guarded by the registry's q_mu): set when accept takes a handshake in,
@@ -100,6 +105,7 @@ ListenRegistry& listens() {
 }  // namespace
 
 struct ListenComm::Pending {
+  FdCount counted{FdKind::kHandshake};
   enum Phase { kRecvMeta, kRecvMembers, kGidRoute, kSendMeta, kRecvReady } phase = kRecvMeta;
   bool identified =
       false;  // its metadata passed wire::validate_meta: a Sluice peer of this listener
@@ -125,6 +131,7 @@ struct ListenComm::Pending {
 ListenComm::~ListenComm() {
   pending.clear();
   if (fd >= 0) close(fd);
+  if (holds_reserve) fd_reserve_give();
 }
 
 namespace {
@@ -229,8 +236,14 @@ Status listen(int dev, void* handle, ListenComm** out) {
   l->weights = weights;
   SLUICE_RETURN_IF_ERROR(wire::new_nonce(&l->nonce));
   sockaddr_storage sa = e->oob_interface().addr;
+  SLUICE_RETURN_IF_ERROR(fd_reserve_take("listen on " + d->name));
+  l->holds_reserve = true;
   l->fd = socket(sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (l->fd < 0) return errno_status(Code::kSystemError, "listen: socket()", errno);
+  if (l->fd < 0) {
+    const int err = errno;
+    if (fd_exhausted(err)) return fd_exhausted_status("listen on " + d->name + ": socket()", err);
+    return errno_status(Code::kSystemError, "listen: socket()", err);
+  }
   int one = 1;
   setsockopt(l->fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   socklen_t len = sa.ss_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
@@ -500,12 +513,29 @@ Status accept_new(ListenComm& l, Clock::time_point now) {
                     l.addr_text.c_str(), std::strerror(err));
         continue;
       }
-      if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) {
-        // The connection stays in the backlog; later calls take it once resources are back.
+      if (fd_exhausted(err)) {
+        // accept4 checks for a free descriptor before it looks at the backlog: with none waiting
+        // there is nobody to refuse yet. Say so once; the first connection that comes is refused
+        // and fails this accept (refuse_out_of_fds), so its connector learns why at once.
+        pollfd w{l.fd, POLLIN, 0};
+        if (poll(&w, 1, 0) == 1 && (w.revents & POLLIN) != 0)
+          return refuse_out_of_fds(l.fd, l.dev->name, l.addr_text, err);
+        if (!l.fd_warned) {
+          l.fd_warned = true;
+          SLUICE_WARN("%s; the next connection to it will be refused with this reason",
+                      fd_exhausted_status(
+                          "accept on " + l.dev->name + " (" + l.addr_text + "): accept4()", err)
+                          .message()
+                          .c_str());
+        }
+        return Status::ok();
+      }
+      if (err == ENOBUFS || err == ENOMEM) {
+        // Kernel memory: the connection stays in the backlog; later calls take it once it is back.
         if (!l.resource_warned) {
           SLUICE_WARN(
-              "accept on %s (%s): cannot take a new connection now: %s (the process is "
-              "out of file descriptors or memory; raise `ulimit -n`?); retrying",
+              "accept on %s (%s): cannot take a new connection now: %s (the kernel is out of "
+              "socket memory); retrying",
               l.dev->name.c_str(), l.addr_text.c_str(), std::strerror(err));
           l.resource_warned = true;
         }
@@ -517,6 +547,7 @@ Status accept_new(ListenComm& l, Clock::time_point now) {
           err);
     }
     l.resource_warned = false;
+    l.fd_warned = false;
     auto p = std::make_unique<ListenComm::Pending>();
     p->fd = fd;
     p->peer = sockaddr_text(sa);
