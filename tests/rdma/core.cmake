@@ -78,3 +78,10 @@ add_executable(core_fd_limit_test ${CMAKE_CURRENT_LIST_DIR}/core_fd_limit_test.c
 target_link_libraries(core_fd_limit_test PRIVATE sluice_core GTest::gtest_main)
 sluice_add_rdma_test(NAME core_fd_limit COMMAND $<TARGET_FILE:core_fd_limit_test> TIMEOUT 300)
 set_property(TEST core_fd_limit APPEND PROPERTY ENVIRONMENT SLUICE_CM=oob)
+
+# Registration and close at scale (issue 32): 10,000 registrations, 200 closes with them held,
+# 10,000 deregistrations, and one page registered 10,000 times; the times are printed.
+add_executable(core_mr_scale_test ${CMAKE_CURRENT_LIST_DIR}/core_mr_scale_test.cc)
+target_link_libraries(core_mr_scale_test PRIVATE sluice_core GTest::gtest_main)
+sluice_add_rdma_test(NAME core_mr_scale COMMAND $<TARGET_FILE:core_mr_scale_test> TIMEOUT 900)
+set_property(TEST core_mr_scale APPEND PROPERTY ENVIRONMENT SLUICE_CM=oob)
