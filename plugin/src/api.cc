@@ -406,7 +406,20 @@ ncclResult_t get_properties(int dev, NetProps* props) noexcept {
     out.speed = p.speed_mbps;
     out.port = p.port;
     out.latency = p.latency_us;
-    out.max_comms = p.max_comms;
+    // What the device holds at this configuration, not its max_qp (issue 32).
+    int max_comms = 0;
+    std::string how;
+    SLUICE_RETURN_IF_ERROR(device_max_comms(dev, &max_comms, &how));
+    out.max_comms = max_comms;
+    {
+      static std::mutex said_mu;
+      static std::unordered_set<int> said;
+      std::lock_guard<std::mutex> lk(said_mu);
+      if (said.insert(dev).second) {
+        SLUICE_INFO(kSubInit, "%s: maxComms %d (device max_qp alone: %d): %s", p.name, max_comms,
+                    p.max_comms, how.c_str());
+      }
+    }
     out.max_recvs = p.max_recvs;
     out.net_device_type = NCCL_NET_DEVICE_HOST;
     out.net_device_version = 0;
