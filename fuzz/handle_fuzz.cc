@@ -51,7 +51,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   socklen_t len2 = 0;
   wire::handle_address(again, &sa2, &len2);
   FUZZ_CHECK(len2 == len && std::memcmp(&sa, &sa2, len) == 0, "address changed in round trip");
-  FUZZ_CHECK(again.listen_dev == h.listen_dev && again.nonce == h.nonce, "device/nonce changed");
+  FUZZ_CHECK(again.listen_dev == h.listen_dev &&
+                 std::memcmp(again.nonce.bytes, h.nonce.bytes, sizeof h.nonce.bytes) == 0,
+             "device/nonce changed");
   FUZZ_CHECK(again.connect_state == 0 && again.connect_check == 0, "connector fields not clear");
   sockaddr_storage cm2{};
   FUZZ_CHECK(wire::handle_cm_address(again, &cm2) == offers, "rdma_cm offer changed");

@@ -1,4 +1,4 @@
-// Connection metadata as connect() and accept() read it from the out-of-band socket (224 bytes
+// Connection metadata as connect() and accept() read it from the out-of-band socket (232 bytes
 // the peer wrote). Drives the two checks the handshake applies, in its order: validate_meta()
 // (format, role, nonce, limits) and check_peer_meta() against this side's metadata; before them,
 // the listener's check_meta_prefix() on every prefix as the bytes arrive.
@@ -23,10 +23,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   wire::Meta m{};
   if (size > 0) std::memcpy(&m, data, std::min(size, sizeof m));
   // Bytes past the metadata choose the side that reads it and whether the nonce is the one this
-  // listener handed out (the common case for a real peer) or a stray's.
+  // listener handed out (the common case for a real peer) or a stray's: one bit off in the byte
+  // that ctl's top three bits choose.
   const uint8_t ctl = size > sizeof m ? data[sizeof m] : 0;
   const uint8_t role = ctl & 1;
-  const uint64_t nonce = (ctl & 2) ? m.nonce ^ 0x9e3779b97f4a7c15ull : m.nonce;
+  wire::Nonce nonce = m.nonce;
+  if (ctl & 2) nonce.bytes[((ctl >> 5) & 7) * 2 + 1] ^= 0x20;
 
   // The listener's early check on every prefix as it arrives: once a prefix is refused every
   // longer one is too, and metadata that validate_meta() accepts passes it at every length.
@@ -48,7 +50,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   FUZZ_CHECK(!refused, "validate_meta accepts what the listener's prefix check refused");
   FUZZ_CHECK(m.magic == wire::kMetaMagic && m.version == wire::kVersion, "foreign format");
-  FUZZ_CHECK(m.role == role && m.nonce == nonce, "role/nonce");
+  FUZZ_CHECK(m.role == role && wire::same_nonce(m.nonce, nonce), "role/nonce");
+  FUZZ_CHECK(std::memcmp(m.nonce.bytes, nonce.bytes, sizeof nonce.bytes) == 0, "nonce differs");
   FUZZ_CHECK(m.nqps >= 1 && m.nqps <= wire::kMaxQps, "nqps %u", m.nqps);
   FUZZ_CHECK(m.fifo_slots == static_cast<uint32_t>(wire::kFifoSlots), "fifo %u", m.fifo_slots);
   FUZZ_CHECK(std::strlen(m.dev_name) < sizeof m.dev_name, "device name not terminated");

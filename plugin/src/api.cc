@@ -20,6 +20,7 @@
 #include "placement.h"
 #include "profiler.h"
 #include "sluice/core/api.h"
+#include "sluice/core/base/fd_limit.h"
 #include "sluice/core/base/log.h"
 #include "sluice/core/base/status.h"
 #include "sluice/core/base/wire.h"
@@ -34,6 +35,9 @@ namespace {
 // largest power of two that does (and the value NCCL's compat layers use for older plugins).
 constexpr size_t kMaxTransferBytes = size_t{1} << 30;
 static_assert(kMaxTransferBytes == wire::kMaxMessageBytes, "core refuses larger sends");
+// listen writes wire::Handle into NCCL's handle memory (char[NCCL_NET_HANDLE_MAXSIZE]).
+static_assert(kHandleSize == NCCL_NET_HANDLE_MAXSIZE && wire::kNcclHandleMaxSize == kHandleSize);
+static_assert(sizeof(wire::Handle) <= NCCL_NET_HANDLE_MAXSIZE, "the listen handle fits NCCL's");
 
 // ---- Per-communicator context (v11/v12) --------------------------------------------------------
 
@@ -233,6 +237,9 @@ Status acquire_engine() {
     return Status(Code::kSystemError,
                   "no usable RDMA device (no active port, or none matches NCCL_IB_HCA)");
   }
+  // Every comm keeps a socket for its life: a soft limit of 1,024 is passed by a job of a thousand
+  // GPUs. Once per process, with the engine's log sink set (issue 32).
+  raise_fd_limit_at_init();
   g_refs.fetch_add(1, std::memory_order_acq_rel);
   return Status::ok();
 }
@@ -399,7 +406,20 @@ ncclResult_t get_properties(int dev, NetProps* props) noexcept {
     out.speed = p.speed_mbps;
     out.port = p.port;
     out.latency = p.latency_us;
-    out.max_comms = p.max_comms;
+    // What the device holds at this configuration, not its max_qp (issue 32).
+    int max_comms = 0;
+    std::string how;
+    SLUICE_RETURN_IF_ERROR(device_max_comms(dev, &max_comms, &how));
+    out.max_comms = max_comms;
+    {
+      static std::mutex said_mu;
+      static std::unordered_set<int> said;
+      std::lock_guard<std::mutex> lk(said_mu);
+      if (said.insert(dev).second) {
+        SLUICE_INFO(kSubInit, "%s: maxComms %d (device max_qp alone: %d): %s", p.name, max_comms,
+                    p.max_comms, how.c_str());
+      }
+    }
     out.max_recvs = p.max_recvs;
     out.net_device_type = NCCL_NET_DEVICE_HOST;
     out.net_device_version = 0;

@@ -53,3 +53,35 @@ set_property(TEST core_fusion APPEND PROPERTY ENVIRONMENT SLUICE_CM=oob)
 sluice_add_rdma_test(NAME core_fusion_qps4 COMMAND $<TARGET_FILE:core_fusion_test> TIMEOUT 600)
 set_property(TEST core_fusion_qps4 APPEND PROPERTY ENVIRONMENT SLUICE_CM=auto
              NCCL_IB_QPS_PER_CONNECTION=4)
+
+# Bounds that cannot hang init (issue 32): a connector polled every 1.2x the handshake bound
+# completes, and so does its accept; a message passes. The handshake bound is scaled down to 1 s.
+add_executable(core_slow_connector_test ${CMAKE_CURRENT_LIST_DIR}/core_slow_connector_test.cc)
+target_link_libraries(core_slow_connector_test PRIVATE sluice_core GTest::gtest_main)
+sluice_add_rdma_test(NAME core_slow_connector COMMAND $<TARGET_FILE:core_slow_connector_test>
+                     TIMEOUT 300)
+set_property(TEST core_slow_connector APPEND PROPERTY ENVIRONMENT SLUICE_HANDSHAKE_TIMEOUT_MS=1000
+             SLUICE_CM=oob)
+# The same through rdma_cm (loopback on one port, rdmacm.cmake says why): the acceptor's side
+# completes on the connector's RTU, sent at its next poll.
+sluice_add_rdma_test(NAME core_slow_connector_rdmacm
+                     COMMAND ${CMAKE_CURRENT_LIST_DIR}/rdmacm_loopback.sh
+                             $<TARGET_FILE:core_slow_connector_test> TIMEOUT 300)
+set_property(TEST core_slow_connector_rdmacm APPEND PROPERTY ENVIRONMENT
+             SLUICE_HANDSHAKE_TIMEOUT_MS=1000)
+
+# No fd wall (issue 32), with the hard limit too low: a listener out of descriptors fails accept at
+# once, naming its limit, and tells its connector, which fails within seconds naming the peer's
+# limit; a connector out of descriptors fails connect and listen naming its own. Each side that
+# runs out is a forked process with RLIMIT_NOFILE 256/256 and its descriptors filled.
+add_executable(core_fd_limit_test ${CMAKE_CURRENT_LIST_DIR}/core_fd_limit_test.cc)
+target_link_libraries(core_fd_limit_test PRIVATE sluice_core GTest::gtest_main)
+sluice_add_rdma_test(NAME core_fd_limit COMMAND $<TARGET_FILE:core_fd_limit_test> TIMEOUT 300)
+set_property(TEST core_fd_limit APPEND PROPERTY ENVIRONMENT SLUICE_CM=oob)
+
+# Registration and close at scale (issue 32): 10,000 registrations, 200 closes with them held,
+# 10,000 deregistrations, and one page registered 10,000 times; the times are printed.
+add_executable(core_mr_scale_test ${CMAKE_CURRENT_LIST_DIR}/core_mr_scale_test.cc)
+target_link_libraries(core_mr_scale_test PRIVATE sluice_core GTest::gtest_main)
+sluice_add_rdma_test(NAME core_mr_scale COMMAND $<TARGET_FILE:core_mr_scale_test> TIMEOUT 900)
+set_property(TEST core_mr_scale APPEND PROPERTY ENVIRONMENT SLUICE_CM=oob)

@@ -211,3 +211,17 @@ set_property(TEST plugin_fusion plugin_fusion_shares APPEND PROPERTY ENVIRONMENT
 # path sanitized; the other fused layouts and the packet shares run unsanitized only.
 set_property(TEST plugin_rdma_fused_qps4_split plugin_rdma_fused_send_qps4 plugin_rdma_fused_recv
              plugin_fusion_shares APPEND PROPERTY LABELS nosan)
+
+# No fd wall (issue 32): the soft RLIMIT_NOFILE set to 128 before the plugin's init, which raises it
+# to the hard limit (INFO old -> new); 100 connections (200 comms) up past it, each with a verified
+# message.
+add_executable(plugin_fd_limit_test ${CMAKE_CURRENT_LIST_DIR}/plugin_fd_limit_test.cc)
+target_include_directories(plugin_fd_limit_test PRIVATE ${CMAKE_CURRENT_LIST_DIR})
+target_link_libraries(plugin_fd_limit_test PRIVATE sluice_nccl_abi GTest::gtest_main
+                                                   Threads::Threads PkgConfig::IBVERBS
+                                                   ${CMAKE_DL_LIBS})
+target_compile_definitions(plugin_fd_limit_test PRIVATE
+                           SLUICE_PLUGIN_PATH="$<TARGET_FILE:nccl-net-sluice>")
+add_dependencies(plugin_fd_limit_test nccl-net-sluice)
+sluice_add_rdma_test(NAME plugin_fd_limit COMMAND $<TARGET_FILE:plugin_fd_limit_test> TIMEOUT 600)
+set_property(TEST plugin_fd_limit APPEND PROPERTY ENVIRONMENT SLUICE_CM=oob)

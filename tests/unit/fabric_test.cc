@@ -106,7 +106,7 @@ wire::Meta meta_with_name(const char* name) {
   m.nqps = 1;
   m.mtu = 3;
   m.fifo_slots = wire::kFifoSlots;
-  m.nonce = 9;
+  m.nonce = wire::Nonce{{9}};
   std::snprintf(m.dev_name, sizeof m.dev_name, "%s", name);
   return m;
 }
@@ -116,7 +116,7 @@ wire::Meta meta_with_name(const char* name) {
 TEST(Ece, MetadataCarriesItAndOldPeersStillConnect) {
   wire::Meta old = meta_with_name("a_device_name_of_31_characters_");
   ASSERT_EQ(std::strlen(old.dev_name), 31u);
-  EXPECT_TRUE(wire::validate_meta(old, 0, 9).is_ok());
+  EXPECT_TRUE(wire::validate_meta(old, 0, wire::Nonce{{9}}).is_ok());
   wire::MetaEce e;
   EXPECT_FALSE(wire::meta_ece(old, &e));
 
@@ -124,7 +124,7 @@ TEST(Ece, MetadataCarriesItAndOldPeersStillConnect) {
   ASSERT_TRUE(wire::put_meta_ece(&m, {0x15b3, 0x30000000, 0x7}));
   EXPECT_EQ(m.features & wire::kMetaFeatureEce, wire::kMetaFeatureEce);
   EXPECT_EQ(std::string(m.dev_name), "mlx5_bond_0_with_a_") << "name shortened to 19";
-  EXPECT_TRUE(wire::validate_meta(m, 0, 9).is_ok());
+  EXPECT_TRUE(wire::validate_meta(m, 0, wire::Nonce{{9}}).is_ok());
   ASSERT_TRUE(wire::meta_ece(m, &e));
   EXPECT_EQ(e.vendor_id, 0x15b3u);
   EXPECT_EQ(e.options, 0x30000000u);
@@ -137,7 +137,8 @@ TEST(Ece, MetadataCarriesItAndOldPeersStillConnect) {
   // A peer claiming ECE with a name running into the ECE bytes is refused.
   wire::Meta bad = meta_with_name("a_device_name_of_31_characters_");
   bad.features = wire::kMetaFeatureEce;
-  EXPECT_TRUE(has(wire::validate_meta(bad, 0, 9).message(), "ECE")) << "name not terminated";
+  EXPECT_TRUE(has(wire::validate_meta(bad, 0, wire::Nonce{{9}}).message(), "ECE"))
+      << "name not terminated";
 }
 
 TEST(MqpRetry, RetriesEtimedoutOnlyUnlessAll) {

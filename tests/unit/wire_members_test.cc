@@ -25,7 +25,7 @@ Meta base_meta(int nqps) {
   m.lid = 0;
   m.nqps = static_cast<uint8_t>(nqps);
   m.fifo_slots = kFifoSlots;
-  m.nonce = 77;
+  m.nonce = Nonce{{77}};
   m.gid[15] = 7;
   m.buf_rkey = 0x1111;
   std::strcpy(m.dev_name, "rxe0+rxe1");
@@ -154,10 +154,10 @@ TEST(Members, HandleCarriesTheListenersMemberCount) {
   s4->sin_family = AF_INET;
   s4->sin_port = htons(4711);
   s4->sin_addr.s_addr = htonl(0x7f000001);
-  Handle h = encode_handle(sa, 3, 99, 0, nullptr, 2);
+  Handle h = encode_handle(sa, 3, Nonce{{99}}, 0, nullptr, 2);
   ASSERT_TRUE(validate_handle(h).is_ok());
   EXPECT_EQ(h.members, 2);
-  EXPECT_EQ(encode_handle(sa, 3, 99).members, 1) << "a new listener always says its count";
+  EXPECT_EQ(encode_handle(sa, 3, Nonce{{99}}).members, 1) << "a new listener always says its count";
   // A Sluice before fusion left the field zero: still a valid handle (one member, no extension).
   h.members = 0;
   h.checksum = handle_checksum(h);
@@ -172,7 +172,7 @@ TEST(Members, FeatureBitIsNotEces) {
   Meta m = base_meta(1);
   m.features = kMetaFeatureMembers;
   // A Meta announcing the extension is itself valid (the extension is checked on its own).
-  const Status st = validate_meta(m, 0, 77);
+  const Status st = validate_meta(m, 0, Nonce{{77}});
   EXPECT_TRUE(st.is_ok()) << st.message();
   MetaEce e;
   EXPECT_FALSE(meta_ece(m, &e));

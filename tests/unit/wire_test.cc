@@ -8,9 +8,18 @@
 #include <sys/socket.h>
 
 #include <cstring>
+#include <set>
+#include <vector>
 
 namespace sluice::wire {
 namespace {
+
+// A nonce whose bytes are seed, seed + 7, seed + 14, ... (every byte differs between seeds).
+Nonce N(uint8_t seed) {
+  Nonce n{};
+  for (size_t i = 0; i < kNonceBytes; ++i) n.bytes[i] = static_cast<uint8_t>(seed + 7 * i);
+  return n;
+}
 
 Handle good_handle() {
   Handle h{};
@@ -20,7 +29,7 @@ Handle good_handle() {
   h.port = 0x1234;
   h.addr[0] = 127;
   h.addr[3] = 1;
-  h.nonce = 0xabcdef;
+  h.nonce = N(0xab);
   h.checksum = handle_checksum(h);
   return h;
 }
@@ -43,7 +52,7 @@ TEST(Handle, EveryCorruptedByteBeforeTheChecksumIsDetected) {
 TEST(Handle, ConnectorScratchDoesNotAffectValidity) {
   Handle h = good_handle();
   h.connect_state = 42;
-  h.connect_check = 42 ^ h.nonce ^ kHandleMagic;
+  h.connect_check = 42 ^ nonce_fold(h.nonce) ^ kHandleMagic;
   EXPECT_TRUE(validate_handle(h).is_ok());
 }
 
@@ -69,21 +78,21 @@ Meta good_meta(uint8_t role) {
   m.nqps = 1;
   m.mtu = 3;  // IBV_MTU_1024
   m.fifo_slots = kFifoSlots;
-  m.nonce = 77;
+  m.nonce = N(77);
   std::strcpy(m.dev_name, "rxe0");
   return m;
 }
 
 TEST(Meta, GoodMetaValidates) {
-  EXPECT_TRUE(validate_meta(good_meta(0), 0, 77).is_ok());
+  EXPECT_TRUE(validate_meta(good_meta(0), 0, N(77)).is_ok());
 }
 
 TEST(Meta, ConnectionManagerIsOobOrRdmacm) {
   Meta m = good_meta(0);
   m.cm = kMetaCmRdmacm;
-  EXPECT_TRUE(validate_meta(m, 0, 77).is_ok());
+  EXPECT_TRUE(validate_meta(m, 0, N(77)).is_ok());
   m.cm = 2;
-  EXPECT_NE(validate_meta(m, 0, 77).message().find("connection manager"), std::string::npos);
+  EXPECT_NE(validate_meta(m, 0, N(77)).message().find("connection manager"), std::string::npos);
 }
 
 CmToken good_token() {
@@ -92,7 +101,7 @@ CmToken good_token() {
   t.version = kVersion;
   t.qp_index = 1;
   t.nqps = 2;
-  t.nonce = 77;
+  t.nonce = N(77);
   t.fifo_addr = 0x1000;
   t.fifo_rkey = 5;
   return t;
@@ -102,42 +111,112 @@ TEST(CmToken, ValidatesStrictlyAndAcceptsPaddedPrivateData) {
   uint8_t padded[kCmPrivateDataMax] = {};  // IB pads the REQ's private data
   CmToken t = good_token(), out{};
   std::memcpy(padded, &t, sizeof t);
-  ASSERT_TRUE(validate_cm_token(padded, sizeof padded, 77, &out).is_ok());
+  ASSERT_TRUE(validate_cm_token(padded, sizeof padded, N(77), &out).is_ok());
   EXPECT_EQ(out.fifo_addr, 0x1000u);
-  EXPECT_FALSE(validate_cm_token(padded, sizeof t - 1, 77, &out).is_ok());  // short
-  EXPECT_FALSE(validate_cm_token(nullptr, 0, 77, &out).is_ok());
-  EXPECT_NE(validate_cm_token(&t, sizeof t, 78, &out).message().find("nonce"), std::string::npos);
+  EXPECT_FALSE(validate_cm_token(padded, sizeof t - 1, N(77), &out).is_ok());  // short
+  EXPECT_FALSE(validate_cm_token(nullptr, 0, N(77), &out).is_ok());
+  EXPECT_NE(validate_cm_token(&t, sizeof t, N(78), &out).message().find("nonce"),
+            std::string::npos);
   for (auto bad : {+[](CmToken& x) { x.magic ^= 1; }, +[](CmToken& x) { x.version = 99; },
                    +[](CmToken& x) { x.qp_index = 2; }, +[](CmToken& x) { x.nqps = 0; },
                    +[](CmToken& x) { x.nqps = kMaxQps + 1; }}) {
     CmToken b = good_token();
     bad(b);
-    EXPECT_FALSE(validate_cm_token(&b, sizeof b, 77, &out).is_ok());
+    EXPECT_FALSE(validate_cm_token(&b, sizeof b, N(77), &out).is_ok());
   }
 }
 
+// The nonce is the listener's only guard against a stranger who reaches its port: a connector's
+// metadata or rdma_cm token whose nonce differs from the listener's in any one bit of any byte is
+// refused, and so is one that echoes only part of it (the 64 bits of wire version 2).
+TEST(Nonce, AWrongNonceInAnyByteIsRefused) {
+  const Nonce listener = N(0x31);
+  ASSERT_TRUE(validate_meta(good_meta(0), 0, N(77)).is_ok());
+  for (size_t i = 0; i < kNonceBytes; ++i) {
+    for (int bit = 0; bit < 8; ++bit) {
+      Nonce wrong = listener;
+      wrong.bytes[i] ^= static_cast<uint8_t>(1u << bit);
+      EXPECT_FALSE(same_nonce(wrong, listener)) << "byte " << i << " bit " << bit;
+      Meta m = good_meta(0);
+      m.nonce = wrong;
+      const Status st = validate_meta(m, 0, listener);
+      EXPECT_EQ(st.code(), Code::kRemoteError) << "byte " << i << " bit " << bit;
+      EXPECT_NE(st.message().find("nonce mismatch"), std::string::npos) << st.message();
+      CmToken t = good_token(), out{};
+      t.nonce = wrong;
+      const Status ct = validate_cm_token(&t, sizeof t, listener, &out);
+      EXPECT_NE(ct.message().find("nonce mismatch"), std::string::npos)
+          << "byte " << i << " bit " << bit << ": " << ct.message();
+    }
+  }
+  Meta half = good_meta(0);  // the low 64 bits right, the rest zero
+  half.nonce = Nonce{};
+  std::memcpy(half.nonce.bytes, listener.bytes, 8);
+  EXPECT_FALSE(validate_meta(half, 0, listener).is_ok());
+  Meta right = good_meta(0);
+  right.nonce = listener;
+  EXPECT_TRUE(validate_meta(right, 0, listener).is_ok());
+  EXPECT_TRUE(same_nonce(listener, N(0x31)));
+}
+
+// new_nonce reads the OS's CSPRNG: 128 bits, a fresh value each time.
+TEST(Nonce, FreshNoncesFromTheOsAreDistinct) {
+  static_assert(kNonceBytes * 8 >= 128);
+  std::vector<Nonce> seen;
+  for (int i = 0; i < 256; ++i) {
+    Nonce n{};
+    const Status st = new_nonce(&n);
+    ASSERT_TRUE(st.is_ok()) << st.message();
+    for (const Nonce& o : seen) ASSERT_FALSE(same_nonce(o, n)) << "a nonce repeated after " << i;
+    seen.push_back(n);
+  }
+  // Every byte position takes many values over 256 draws (a generator that left bytes fixed, e.g.
+  // a 64-bit value widened with zeroes, fails here).
+  for (size_t b = 0; b < kNonceBytes; ++b) {
+    std::set<uint8_t> values;
+    for (const Nonce& n : seen) values.insert(n.bytes[b]);
+    EXPECT_GT(values.size(), 100u) << "byte " << b << " takes only " << values.size() << " values";
+  }
+}
+
+TEST(Nonce, TheHandleCarriesAll128BitsUnderItsChecksum) {
+  sockaddr_storage sa{};
+  auto* s4 = reinterpret_cast<sockaddr_in*>(&sa);
+  s4->sin_family = AF_INET;
+  s4->sin_port = htons(9);
+  const Handle h = encode_handle(sa, 0, N(0x55));
+  ASSERT_TRUE(validate_handle(h).is_ok());
+  EXPECT_EQ(std::memcmp(h.nonce.bytes, N(0x55).bytes, kNonceBytes), 0);
+  for (size_t i = 0; i < kNonceBytes; ++i) {  // a handle altered in its nonce fails its checksum
+    Handle c = h;
+    c.nonce.bytes[i] ^= 0x80;
+    EXPECT_FALSE(validate_handle(c).is_ok()) << "nonce byte " << i;
+  }
+  EXPECT_LE(sizeof(Handle), kNcclHandleMaxSize);
+}
+
 TEST(Meta, RejectsWrongRoleNonceQpsDepthAndName) {
-  EXPECT_FALSE(validate_meta(good_meta(1), 0, 77).is_ok());
-  EXPECT_NE(validate_meta(good_meta(0), 0, 78).message().find("nonce"), std::string::npos);
+  EXPECT_FALSE(validate_meta(good_meta(1), 0, N(77)).is_ok());
+  EXPECT_NE(validate_meta(good_meta(0), 0, N(78)).message().find("nonce"), std::string::npos);
   Meta m = good_meta(0);
   m.nqps = 0;
-  EXPECT_FALSE(validate_meta(m, 0, 77).is_ok());
+  EXPECT_FALSE(validate_meta(m, 0, N(77)).is_ok());
   m.nqps = kMaxQps + 1;
-  EXPECT_FALSE(validate_meta(m, 0, 77).is_ok());
+  EXPECT_FALSE(validate_meta(m, 0, N(77)).is_ok());
   m = good_meta(0);
   m.fifo_slots = kFifoSlots * 2;
-  EXPECT_FALSE(validate_meta(m, 0, 77).is_ok());
+  EXPECT_FALSE(validate_meta(m, 0, N(77)).is_ok());
   m = good_meta(0);
   std::memset(m.dev_name, 'x', sizeof m.dev_name);
-  EXPECT_FALSE(validate_meta(m, 0, 77).is_ok());
+  EXPECT_FALSE(validate_meta(m, 0, N(77)).is_ok());
   m = good_meta(0);
   for (uint8_t mtu : {0, 6, 255}) {
     m.mtu = mtu;
-    EXPECT_NE(validate_meta(m, 0, 77).message().find("MTU"), std::string::npos) << int(mtu);
+    EXPECT_NE(validate_meta(m, 0, N(77)).message().find("MTU"), std::string::npos) << int(mtu);
   }
   m = good_meta(0);
   m.magic ^= 1;
-  EXPECT_EQ(validate_meta(m, 0, 77).code(), Code::kRemoteError);
+  EXPECT_EQ(validate_meta(m, 0, N(77)).code(), Code::kRemoteError);
 }
 
 // The listener refuses a stray at its first byte that is not Sluice's, before the rest arrives.
@@ -178,10 +257,10 @@ TEST(Handle, EncodeThenDecodeGivesTheListenersAddress) {
   s6->sin6_port = htons(4711);
   s6->sin6_addr.s6_addr[15] = 1;
   s6->sin6_scope_id = 3;
-  const Handle h = encode_handle(sa, 2, 0x1234);
+  const Handle h = encode_handle(sa, 2, N(0x12));
   ASSERT_TRUE(validate_handle(h).is_ok());
   EXPECT_EQ(h.listen_dev, 2u);
-  EXPECT_EQ(h.nonce, 0x1234u);
+  EXPECT_TRUE(same_nonce(h.nonce, N(0x12)));
   EXPECT_EQ(h.connect_state, 0u);
   sockaddr_storage back{};
   socklen_t len = 0;
@@ -194,7 +273,7 @@ TEST(Handle, EncodeThenDecodeGivesTheListenersAddress) {
   s4->sin_family = AF_INET;
   s4->sin_port = htons(9);
   s4->sin_addr.s_addr = htonl(0x0a000001);
-  handle_address(encode_handle(v4, 0, 1), &back, &len);
+  handle_address(encode_handle(v4, 0, N(1)), &back, &len);
   ASSERT_EQ(len, sizeof(sockaddr_in));
   EXPECT_EQ(std::memcmp(&back, &v4, len), 0);
 }
@@ -227,7 +306,7 @@ TEST(Handle, CarriesTheRdmaCmListenersOwnAddress) {
   // interface: the handle carries both, and the connector resolves the second.
   const sockaddr_storage oob = v4_addr("192.168.1.5", 4711);
   const sockaddr_storage dev = v4_addr("10.77.0.1", 0);
-  const Handle h = encode_handle(oob, 1, 0x99, htons(6000), &dev);
+  const Handle h = encode_handle(oob, 1, N(0x99), htons(6000), &dev);
   ASSERT_TRUE(validate_handle(h).is_ok()) << validate_handle(h).message();
   EXPECT_EQ(h.cm_family, AF_INET);
   sockaddr_storage cm{};
@@ -245,7 +324,7 @@ TEST(Handle, CarriesTheRdmaCmListenersOwnAddress) {
   auto* s6 = reinterpret_cast<sockaddr_in6*>(&dev6);
   s6->sin6_family = AF_INET6;
   ASSERT_EQ(inet_pton(AF_INET6, "fd00::7", &s6->sin6_addr), 1);
-  const Handle h6 = encode_handle(oob, 1, 0x99, htons(6001), &dev6);
+  const Handle h6 = encode_handle(oob, 1, N(0x99), htons(6001), &dev6);
   ASSERT_TRUE(validate_handle(h6).is_ok());
   ASSERT_TRUE(handle_cm_address(h6, &cm));
   ASSERT_EQ(cm.ss_family, AF_INET6);
@@ -256,7 +335,7 @@ TEST(Handle, CarriesTheRdmaCmListenersOwnAddress) {
 TEST(Handle, RdmaCmAtTheOutOfBandAddressOrNone) {
   const sockaddr_storage oob = v4_addr("169.254.0.1", 4711);
   // The out-of-band address is on the device: the rdma_cm listener is there (cm_family 0).
-  Handle h = encode_handle(oob, 0, 7, htons(5000), &oob);
+  Handle h = encode_handle(oob, 0, N(7), htons(5000), &oob);
   ASSERT_TRUE(validate_handle(h).is_ok());
   EXPECT_EQ(h.cm_family, AF_UNSPEC);
   sockaddr_storage cm{};
@@ -265,7 +344,7 @@ TEST(Handle, RdmaCmAtTheOutOfBandAddressOrNone) {
   EXPECT_EQ(std::memcmp(&cm, &want, sizeof(sockaddr_in)), 0);
   // No rdma_cm listener: no address either, whatever was passed.
   const sockaddr_storage dev = v4_addr("10.77.0.1", 0);
-  h = encode_handle(oob, 0, 7, 0, &dev);
+  h = encode_handle(oob, 0, N(7), 0, &dev);
   EXPECT_EQ(h.cm_family, AF_UNSPEC);
   EXPECT_FALSE(handle_cm_address(h, &cm));
 }
@@ -273,7 +352,7 @@ TEST(Handle, RdmaCmAtTheOutOfBandAddressOrNone) {
 TEST(Handle, ChecksumCoversTheRdmaCmAddress) {
   const sockaddr_storage oob = v4_addr("192.168.1.5", 4711);
   const sockaddr_storage dev = v4_addr("10.77.0.1", 0);
-  const Handle h = encode_handle(oob, 1, 0x99, htons(6000), &dev);
+  const Handle h = encode_handle(oob, 1, N(0x99), htons(6000), &dev);
   for (size_t i = offsetof(Handle, cm_addr); i < offsetof(Handle, checksum); ++i) {
     Handle c = h;
     reinterpret_cast<uint8_t*>(&c)[i] ^= 0x01;
@@ -300,11 +379,18 @@ TEST(Handle, AnotherWireVersionSaysThePeerRunsAnotherSluice) {
             std::string::npos)
       << st.message();
   EXPECT_GE(kVersion, 2) << "the rdma_cm address changed the handle: the version must say so";
+  // A version-2 handle (its nonce 64 bits) is refused the same way: its layout differs after the
+  // version.
+  EXPECT_GE(kVersion, 3) << "the 128-bit nonce changed the handle: the version must say so";
+  h = good_handle();
+  h.version = 2;
+  EXPECT_NE(validate_handle(h).message().find("wire version 2, this Sluice speaks"),
+            std::string::npos);
 
   Meta m{};
   m.magic = kMetaMagic;
   m.version = 1;
-  EXPECT_NE(validate_meta(m, 0, 0).message().find("the peer runs another Sluice wire version"),
+  EXPECT_NE(validate_meta(m, 0, N(0)).message().find("the peer runs another Sluice wire version"),
             std::string::npos);
   EXPECT_NE(check_meta_prefix(&m, kMetaHeaderBytes)
                 .message()

@@ -160,15 +160,17 @@ const std::vector<Param>& table() {
     // Connections
     {.name = "SLUICE_CONNECT_TIMEOUT_MS", .type = Type::kInt, .field = &Config::connect_timeout_ms,
      .min = 100, .max = 3600000,
-     .doc = "Bound on connection setup on the connect side in milliseconds (accept: "
-            "SLUICE_HANDSHAKE_TIMEOUT_MS)"},
+     .doc = "Bound on connection setup on the connect side in milliseconds; the accepting side "
+            "keeps a peer's handshake (its metadata valid) as long, from its accept"},
     {.name = "SLUICE_CLOSE_TIMEOUT_MS", .type = Type::kInt, .field = &Config::close_timeout_ms,
      .min = 0, .max = 60000,
      .doc = "Bound on draining outstanding work at close in milliseconds"},
     {.name = "SLUICE_HANDSHAKE_TIMEOUT_MS", .type = Type::kInt,
      .field = &Config::handshake_timeout_ms, .min = 100, .max = 3600000,
-     .doc = "Bound on each accepted connection's handshake in milliseconds: a connection that "
-            "has not completed it by then is dropped (the listener keeps serving others)"},
+     .doc = "Bound in milliseconds on each accepted connection until its metadata shows it a "
+            "peer of this listener: a connection that has not sent valid metadata by then is "
+            "dropped (the listener keeps serving others); a peer's is then bounded by "
+            "SLUICE_CONNECT_TIMEOUT_MS"},
     {.name = "SLUICE_LIVENESS_POLL_MS", .type = Type::kInt, .field = &Config::liveness_poll_ms,
      .min = 1, .max = 60000,
      .doc = "How often a comm in use checks its peer's connection socket (EOF, reset, "

@@ -1,9 +1,11 @@
 #include "sluice/core/base/wire.h"
 
 #include <netinet/in.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -12,6 +14,44 @@
 #include "sluice/core/base/verbs.h"
 
 namespace sluice::wire {
+
+bool same_nonce(const Nonce& a, const Nonce& b) {
+  // Every byte is read whatever the earlier ones were; the empty asm keeps the compiler from
+  // turning the accumulation into an early exit.
+  unsigned diff = 0;
+  for (size_t i = 0; i < kNonceBytes; ++i) {
+    diff |= static_cast<unsigned>(a.bytes[i] ^ b.bytes[i]);
+    asm volatile("" : "+r"(diff));
+  }
+  return diff == 0;
+}
+
+Status new_nonce(Nonce* out) {
+  size_t got = 0;
+  while (got < sizeof out->bytes) {
+    // Flags 0: the urandom source, blocking only until the kernel's pool was first seeded (boot).
+    const ssize_t n = getrandom(out->bytes + got, sizeof out->bytes - got, 0);
+    if (n > 0) {
+      got += static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    const int err = n < 0 ? errno : EIO;
+    return errno_status(Code::kSystemError,
+                        "listen: cannot read the listener's nonce from the OS's random source "
+                        "(getrandom(2); Linux 3.17 or later, and a seccomp profile that allows "
+                        "it, are needed; Sluice uses no weaker source)",
+                        err);
+  }
+  return Status::ok();
+}
+
+uint64_t nonce_fold(const Nonce& n) {
+  uint64_t lo = 0, hi = 0;
+  std::memcpy(&lo, n.bytes, 8);
+  std::memcpy(&hi, n.bytes + 8, 8);
+  return lo ^ hi;
+}
 
 uint32_t handle_checksum(const Handle& h) {
   const auto* p = reinterpret_cast<const uint8_t*>(&h);
@@ -56,7 +96,7 @@ std::string version_mismatch(const char* what, unsigned theirs) {
          "of the job";
 }
 
-Handle encode_handle(const sockaddr_storage& sa, uint32_t listen_dev, uint64_t nonce,
+Handle encode_handle(const sockaddr_storage& sa, uint32_t listen_dev, const Nonce& nonce,
                      uint16_t cm_port, const sockaddr_storage* cm_addr, uint16_t members) {
   Handle h{};
   h.cm_port = cm_port;
@@ -146,7 +186,7 @@ Status check_meta_prefix(const void* bytes, size_t n) {
   return Status::ok();
 }
 
-Status validate_meta(const Meta& m, uint8_t expected_role, uint64_t nonce) {
+Status validate_meta(const Meta& m, uint8_t expected_role, const Nonce& nonce) {
   if (m.magic != kMetaMagic)
     return Status(Code::kRemoteError, "peer sent no Sluice connection metadata (bad magic)");
   if (m.version != kVersion)
@@ -154,7 +194,7 @@ Status validate_meta(const Meta& m, uint8_t expected_role, uint64_t nonce) {
                   version_mismatch("the peer's connection metadata", m.version));
   if (m.role != expected_role)
     return Status(Code::kRemoteError, "peer metadata has the wrong role");
-  if (m.nonce != nonce)
+  if (!same_nonce(m.nonce, nonce))
     return Status(Code::kRemoteError, "peer metadata is for another listener (nonce mismatch)");
   if (m.nqps == 0 || m.nqps > kMaxQps)
     return Status(Code::kRemoteError, "peer metadata has " + std::to_string(m.nqps) + " QPs");
@@ -376,7 +416,7 @@ sockaddr_storage cm_member_address(const MetaCmAddrs& x, int m) {
   return sa;
 }
 
-Status validate_cm_token(const void* data, size_t len, uint64_t nonce, CmToken* out) {
+Status validate_cm_token(const void* data, size_t len, const Nonce& nonce, CmToken* out) {
   if (data == nullptr || len < sizeof(CmToken)) {
     return Status(Code::kRemoteError, "rdma_cm request carries " + std::to_string(len) +
                                           " bytes of private data, not a Sluice token (" +
@@ -392,7 +432,7 @@ Status validate_cm_token(const void* data, size_t len, uint64_t nonce, CmToken* 
                                           std::to_string(out->qp_index) + " of " +
                                           std::to_string(out->nqps));
   }
-  if (out->nonce != nonce)
+  if (!same_nonce(out->nonce, nonce))
     return Status(Code::kRemoteError, "rdma_cm request for another listener (nonce mismatch)");
   return Status::ok();
 }

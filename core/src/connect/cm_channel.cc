@@ -10,6 +10,8 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "connect/fd_census.h"
+
 namespace sluice {
 
 namespace {
@@ -78,10 +80,15 @@ Result<std::unique_ptr<CmMailbox>> CmMailbox::open() {
   if (s.channel == nullptr) {
     rdma_event_channel* ch = rdma_create_event_channel();
     if (ch == nullptr) {
+      const int err = errno;
+      if (fd_exhausted(err)) {
+        return fd_exhausted_status("rdma_create_event_channel (opens /dev/infiniband/rdma_cm)",
+                                   err);
+      }
       return errno_status(Code::kSystemError,
                           "`modprobe rdma_ucm`: failed to create RDMA CM event channel "
                           "(/dev/infiniband/rdma_cm)",
-                          errno);
+                          err);
     }
     const int flags = fcntl(ch->fd, F_GETFL);
     if (flags < 0 || fcntl(ch->fd, F_SETFL, flags | O_NONBLOCK) != 0) {
@@ -91,6 +98,7 @@ Result<std::unique_ptr<CmMailbox>> CmMailbox::open() {
                           err);
     }
     s.channel = ch;
+    fd_count_add(FdKind::kCmChannel, 1);
   }
   const uint64_t key = s.next_key++;
   s.boxes.emplace(key, std::deque<CmEvent>{});
@@ -110,6 +118,7 @@ CmMailbox::~CmMailbox() {
     // left on the channel. Events still queued in the kernel were those ids' and went with them.
     rdma_destroy_event_channel(s.channel);
     s.channel = nullptr;
+    fd_count_add(FdKind::kCmChannel, -1);
   }
 }
 

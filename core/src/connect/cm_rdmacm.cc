@@ -326,7 +326,7 @@ Status cm_resolve_poll(CmLink& l, const Device& d, int timeout_ms, CmFacts::Rout
   }
 }
 
-Status cm_connect_start(CmLink& l, Conn& c, const wire::Meta& local, uint64_t nonce) {
+Status cm_connect_start(CmLink& l, Conn& c, const wire::Meta& local, const wire::Nonce& nonce) {
   l.done = 0;
   for (int q = 0; q < l.nqps; ++q) {
     l.step_done[q] = false;
@@ -417,7 +417,7 @@ CmListener::~CmListener() {
   mailbox.reset();  // after the id: connect requests still filed there are rejected
 }
 
-Status cm_listener_poll(CmListener& l, uint64_t nonce, const std::string& where,
+Status cm_listener_poll(CmListener& l, const wire::Nonce& nonce, const std::string& where,
                         const CmFind& find) {
   CmEvent e;
   for (;;) {

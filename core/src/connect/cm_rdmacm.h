@@ -92,7 +92,7 @@ const sockaddr_storage* cm_source_address(const Device& d, const sockaddr_storag
 Status cm_resolve_poll(CmLink& l, const Device& d, int timeout_ms, CmFacts::Route* route,
                        std::string* detail);
 // After the TCP metadata exchange: one rdma_connect per QP, private data a wire::CmToken.
-Status cm_connect_start(CmLink& l, Conn& c, const wire::Meta& local, uint64_t nonce);
+Status cm_connect_start(CmLink& l, Conn& c, const wire::Meta& local, const wire::Nonce& nonce);
 // Drives CONNECT_RESPONSE -> RTR, RTS, rdma_establish per QP. ok() when every QP is at RTS.
 Status cm_connect_poll(CmLink& l, Conn& c);
 
@@ -120,7 +120,7 @@ using CmFind =
     std::function<CmAcceptTarget(const wire::CmToken& t, uint32_t qp_num, std::string* why)>;
 // Takes the pending connect requests: a matched one moves to its target's mailbox, its QP to RTR,
 // and is accepted; any other is rejected (INFO). Fails only when the listener itself broke.
-Status cm_listener_poll(CmListener& l, uint64_t nonce, const std::string& where,
+Status cm_listener_poll(CmListener& l, const wire::Nonce& nonce, const std::string& where,
                         const CmFind& find);
 // Prepares a comm being accepted in rdmacm mode: its link (ids arrive with the requests).
 Status cm_accept_prepare(std::unique_ptr<CmLink>* out, int nqps, uint8_t tc, uint8_t sl);

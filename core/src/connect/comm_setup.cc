@@ -14,7 +14,7 @@
 
 namespace sluice {
 
-void fill_local_meta(const Device& d, uint8_t role, uint64_t nonce, wire::Meta* m) {
+void fill_local_meta(const Device& d, uint8_t role, const wire::Nonce& nonce, wire::Meta* m) {
   std::memset(m, 0, sizeof *m);
   m->magic = wire::kMetaMagic;
   m->version = wire::kVersion;

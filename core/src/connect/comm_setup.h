@@ -17,7 +17,7 @@ inline constexpr uint8_t kReadyByte = 0x5a;
 
 // Also offers this side's failover path-message set (local_path_msg_set: wire.h
 // kMetaFeaturePathSet2).
-void fill_local_meta(const Device& d, uint8_t role, uint64_t nonce, wire::Meta* m);
+void fill_local_meta(const Device& d, uint8_t role, const wire::Nonce& nonce, wire::Meta* m);
 // The failover path-message set this side offers (wire.h): this build's, or
 // SLUICE_TEST_PATH_MSG_SET's.
 int local_path_msg_set();

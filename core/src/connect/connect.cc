@@ -1,6 +1,7 @@
 // The connect side of connection setup: a non-blocking state machine over an out-of-band TCP socket
 // that exchanges wire::Meta with the listener (listener.cc) and brings the send comm's QPs to RTS.
-// NCCL polls connect until it returns a comm; nothing here blocks, and every phase is bounded by
+// NCCL polls connect until it returns a comm; nothing here blocks but the first wait for the TCP
+// handshake (at most kTcpHandshakeWaitMs, below), and every phase is bounded by
 // SLUICE_CONNECT_TIMEOUT_MS.
 #include <poll.h>
 #include <sys/socket.h>
@@ -15,9 +16,11 @@
 #include <unordered_map>
 #include <vector>
 
+#include "base/deadline_queue.h"
 #include "comm/comm.h"
 #include "connect/cm_rdmacm.h"
 #include "connect/comm_setup.h"
+#include "connect/fd_census.h"
 #include "connect/oob_socket.h"
 #include "connect/route_gid.h"
 #include "health/liveness.h"
@@ -30,6 +33,15 @@ namespace sluice {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// How long one connect call waits for its TCP handshake to complete before it leaves it to later
+// calls. The metadata then goes out in the call that opened the socket: the listener drops a
+// connection that has sent nothing within SLUICE_HANDSHAKE_TIMEOUT_MS (its guard against port
+// scanners), and NCCL may poll a connect less often than that under load (issue 32), so a gap of a
+// poll interval between the TCP handshake and the metadata would get a real peer dropped. A
+// handshake on a datacenter network takes well under a millisecond; a slower one goes on without
+// waiting (kTcpWait).
+constexpr int kTcpHandshakeWaitMs = 20;
 
 // ---- connect side -------------------------------------------------------------------------------
 
@@ -47,8 +59,10 @@ struct ConnectState {
     kRecvMeta,
     kCmResolveMore,
     kCmConnect,
-    kSendReady
+    kSendReady,
+    kRecvRefusal  // the listener answered with a failure notice (wire.h) instead of its metadata
   } phase = kStart;
+  FdCount counted{FdKind::kConnect};
   int dev = 0;
   CommConfig cfg;
   wire::Handle handle{};
@@ -61,6 +75,7 @@ struct ConnectState {
   wire::Meta local{}, remote{};
   size_t io = 0;
   int attempts = 0;
+  bool tcp_first_wait = false;  // kTcpWait's first poll of this attempt may wait (see above)
   bool busy = false;  // a connect call is driving it right now (guarded by the registry's mu)
   Clock::time_point last_poll;  // the last connect call on it (guarded by the registry's mu)
   uint8_t tc = 0, sl = 0;
@@ -75,6 +90,7 @@ struct ConnectState {
   int npaths = 1;
   wire::MetaMembers local_x{}, remote_x{};
   wire::MetaCmAddrs remote_cm{};  // fused over rdma_cm: the listener members' rdma_cm addresses
+  std::vector<uint8_t> refusal;   // kRecvRefusal: the notice's bytes so far
 };
 
 int remaining_ms(const ConnectState& s) {
@@ -89,7 +105,13 @@ struct ConnectRegistry {
   std::mutex mu;
   std::unordered_map<uint64_t, std::unique_ptr<ConnectState>> states;
   uint64_t next_id = 1;
+  // When each state may next be abandoned (its deadline, then its last poll plus the bound), so the
+  // reaper that every connect, accept and listen call runs looks only at what is due.
+  DeadlineQueue due;
 };
+
+// States the reaper looks at per call at most (what is due beyond them waits for the next call).
+constexpr size_t kReapBatch = 8;
 ConnectRegistry& connects() {
   static auto* r = new ConnectRegistry;  // NOLINT: deliberately never destroyed (see above)
   return *r;
@@ -111,7 +133,11 @@ void schedule_retry(ConnectState& s) {
 
 Status start_tcp(ConnectState& s) {
   int fd = socket(s.addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return errno_status(Code::kSystemError, "socket()", errno);
+  if (fd < 0) {
+    const int err = errno;
+    if (fd_exhausted(err)) return fd_exhausted_status("connect to " + s.peer + ": socket()", err);
+    return errno_status(Code::kSystemError, "socket()", err);
+  }
   s.comm->c.fd = fd;
   SLUICE_RETURN_IF_ERROR(set_nonblocking(fd));
   ++s.attempts;
@@ -196,8 +222,58 @@ std::string timeout_cause(const ConnectState& s) {
     return "the listener did not answer the rdma_cm connect requests (its process stalled, or "
            "rdma_cm traffic is filtered); check that both sides can `rping` each other";
   }
+  if (s.phase == ConnectState::kSendMeta || s.phase == ConnectState::kRecvMeta ||
+      s.phase == ConnectState::kRecvRefusal) {
+    // The TCP connection is up: the network and NCCL_SOCKET_IFNAME are not the problem.
+    return "the listener's host took the TCP connection, but the listening process never "
+           "answered it: it does not call accept (stalled, or busy elsewhere), or cannot take the "
+           "connection (out of file descriptors: look for the RLIMIT_NOFILE message in its log)";
+  }
+  if (s.phase == ConnectState::kSendReady) {
+    return "the listener stopped reading before the last byte of the handshake";
+  }
   return "the peer is not reachable on that address (host down, its link down, or packets "
          "filtered) or did not accept; check NCCL_SOCKET_IFNAME and firewalls";
+}
+
+static_assert((wire::kMetaMagic & 0xff) != wire::kNoticeMagic,
+              "a refusal's first byte is never metadata's");
+
+// kRecvRefusal: reads the listener's failure notice (its process could not take the connection:
+// out of file descriptors, listener.cc) and fails with its text. again() while it is incomplete.
+Status recv_refusal(ConnectState& s) {
+  const int fd = s.comm->c.fd;
+  Status end = Status::again();
+  while (s.refusal.size() < wire::kNoticeMaxBytes) {
+    uint8_t buf[wire::kNoticeMaxBytes];
+    const ssize_t r = ::recv(fd, buf, wire::kNoticeMaxBytes - s.refusal.size(), 0);
+    if (r > 0) {
+      s.refusal.insert(s.refusal.end(), buf, buf + r);
+      continue;
+    }
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+    end = Status(Code::kRemoteError, r == 0 ? std::string("closed") : std::strerror(errno));
+    break;
+  }
+  std::string text;
+  size_t used = 0;
+  switch (wire::decode_notice(s.refusal.data(), s.refusal.size(), &text, &used)) {
+    case wire::NoticeParse::kOk:
+      return Status(Code::kRemoteError,
+                    "the listener at " + s.peer + " refused the connection: " + text);
+    case wire::NoticeParse::kBad:
+      return Status(Code::kRemoteError,
+                    "the listener at " + s.peer + " answered with a malformed refusal: " + text);
+    case wire::NoticeParse::kIncomplete:
+      break;
+  }
+  if (end.is_again()) return end;
+  return Status(Code::kRemoteError, "the listener at " + s.peer +
+                                        " refused the connection, but its "
+                                        "reason was cut short (" +
+                                        std::to_string(s.refusal.size()) + " bytes, then " +
+                                        end.message() + ")");
 }
 
 // Fused over rdma_cm: starts resolving the ids of every path after path 0 (kCmResolve resolved path
@@ -283,15 +359,22 @@ Status connect_step(ConnectState& s, SendComm** out) {
           continue;
         }
         if (st.is_again()) {
-          // message "retry" = refused at once: stay in kStart; otherwise wait for the handshake.
-          if (st.message().empty()) s.phase = ConnectState::kTcpWait;
+          // message "retry" = refused at once: stay in kStart; otherwise wait for the handshake,
+          // briefly in this call.
+          if (st.message().empty()) {
+            s.phase = ConnectState::kTcpWait;
+            s.tcp_first_wait = true;
+            continue;
+          }
           return Status::again();
         }
         return st;
       }
       case ConnectState::kTcpWait: {
         pollfd p{s.comm->c.fd, POLLOUT, 0};
-        int r = poll(&p, 1, 0);
+        const int wait = s.tcp_first_wait ? std::min(remaining_ms(s), kTcpHandshakeWaitMs) : 0;
+        s.tcp_first_wait = false;
+        int r = poll(&p, 1, wait);
         if (r == 0) return Status::again();
         int err = 0;
         socklen_t len = sizeof err;
@@ -320,6 +403,17 @@ Status connect_step(ConnectState& s, SendComm** out) {
         continue;
       }
       case ConnectState::kRecvMeta: {
+        if (s.io == 0) {
+          // The first byte tells the listener's metadata from a refusal (a failure notice: its
+          // process is out of file descriptors, listener.cc).
+          Status st = recv_some(s.comm->c.fd, &s.remote, 1, &s.io, s.peer);
+          if (!st.is_ok()) return st;
+          if (reinterpret_cast<const uint8_t*>(&s.remote)[0] == wire::kNoticeMagic) {
+            s.refusal.assign(1, wire::kNoticeMagic);
+            s.phase = ConnectState::kRecvRefusal;
+            continue;
+          }
+        }
         // Meta, then (fusion) the members' extension, then (fused over rdma_cm) the members'
         // rdma_cm addresses; s.io counts the bytes of all of them.
         struct Part {
@@ -406,6 +500,8 @@ Status connect_step(ConnectState& s, SendComm** out) {
         s.phase = ConnectState::kSendReady;
         continue;
       }
+      case ConnectState::kRecvRefusal:
+        return recv_refusal(s);
       case ConnectState::kSendReady: {
         Status st = send_some(s.comm->c.fd, &kReadyByte, 1, &s.io, s.peer);
         if (!st.is_ok()) return st;
@@ -442,7 +538,7 @@ Status connect(int dev, void* handle, const CommConfig& cfg, SendComm** out) {
   if (h.connect_state != 0) {
     auto it = g.states.find(h.connect_state);
     if (it == g.states.end() || it->second->busy ||
-        h.connect_check != (h.connect_state ^ h.nonce ^ wire::kHandleMagic)) {
+        h.connect_check != (h.connect_state ^ wire::nonce_fold(h.nonce) ^ wire::kHandleMagic)) {
       return Status(Code::kInvalidArgument,
                     "connect: the handle refers to no connection in progress (corrupt handle, a "
                     "handle reused after its connection completed or failed, or a connection "
@@ -486,8 +582,9 @@ Status connect(int dev, void* handle, const CommConfig& cfg, SendComm** out) {
       st->phase = resolve.value() ? ConnectState::kCmResolve : ConnectState::kGidRoute;
     }
     uint64_t id = g.next_id++;
+    g.due.push(st->deadline, id);  // not abandoned before its deadline
     h.connect_state = id;
-    h.connect_check = id ^ h.nonce ^ wire::kHandleMagic;
+    h.connect_check = id ^ wire::nonce_fold(h.nonce) ^ wire::kHandleMagic;
     std::memcpy(handle, &h, sizeof h);
     s = st.get();
     g.states.emplace(id, std::move(st));
@@ -535,20 +632,35 @@ size_t reap_abandoned_connects(bool all) {
     } else if (!lk.try_lock()) {
       return 0;  // another thread is in connect: it reaps
     }
-    if (g.states.empty()) return 0;
     const Clock::time_point now = Clock::now();
-    const Engine* e = engine();
-    const auto bound = std::chrono::milliseconds(e ? e->config().connect_timeout_ms : 0);
-    for (auto it = g.states.begin(); it != g.states.end();) {
-      // Abandoned: past its deadline and not polled for a whole bound (one still polled fails at
-      // its own next call, with the reason).
-      ConnectState& s = *it->second;
-      if (!s.busy && (all || (now > s.deadline && now - s.last_poll > bound))) {
+    if (all) {
+      for (auto it = g.states.begin(); it != g.states.end();) {
+        if (it->second->busy) {
+          ++it;
+          continue;
+        }
         dead.push_back(std::move(it->second));
         it = g.states.erase(it);
-      } else {
-        ++it;
       }
+      g.due.clear();
+      for (const auto& [id, s] : g.states) g.due.push(now, id);  // busy ones: look again later
+    } else {
+      const Engine* e = engine();
+      const auto bound = std::chrono::milliseconds(e ? e->config().connect_timeout_ms : 0);
+      // Abandoned: past its deadline and not polled for a whole bound (one still polled fails at
+      // its own next call, with the reason). Only states whose time has come are looked at.
+      reap_due(g.due, now, kReapBatch, [&](uint64_t id) -> ReapDecision {
+        auto it = g.states.find(id);
+        if (it == g.states.end()) return {ReapDecision::kGone, {}};  // completed or failed
+        ConnectState& s = *it->second;
+        if (s.busy) return {ReapDecision::kLater, now + bound};
+        if (now > s.deadline && now - s.last_poll > bound) {
+          dead.push_back(std::move(it->second));
+          g.states.erase(it);
+          return {ReapDecision::kReap, {}};
+        }
+        return {ReapDecision::kLater, std::max(s.deadline, s.last_poll + bound)};
+      });
     }
   }
   // Released outside the lock: each comm's teardown drains its QPs (bounded).

@@ -4,12 +4,17 @@
 // nothing here blocks.
 //
 // Up to ListenComm::kMaxPending handshakes are in progress at once, each bounded by its own
-// SLUICE_HANDSHAKE_TIMEOUT_MS, so a stray connection (port scanner, health probe, half-open socket,
-// a peer of another program) never delays a real peer: it is dropped at its deadline or at its
-// first byte that is not Sluice's, with an INFO. A connection that fails after its metadata was
-// accepted is dropped with a WARN and its resources released; only a broken listening socket fails
-// accept.
+// SLUICE_HANDSHAKE_TIMEOUT_MS until it shows itself a peer of this listener, so a stray connection
+// (port scanner, health probe, half-open socket, a peer of another program) never delays a real
+// peer: it is dropped at its deadline or at its first byte that is not Sluice's, with an INFO. A
+// connection whose metadata passed (the listener's nonce: a real peer) is then bounded by the
+// connector's own SLUICE_CONNECT_TIMEOUT_MS from its accept: the connector may complete as late as
+// that (NCCL polls it when it can), and a handshake dropped while the connector can still complete
+// would leave a send comm whose receive comm never comes. A connection that fails after its
+// metadata was accepted is dropped with a WARN and its resources released; only a broken listening
+// socket fails accept.
 #include <arpa/inet.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -17,13 +22,16 @@
 #include <chrono>
 #include <cstring>
 #include <mutex>
-#include <random>
 #include <type_traits>
+#include <unordered_map>
 #include <vector>
 
+#include "base/deadline_queue.h"
 #include "comm/comm.h"
 #include "connect/cm_rdmacm.h"
 #include "connect/comm_setup.h"
+#include "connect/fd_census.h"
+#include "connect/fd_reserve.h"
 #include "connect/oob_socket.h"
 #include "connect/route_gid.h"
 #include "sluice/core/base/log.h"
@@ -35,11 +43,13 @@ class ListenComm : public CommBase {
  public:
   ListenComm() : CommBase(CommKind::kListen) {}
   ~ListenComm();
+  FdCount counted{FdKind::kListen};
+  bool holds_reserve = false;    // counted among the reserved descriptor's users (fd_reserve.h)
   Device* dev = nullptr;         // member 0's
   std::vector<Device*> members;  // the listened device's members (Engine::members_of)
   std::vector<uint32_t> weights;
   int fd = -1;
-  uint64_t nonce = 0;
+  wire::Nonce nonce{};  // 128 bits from getrandom(2) (wire::new_nonce)
   std::string addr_text;
   struct Pending;
   // Handshakes in progress, oldest first. At kMaxPending, a new connection takes the place of the
@@ -47,9 +57,13 @@ class ListenComm : public CommBase {
   // wait in the kernel's backlog.
   static constexpr size_t kMaxPending = 64;
   std::vector<std::unique_ptr<Pending>> pending;
-  bool resource_warned =
-      false;       // accept4 ran out of descriptors/memory; WARNed once until it works
-  Status failure;  // sticky: the listening socket itself failed, or finalize retired the comm
+  bool resource_warned = false;  // accept4 ran out of memory; WARNed once until it works
+  bool fd_warned = false;        // out of descriptors with no connection waiting; WARNed once
+  Status failure;   // sticky: the listening socket itself failed, or finalize retired the comm
+  uint64_t id = 0;  // its key in the registry (listens())
+  // In the reaper's queue (guarded by the registry's q_mu): set when accept takes a handshake in,
+  // cleared by the reaper when it finds none left.
+  bool queued = false;
   // Held by accept (its one driver) and by the reaper (reap_listens), which only try_locks it
   // except at finalize.
   std::mutex mu;
@@ -68,29 +82,39 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // Live listen comms, for the reaper. Allocated once and never destroyed (no static destructor).
+// Lock order: mu, then a listen's own mu, then q_mu (a leaf: accept takes it under its listen's
+// mu to queue the listen when it takes a handshake in).
 struct ListenRegistry {
   std::mutex mu;
-  std::vector<ListenComm*> comms;
+  std::unordered_map<uint64_t, ListenComm*> comms;  // by ListenComm::id
+  uint64_t next_id = 1;
+  std::mutex q_mu;
+  // Listens with handshakes in progress, by when the reaper should next look at them (the handshake
+  // bound after their last accept call): every connect, accept and listen call runs the reaper,
+  // which looks only at what is due (base/deadline_queue.h).
+  DeadlineQueue due;
 };
+
+// Listens the reaper looks at per call at most.
+constexpr size_t kReapBatch = 8;
 ListenRegistry& listens() {
   static auto* r = new ListenRegistry;  // NOLINT: deliberately never destroyed
   return *r;
 }
 
-uint64_t random_u64() {
-  static thread_local std::mt19937_64 rng{std::random_device{}()};
-  return rng();
-}
-
 }  // namespace
 
 struct ListenComm::Pending {
+  FdCount counted{FdKind::kHandshake};
   enum Phase { kRecvMeta, kRecvMembers, kGidRoute, kSendMeta, kRecvReady } phase = kRecvMeta;
   bool identified =
       false;  // its metadata passed wire::validate_meta: a Sluice peer of this listener
   int fd = -1;
   std::string peer;
   sockaddr_storage peer_addr{};
+  Clock::time_point accepted;  // taken from the backlog
+  // accepted + SLUICE_HANDSHAKE_TIMEOUT_MS; once identified, accepted + the larger of it and
+  // SLUICE_CONNECT_TIMEOUT_MS (the connector's bound: it may still complete until then).
   Clock::time_point deadline;
   std::unique_ptr<RecvComm> comm;
   wire::Meta local{}, remote{};
@@ -107,6 +131,7 @@ struct ListenComm::Pending {
 ListenComm::~ListenComm() {
   pending.clear();
   if (fd >= 0) close(fd);
+  if (holds_reserve) fd_reserve_give();
 }
 
 namespace {
@@ -209,10 +234,16 @@ Status listen(int dev, void* handle, ListenComm** out) {
   l->dev = d;
   l->members = members;
   l->weights = weights;
-  l->nonce = random_u64() | 1;
+  SLUICE_RETURN_IF_ERROR(wire::new_nonce(&l->nonce));
   sockaddr_storage sa = e->oob_interface().addr;
+  SLUICE_RETURN_IF_ERROR(fd_reserve_take("listen on " + d->name));
+  l->holds_reserve = true;
   l->fd = socket(sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (l->fd < 0) return errno_status(Code::kSystemError, "listen: socket()", errno);
+  if (l->fd < 0) {
+    const int err = errno;
+    if (fd_exhausted(err)) return fd_exhausted_status("listen on " + d->name + ": socket()", err);
+    return errno_status(Code::kSystemError, "listen: socket()", err);
+  }
   int one = 1;
   setsockopt(l->fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   socklen_t len = sa.ss_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
@@ -272,12 +303,15 @@ Status listen(int dev, void* handle, ListenComm** out) {
   const wire::Handle h = wire::encode_handle(sa, static_cast<uint32_t>(dev), l->nonce,
                                              l->cm.empty() ? uint16_t{0} : l->cm[0]->port, &cm_sa,
                                              static_cast<uint16_t>(members.size()));
+  static_assert(kHandleSize == wire::kNcclHandleMaxSize && sizeof h <= kHandleSize,
+                "the handle fits NCCL_NET_HANDLE_MAXSIZE");
   std::memset(handle, 0, kHandleSize);
   std::memcpy(handle, &h, sizeof h);
   SLUICE_INFO(kSubNet, "listening on %s for %s", l->addr_text.c_str(), d->name.c_str());
   {
     std::lock_guard<std::mutex> lk(listens().mu);
-    listens().comms.push_back(l.get());
+    l->id = listens().next_id++;
+    listens().comms.emplace(l->id, l.get());
   }
   *out = l.release();
   return Status::ok();
@@ -329,6 +363,8 @@ Step step(ListenComm& l, ListenComm::Pending& p, Clock::time_point now, RecvComm
           return Step::kDrop;
         }
         p.identified = true;
+        p.deadline = p.accepted + std::chrono::milliseconds(
+                                      std::max(cfg.handshake_timeout_ms, cfg.connect_timeout_ms));
         p.io = 0;
         p.phase = (p.remote.features & wire::kMetaFeatureMembers) != 0
                       ? ListenComm::Pending::kRecvMembers
@@ -416,9 +452,13 @@ Step step(ListenComm& l, ListenComm::Pending& p, Clock::time_point now, RecvComm
                           ? "our metadata is not sent yet (peer not reading)"
                       : p.cm && p.io == 1 ? "rdma_cm: " + p.cm->progress
                                           : "the peer's ready byte did not arrive";
-    *why = Status(Code::kRemoteError, "no complete handshake within SLUICE_HANDSHAKE_TIMEOUT_MS=" +
-                                          std::to_string(cfg.handshake_timeout_ms) + " ms (" + got +
-                                          ")");
+    const std::string bound =
+        p.identified
+            ? "SLUICE_CONNECT_TIMEOUT_MS=" +
+                  std::to_string(std::max(cfg.handshake_timeout_ms, cfg.connect_timeout_ms)) +
+                  " ms (the connector's bound; its metadata was valid)"
+            : "SLUICE_HANDSHAKE_TIMEOUT_MS=" + std::to_string(cfg.handshake_timeout_ms) + " ms";
+    *why = Status(Code::kRemoteError, "no complete handshake within " + bound + " (" + got + ")");
     return Step::kDrop;
   }
   return Step::kWait;
@@ -437,6 +477,16 @@ bool make_room(ListenComm& l) {
     return true;
   }
   return false;
+}
+
+// Puts a listen with handshakes in progress in the reaper's queue (once): should accept stop being
+// called, reap_listens drops its handshakes at their deadlines. Caller holds l.mu.
+void queue_for_reaper(ListenComm& l, Clock::time_point now) {
+  ListenRegistry& g = listens();
+  std::lock_guard<std::mutex> q(g.q_mu);
+  if (l.queued) return;
+  l.queued = true;
+  g.due.push(now + std::chrono::milliseconds(engine()->config().handshake_timeout_ms), l.id);
 }
 
 bool connection_level_error(int err) {
@@ -463,12 +513,29 @@ Status accept_new(ListenComm& l, Clock::time_point now) {
                     l.addr_text.c_str(), std::strerror(err));
         continue;
       }
-      if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) {
-        // The connection stays in the backlog; later calls take it once resources are back.
+      if (fd_exhausted(err)) {
+        // accept4 checks for a free descriptor before it looks at the backlog: with none waiting
+        // there is nobody to refuse yet. Say so once; the first connection that comes is refused
+        // and fails this accept (refuse_out_of_fds), so its connector learns why at once.
+        pollfd w{l.fd, POLLIN, 0};
+        if (poll(&w, 1, 0) == 1 && (w.revents & POLLIN) != 0)
+          return refuse_out_of_fds(l.fd, l.dev->name, l.addr_text, err);
+        if (!l.fd_warned) {
+          l.fd_warned = true;
+          SLUICE_WARN("%s; the next connection to it will be refused with this reason",
+                      fd_exhausted_status(
+                          "accept on " + l.dev->name + " (" + l.addr_text + "): accept4()", err)
+                          .message()
+                          .c_str());
+        }
+        return Status::ok();
+      }
+      if (err == ENOBUFS || err == ENOMEM) {
+        // Kernel memory: the connection stays in the backlog; later calls take it once it is back.
         if (!l.resource_warned) {
           SLUICE_WARN(
-              "accept on %s (%s): cannot take a new connection now: %s (the process is "
-              "out of file descriptors or memory; raise `ulimit -n`?); retrying",
+              "accept on %s (%s): cannot take a new connection now: %s (the kernel is out of "
+              "socket memory); retrying",
               l.dev->name.c_str(), l.addr_text.c_str(), std::strerror(err));
           l.resource_warned = true;
         }
@@ -480,10 +547,12 @@ Status accept_new(ListenComm& l, Clock::time_point now) {
           err);
     }
     l.resource_warned = false;
+    l.fd_warned = false;
     auto p = std::make_unique<ListenComm::Pending>();
     p->fd = fd;
     p->peer = sockaddr_text(sa);
     p->peer_addr = sa;
+    p->accepted = now;
     p->deadline = now + std::chrono::milliseconds(cfg.handshake_timeout_ms);
     Status st = set_nonblocking(fd);
     if (!st.is_ok()) {
@@ -491,6 +560,7 @@ Status accept_new(ListenComm& l, Clock::time_point now) {
       continue;
     }
     l.pending.push_back(std::move(p));
+    queue_for_reaper(l, now);
   }
   return Status::ok();
 }
@@ -574,7 +644,7 @@ Status close_listen(ListenComm* l) {
     return Status(Code::kInvalidArgument, "closeListen: not a listen comm");
   {
     std::lock_guard<std::mutex> lk(listens().mu);
-    std::erase(listens().comms, l);
+    listens().comms.erase(l->id);  // its queue entry, if any, is dropped when it comes due
   }
   l->kind = CommKind::kDead;
   if (!l->pending.empty()) {
@@ -584,6 +654,33 @@ Status close_listen(ListenComm* l) {
   delete l;  // pending handshakes' comms (QPs, CQ, memory) and sockets, then the listening socket
   return Status::ok();
 }
+
+namespace {
+
+// Drops l's handshakes that are past their deadline (all of them at finalize); caller holds l.mu.
+size_t reap_pending(ListenComm& l, bool all, Clock::time_point now) {
+  size_t n = 0;
+  for (size_t i = 0; i < l.pending.size();) {
+    ListenComm::Pending& p = *l.pending[i];
+    if (!all && now <= p.deadline) {
+      ++i;
+      continue;
+    }
+    drop(l, p,
+         Status(Code::kRemoteError,
+                all ? "finalize with the handshake in progress"
+                : p.identified
+                    ? "no complete handshake within SLUICE_CONNECT_TIMEOUT_MS (accept no "
+                      "longer called)"
+                    : "no complete handshake within SLUICE_HANDSHAKE_TIMEOUT_MS (accept no "
+                      "longer called)"));
+    l.pending.erase(l.pending.begin() + static_cast<std::ptrdiff_t>(i));
+    ++n;
+  }
+  return n;
+}
+
+}  // namespace
 
 size_t reap_listens(bool all) {
   ListenRegistry& g = listens();
@@ -595,38 +692,48 @@ size_t reap_listens(bool all) {
   }
   size_t n = 0;
   const Clock::time_point now = Clock::now();
+  if (all) {
+    for (auto& [id, l] : g.comms) {
+      std::lock_guard<std::mutex> ll(l->mu);
+      n += reap_pending(*l, true, now);
+      l->cm.clear();  // their rdma_cm ids and event channels go with the devices
+      if (l->failure.is_ok()) {
+        l->failure = Status(Code::kInvalidUsage, "accept on " + l->addr_text +
+                                                     ": the listen comm outlived the plugin's "
+                                                     "finalize; only closeListen is valid now");
+      }
+    }
+    return n;
+  }
   const Engine* e = engine();
   const auto bound = std::chrono::milliseconds(e ? e->config().handshake_timeout_ms : 0);
-  for (ListenComm* l : g.comms) {
-    std::unique_lock<std::mutex> ll(l->mu, std::defer_lock);
-    if (all) {
-      ll.lock();
-    } else if (!ll.try_lock()) {
-      continue;  // its accept is running and reaps its own
-    }
-    if (!all && now - l->last_accept <= bound) continue;  // accept is still polled: it decides
-    for (size_t i = 0; i < l->pending.size();) {
-      ListenComm::Pending& p = *l->pending[i];
-      if (!all && now <= p.deadline) {
-        ++i;
-        continue;
-      }
-      drop(*l, p,
-           Status(Code::kRemoteError,
-                  all ? "finalize with the handshake in progress"
-                      : "no complete handshake within SLUICE_HANDSHAKE_TIMEOUT_MS (accept no "
-                        "longer called)"));
-      l->pending.erase(l->pending.begin() + static_cast<std::ptrdiff_t>(i));
-      ++n;
-    }
-    if (all) {  // their rdma_cm ids and event channels go with the devices
-      l->cm.clear();
-    }
-    if (all && l->failure.is_ok()) {
-      l->failure = Status(Code::kInvalidUsage, "accept on " + l->addr_text +
-                                                   ": the listen comm outlived the plugin's "
-                                                   "finalize; only closeListen is valid now");
-    }
+  // Pops under q_mu, a leaf: each listen is then locked with q_mu released (lock order above).
+  std::vector<uint64_t> ids;
+  {
+    std::lock_guard<std::mutex> q(g.q_mu);
+    if (!g.due.due(now)) return 0;  // the common case: one comparison
+    reap_due(g.due, now, kReapBatch, [&](uint64_t id) {
+      ids.push_back(id);
+      return ReapDecision{ReapDecision::kGone, {}};  // re-queued below if still needed
+    });
+  }
+  for (const uint64_t id : ids) {
+    auto it = g.comms.find(id);
+    if (it == g.comms.end()) continue;  // closed
+    ListenComm* l = it->second;
+    std::unique_lock<std::mutex> ll(l->mu, std::try_to_lock);
+    Clock::time_point next = now + bound;
+    bool keep = true;
+    if (ll.owns_lock()) {
+      if (now - l->last_accept > bound)
+        n += reap_pending(*l, false, now);  // accept abandoned it
+      else
+        next = l->last_accept + bound;  // accept is still polled: it decides
+      keep = !l->pending.empty();
+    }  // else its accept is running and reaps its own: look again later
+    std::lock_guard<std::mutex> q(g.q_mu);
+    l->queued = keep;
+    if (keep) g.due.push(next > now ? next : now + std::chrono::milliseconds(1), id);
   }
   return n;
 }

@@ -21,15 +21,24 @@
 // regMr only while its owner is live (kMember), and never once the owner is deferred
 // (kMemberDeferred). A failure on any member frees everything the call registered. Only one
 // adapter's lock is held at a time.
+//
+// At scale (issue 32: 10,000 registrations and closes) no call walks the cache: each adapter's
+// RegIndex finds a live registration containing a range in O(log n) (memory/interval_index.h),
+// removes an MR or a registration from the cache's vectors in O(1) (swap with the last, by their
+// recorded positions), and finds a comm's deferred registrations by its key.
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <mutex>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "comm/comm.h"
+#include "memory/interval_index.h"
 #include "sluice/core/base/log.h"
 #include "sluice/core/base/verbs_ext.h"
 
@@ -125,21 +134,54 @@ ibv_mr* reg_cuda(Device* d, uintptr_t lo, uintptr_t hi, unsigned access, std::st
   return nullptr;
 }
 
+// An adapter's index over its cache (Adapter::mrs and each MrEntry's users, which own the objects):
+// their positions in those vectors, the live registrations (kMagic, kMember) by range and memory
+// type, and the deferred ones (kDeferred) by the comm that deferred them. Guarded by mr_mu.
+struct RegIndex {
+  std::unordered_map<const MrEntry*, size_t> entry_pos;  // in Adapter::mrs
+  struct User {
+    size_t pos = 0;     // in its entry's users
+    int32_t live = -1;  // its node in live[type] while it is live
+  };
+  std::unordered_map<const MemHandle*, User> users;
+  IntervalIndex live[2];  // by MemType
+  std::unordered_map<uintptr_t, std::vector<MemHandle*>> deferred;
+};
+
+static_assert(static_cast<int>(MemType::kHost) == 0 && static_cast<int>(MemType::kCuda) == 1);
+
+// The index of adapter `a` (caller holds a->mr_mu). It lives beside the adapter in a table of
+// this file, keyed by the adapter's address, since the adapter (comm/engine.h) has no field for
+// it; every change to the cache goes through this file, so the index always counts exactly the
+// adapter's MRs. An adapter created where a dead one was starts with none: a count that differs
+// means the index is the dead one's, and it is dropped (its pointers are never followed).
+RegIndex& reg_index(const Adapter* a) {
+  struct Table {
+    std::mutex mu;
+    std::unordered_map<const Adapter*, std::unique_ptr<RegIndex>> by_adapter;
+  };
+  static auto* t = new Table;  // NOLINT: never destroyed (no static destructor)
+  std::lock_guard<std::mutex> lk(t->mu);
+  std::unique_ptr<RegIndex>& ix = t->by_adapter[a];
+  if (!ix || ix->entry_pos.size() != a->mrs.size()) ix = std::make_unique<RegIndex>();
+  return *ix;
+}
+
+bool is_live(uint32_t magic) {
+  return magic == MemHandle::kMagic || magic == MemHandle::kMember;
+}
+
 // A live registration of `type` whose range contains [lo, hi), or null. Caller holds mr_mu.
-MrEntry* find_live(Adapter* a, MemType type, uintptr_t lo, uintptr_t hi) {
-  for (auto& e : a->mrs) {
-    if (e->type != type || e->base > lo || e->base + e->len < hi) continue;
-    for (const auto& u : e->users) {
-      const bool live = u->magic == MemHandle::kMagic || u->magic == MemHandle::kMember;
-      if (live && u->base <= lo && u->base + u->len >= hi) return e.get();
-    }
-  }
-  return nullptr;
+MrEntry* find_live(RegIndex& ix, MemType type, uintptr_t lo, uintptr_t hi) {
+  const auto* mh =
+      static_cast<const MemHandle*>(ix.live[static_cast<int>(type)].find_containing(lo, hi));
+  return mh != nullptr ? mh->entry : nullptr;
 }
 
 // A new registration of [lo, hi) on entry `e`: the caller's (kMagic) or a fused comm's extra
 // (kMember). Caller holds mr_mu.
-MemHandle* add_user(Adapter* a, MrEntry* e, uintptr_t lo, size_t len, uint32_t magic) {
+MemHandle* add_user(Adapter* a, RegIndex& ix, MrEntry* e, uintptr_t lo, size_t len,
+                    uint32_t magic) {
   auto mh = std::make_unique<MemHandle>();
   mh->magic = magic;
   mh->lkey = e->mr->lkey;
@@ -150,36 +192,77 @@ MemHandle* add_user(Adapter* a, MrEntry* e, uintptr_t lo, size_t len, uint32_t m
   mh->type = e->type;
   mh->access = e->access;
   mh->entry = e;
+  MemHandle* p = mh.get();
+  RegIndex::User u;
+  u.pos = e->users.size();
+  if (is_live(magic)) u.live = ix.live[static_cast<int>(e->type)].insert(lo, lo + len, p);
   e->users.push_back(std::move(mh));
-  return e->users.back().get();
+  ix.users.emplace(p, u);
+  return p;
 }
 
 // Takes ownership of a new MR over [lo, lo + len) and registers its first user. Caller holds
 // mr_mu.
-MemHandle* add_entry(Adapter* a, ibv_mr* mr, MemType type, unsigned access, uintptr_t lo,
-                     size_t len, uint32_t magic) {
+MemHandle* add_entry(Adapter* a, RegIndex& ix, ibv_mr* mr, MemType type, unsigned access,
+                     uintptr_t lo, size_t len, uint32_t magic) {
   auto e = std::make_unique<MrEntry>();
   e->mr.reset(mr);
   e->base = lo;
   e->len = len;
   e->type = type;
   e->access = access;
+  MrEntry* p = e.get();
+  ix.entry_pos.emplace(p, a->mrs.size());
   a->mrs.push_back(std::move(e));
-  return add_user(a, a->mrs.back().get(), lo, len, magic);
+  return add_user(a, ix, p, lo, len, magic);
+}
+
+// `mh` stops being live (deferred): never found by find_live again. Caller holds mr_mu.
+void unlive(RegIndex& ix, const MemHandle* mh) {
+  auto it = ix.users.find(mh);
+  if (it == ix.users.end() || it->second.live < 0) return;
+  ix.live[static_cast<int>(mh->type)].erase(it->second.live);
+  it->second.live = -1;
+}
+
+// Removes element `pos` of `v` by moving the last one into its place; `moved(p)` is told the new
+// position of the element that moved.
+template <class T, class Moved>
+void swap_remove(std::vector<T>& v, size_t pos, Moved&& moved) {
+  if (pos + 1 != v.size()) {
+    std::swap(v[pos], v.back());
+    moved(v[pos], pos);
+  }
+  v.pop_back();
 }
 
 // Frees the registration `mh` (caller holds mr_mu), and its MR when it was the MR's last user.
 void erase_user(Adapter* a, const MemHandle* mh) {
-  for (auto e = a->mrs.begin(); e != a->mrs.end(); ++e) {
-    auto& users = (*e)->users;
-    for (auto u = users.begin(); u != users.end(); ++u) {
-      if (u->get() != mh) continue;
-      (*u)->magic = 0;
-      users.erase(u);                      // frees the handle
-      if (users.empty()) a->mrs.erase(e);  // the last registration on the MR: deregister it
-      return;
+  RegIndex& ix = reg_index(a);
+  auto it = ix.users.find(mh);
+  if (it == ix.users.end()) return;  // not in this cache (never: every handle was added here)
+  if (it->second.live >= 0) ix.live[static_cast<int>(mh->type)].erase(it->second.live);
+  if (mh->magic == MemHandle::kDeferred) {
+    auto d = ix.deferred.find(mh->deferred_on);
+    if (d != ix.deferred.end()) {
+      std::erase(d->second, mh);  // a comm's deferred registrations: its requests in flight
+      if (d->second.empty()) ix.deferred.erase(d);
     }
   }
+  MrEntry* e = mh->entry;
+  const size_t pos = it->second.pos;
+  ix.users.erase(it);
+  e->users[pos]->magic = 0;
+  swap_remove(e->users, pos, [&](const std::unique_ptr<MemHandle>& u, size_t p) {
+    ix.users[u.get()].pos = p;
+  });  // frees the handle
+  if (!e->users.empty()) return;
+  // The last registration on the MR: deregister it.
+  auto ep = ix.entry_pos.find(e);
+  const size_t epos = ep->second;
+  ix.entry_pos.erase(ep);
+  swap_remove(a->mrs, epos,
+              [&](const std::unique_ptr<MrEntry>& m, size_t p) { ix.entry_pos[m.get()] = p; });
 }
 
 // Frees `mh` and the extras it owns. The caller holds no adapter lock: each extra is erased under
@@ -230,9 +313,10 @@ Status reg_one(Device* d, void* data, size_t size, MemType type, uint32_t magic,
       (reinterpret_cast<uintptr_t>(data) + size + page - 1) & ~(static_cast<uintptr_t>(page) - 1);
   Adapter* a = d->adapter;
   std::lock_guard<std::mutex> lk(a->mr_mu);
+  RegIndex& ix = reg_index(a);
   // Reuse an MR only inside the range of a live registration on it (see the top of the file).
-  if (MrEntry* e = find_live(a, type, lo, hi)) {
-    *out = add_user(a, e, lo, hi - lo, magic);
+  if (MrEntry* e = find_live(ix, type, lo, hi)) {
+    *out = add_user(a, ix, e, lo, hi - lo, magic);
     return Status::ok();
   }
   const unsigned access = data_access(engine()->config(), type, a->relaxed_ordering);
@@ -255,7 +339,7 @@ Status reg_one(Device* d, void* data, size_t size, MemType type, uint32_t magic,
                                             " failed: " + reg_error(errno, true));
     }
   }
-  *out = add_entry(a, mr.release(), type, access, lo, hi - lo, magic);
+  *out = add_entry(a, ix, mr.release(), type, access, lo, hi - lo, magic);
   return Status::ok();
 }
 
@@ -265,10 +349,11 @@ Status reg_dmabuf_one(Device* d, void* data, size_t size, MemType type, uint64_t
   const auto addr = reinterpret_cast<uintptr_t>(data);
   Adapter* a = d->adapter;
   std::lock_guard<std::mutex> lk(a->mr_mu);
+  RegIndex& ix = reg_index(a);
   // A live registration of the same type that covers the range serves it (NCCL may close the fd
   // right after this call: nothing here keeps it).
-  if (MrEntry* e = find_live(a, type, addr, addr + size)) {
-    *out = add_user(a, e, addr, size, magic);
+  if (MrEntry* e = find_live(ix, type, addr, addr + size)) {
+    *out = add_user(a, ix, e, addr, size, magic);
     return Status::ok();
   }
   const unsigned access = data_access(engine()->config(), type, a->relaxed_ordering);
@@ -290,7 +375,7 @@ Status reg_dmabuf_one(Device* d, void* data, size_t size, MemType type, uint64_t
     if (!d->gdr.dmabuf) m += "; this NIC was not offered for dma-buf: " + a->dmabuf.text;
     return Status(Code::kSystemError, m);
   }
-  *out = add_entry(a, mr, type, access, addr, size, magic);
+  *out = add_entry(a, ix, mr, type, access, addr, size, magic);
   return Status::ok();
 }
 
@@ -301,9 +386,10 @@ void release_deferred_mrs(Adapter* a, uintptr_t key, void* comm) {
   std::vector<MemHandle*> mine;
   {
     std::lock_guard<std::mutex> lk(a->mr_mu);
-    for (const auto& e : a->mrs)
-      for (const auto& u : e->users)
-        if (u->magic == MemHandle::kDeferred && u->deferred_on == key) mine.push_back(u.get());
+    RegIndex& ix = reg_index(a);
+    auto it = ix.deferred.find(key);  // this comm's only: no walk over the cache
+    if (it == ix.deferred.end()) return;
+    mine = it->second;
   }
   if (mine.empty()) return;
   // requests_using takes the receive comm's mutex: not under mr_mu. Only this comm's driver frees
@@ -383,12 +469,17 @@ Status dereg_mr(void* comm, MemHandle* mh) {
   if (n > 0) {
     {
       std::lock_guard<std::mutex> lk(a->mr_mu);
+      RegIndex& ix = reg_index(a);
+      unlive(ix, mh);
       mh->magic = MemHandle::kDeferred;
       mh->deferred_on = reinterpret_cast<uintptr_t>(comm);
+      ix.deferred[mh->deferred_on].push_back(mh);
     }
     // Its extras are deferred with it: never shared again on their adapters, freed with it.
     for (int i = 0; i < mh->nmore; ++i) {
-      std::lock_guard<std::mutex> lk(mh->more[i]->adapter->mr_mu);
+      Adapter* b = mh->more[i]->adapter;
+      std::lock_guard<std::mutex> lk(b->mr_mu);
+      unlive(reg_index(b), mh->more[i]);
       mh->more[i]->magic = MemHandle::kMemberDeferred;
     }
     SLUICE_INFO(kSubNet,

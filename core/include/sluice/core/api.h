@@ -129,6 +129,11 @@ struct DeviceProperties {
   const char* weights_summary = nullptr;  // fused devices: each member's share and why
 };
 Status device_properties(int dev, DeviceProperties* out);
+// How many comms `dev` can hold at this configuration (getProperties' maxComms): each adapter's
+// max_qp and max_cq over the QPs and CQs one comm takes there (NCCL_IB_QPS_PER_CONNECTION on
+// every path of a fused device or of a device with its standby, one CQ per member, and the flush
+// QP and CQ a receive comm may create); sluice/core/base/comm_capacity.h. *why says how.
+Status device_max_comms(int dev, int* out, std::string* why);
 
 // NIC fusion (NCCL's makeVDevice, ABI v9+): a virtual device made of 2..max_members physical
 // devices (kMaxFusedMembers from ABI v12, kMaxFusedMembersV9 before: the plugin passes its ABI's

@@ -18,10 +18,29 @@ namespace sluice::wire {
 inline constexpr uint64_t kHandleMagic = 0x45434955'4c53ull;  // "SLUICE"
 inline constexpr uint64_t kMetaMagic = 0x4154454d'434c53ull;  // "SLCMETA"
 // 2: the handle carries the rdma_cm listener's own address (cm_addr, cm_family).
-inline constexpr uint16_t kVersion = 2;
+// 3: the listener's nonce is 128 bits (Nonce) in the handle, the metadata and the rdma_cm token.
+inline constexpr uint16_t kVersion = 3;
 inline constexpr int kMaxQps = 16;         // NCCL_IB_QPS_PER_CONNECTION upper bound
 inline constexpr int kFifoSlots = 32;      // = receives in flight per comm (NCCL_NET_MAX_REQUESTS)
 inline constexpr int kEntriesPerSlot = 8;  // = maxRecvs
+
+// The listener's nonce: 128 bits from the OS's CSPRNG (new_nonce), handed out in the listen handle
+// and echoed by the connector in its metadata and rdma_cm tokens. It is the only thing that keeps
+// a stranger who can reach the listener's port from getting a QP in our protection domain, so it
+// is compared in constant time (same_nonce) and has no operator==.
+inline constexpr size_t kNonceBytes = 16;
+struct Nonce {
+  uint8_t bytes[kNonceBytes];
+};
+static_assert(sizeof(Nonce) == kNonceBytes && alignof(Nonce) == 1);
+static_assert(std::is_trivially_copyable_v<Nonce>);
+// True when a and b are equal; the time taken does not depend on where they differ.
+bool same_nonce(const Nonce& a, const Nonce& b);
+// A fresh nonce from getrandom(2). Fails (naming the errno and the likely cause) when the kernel's
+// random source cannot be read; never falls back to a predictable generator.
+Status new_nonce(Nonce* out);
+// The nonce folded to 64 bits (for the connector's own guard, Handle::connect_check).
+uint64_t nonce_fold(const Nonce& n);
 
 // The listen handle (first bytes of NCCL's 128-byte handle). The connector keeps a reference to its
 // in-progress state in `connect_state` (NCCL passes the same handle memory on every connect call).
@@ -39,21 +58,25 @@ struct Handle {
   uint8_t addr[16];  // IPv4 in the first 4 bytes
   uint32_t scope_id;
   uint32_t listen_dev;
-  uint64_t nonce;       // random per listener; the connector echoes it so strays are rejected
+  Nonce nonce;          // random per listener; the connector echoes it so strays are rejected
   uint8_t cm_addr[16];  // the rdma_cm listener's address when cm_family != 0 (IPv4: first 4 bytes)
   uint16_t cm_family;   // AF_UNSPEC = the rdma_cm listener is at `addr`; AF_INET / AF_INET6
   uint16_t members;     // the listener's member devices (fusion); 0 = a Sluice before fusion
   uint32_t checksum;    // FNV-1a over the bytes above
   uint64_t connect_state;  // connector-private: id of its state machine (0 = not started)
-  uint64_t connect_check;  // connect_state ^ nonce ^ kHandleMagic: guards against garbage
+  uint64_t connect_check;  // connect_state ^ nonce_fold(nonce) ^ kHandleMagic: guards garbage
 };
-static_assert(sizeof(Handle) == 88);
+static_assert(sizeof(Handle) == 96);
 static_assert(offsetof(Handle, version) == 8, "the version stays where wire version 1 had it");
-static_assert(offsetof(Handle, cm_addr) == 48 && offsetof(Handle, cm_family) == 64);
-static_assert(offsetof(Handle, checksum) == 68, "the checksum covers the rdma_cm address");
-static_assert(offsetof(Handle, members) == 66, "the byte pair that was reserved (zero) before");
-static_assert(offsetof(Handle, connect_state) == 72);
-static_assert(sizeof(Handle) <= 128, "must fit NCCL_NET_HANDLE_MAXSIZE");
+static_assert(offsetof(Handle, nonce) == 40);
+static_assert(offsetof(Handle, cm_addr) == 56 && offsetof(Handle, cm_family) == 72);
+static_assert(offsetof(Handle, members) == 74);
+static_assert(offsetof(Handle, checksum) == 76,
+              "the checksum covers the nonce and rdma_cm address");
+static_assert(offsetof(Handle, connect_state) == 80);
+// NCCL_NET_HANDLE_MAXSIZE (nccl_net.h: ncclNetHandle_t is char[128]); api.h's kHandleSize.
+inline constexpr size_t kNcclHandleMaxSize = 128;
+static_assert(sizeof(Handle) <= kNcclHandleMaxSize, "must fit NCCL_NET_HANDLE_MAXSIZE");
 static_assert(std::is_trivially_copyable_v<Handle>);
 
 uint32_t handle_checksum(const Handle& h);
@@ -64,7 +87,7 @@ Status validate_handle(const Handle& h);
 // set, connector fields zero; `cm_port` (network order) = its rdma_cm listener's port, 0 = none,
 // bound to `cm_addr` (its port ignored); nullptr or the address of `sa` = at `sa` (cm_family 0).
 // `members`: the listener's member devices (1 for a physical device; fusion).
-Handle encode_handle(const sockaddr_storage& sa, uint32_t listen_dev, uint64_t nonce,
+Handle encode_handle(const sockaddr_storage& sa, uint32_t listen_dev, const Nonce& nonce,
                      uint16_t cm_port = 0, const sockaddr_storage* cm_addr = nullptr,
                      uint16_t members = 1);
 // The listener's address in a validated handle, and its length for connect().
@@ -94,7 +117,7 @@ struct Meta {
   uint8_t traffic_class;
   uint8_t service_level;
   uint32_t fifo_slots;  // kFifoSlots
-  uint64_t nonce;       // the listener's nonce, echoed
+  Nonce nonce;          // the listener's nonce, echoed
   uint8_t gid[16];
   uint64_t buf_addr;  // sender: its CTS FIFO; receiver: its completion-record array
   uint32_t buf_rkey;
@@ -108,15 +131,16 @@ struct Meta {
   char dev_name[32];
   QpInfo qps[kMaxQps];
 };
-static_assert(sizeof(Meta) == 224);
-static_assert(offsetof(Meta, qps) == 96);
+static_assert(sizeof(Meta) == 232);
+static_assert(offsetof(Meta, nonce) == 24 && offsetof(Meta, gid) == 40);
+static_assert(offsetof(Meta, qps) == 104);
 static_assert(std::is_trivially_copyable_v<Meta>);
 
-static_assert(offsetof(Meta, split_data) == 60);
-static_assert(offsetof(Meta, cm) == 61);
+static_assert(offsetof(Meta, split_data) == 68);
+static_assert(offsetof(Meta, cm) == 69);
 inline constexpr uint8_t kMetaCmOob = 0;     // QPs to RTR/RTS by hand from the metadata
 inline constexpr uint8_t kMetaCmRdmacm = 1;  // each QP established through rdma_cm (CmToken)
-static_assert(offsetof(Meta, features) == 62);
+static_assert(offsetof(Meta, features) == 70);
 
 // Enhanced Connection Establishment (NCCL_IB_ECE_ENABLE): bytes kMetaNameBytesEce.. of dev_name
 // hold the sender's ECE as three little-endian uint32 (vendor_id, options, comp_mask). Wire version
@@ -159,16 +183,16 @@ struct CmToken {
   uint16_t version;
   uint8_t qp_index;
   uint8_t nqps;
-  uint64_t nonce;      // the listener's, echoed
+  Nonce nonce;         // the listener's, echoed
   uint64_t fifo_addr;  // = the connector's Meta::buf_addr
   uint32_t fifo_rkey;  // = the connector's Meta::buf_rkey
   uint32_t reserved;
 };
-static_assert(sizeof(CmToken) == 32 && sizeof(CmToken) <= kCmPrivateDataMax);
+static_assert(sizeof(CmToken) == 40 && sizeof(CmToken) <= kCmPrivateDataMax);
 static_assert(std::is_trivially_copyable_v<CmToken>);
 // Checks `len` bytes of a CM request's private data (providers may pad it) against the listener's
 // nonce: magic, version, qp_index < nqps <= kMaxQps.
-Status validate_cm_token(const void* data, size_t len, uint64_t nonce, CmToken* out);
+Status validate_cm_token(const void* data, size_t len, const Nonce& nonce, CmToken* out);
 
 // The leading bytes of Meta that tell a Sluice peer: the magic, then the version.
 inline constexpr size_t kMetaHeaderBytes = offsetof(Meta, version) + sizeof(uint16_t);
@@ -281,7 +305,7 @@ sockaddr_storage cm_member_address(const MetaCmAddrs& x, int m);
 // a stray or foreign connection is refused at its first wrong byte.
 Status check_meta_prefix(const void* bytes, size_t n);
 // Verifies magic, version, role, nqps, split_data, fifo_slots, the MTU code and the echoed nonce.
-Status validate_meta(const Meta& m, uint8_t expected_role, uint64_t nonce);
+Status validate_meta(const Meta& m, uint8_t expected_role, const Nonce& nonce);
 // The peer's validated metadata against ours (`local_dev` names our device in the error): the same
 // link layer and the same number of QPs.
 Status check_peer_meta(const Meta& local, const Meta& remote, const std::string& local_dev);
