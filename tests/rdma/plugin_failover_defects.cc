@@ -3,16 +3,15 @@
 //               successful receive completion of a fenced QP is held until that QP's drain marker
 //               is back, as a NIC whose receive completions trail its send queue's would. A stream
 //               of 4 MiB messages (every one striped, so every one has a chain on path 1), 8 in
-//               flight; host1 drops RoCE arriving on its eth1 (path 1's ACKs and host0's
-//               clear-to-send writes: no port event) and tells host0, which then makes no call
-//               for kSleepMs: the closes path 1 delivers meanwhile wait in its CQ, unACKed, while
-//               host1's RC retries run out and it fences path 1. When host0 calls again it takes
-//               host1's FENCE, fences its side and polls those closes behind its fence: the hook
-//               holds them. Its FENCE must count them (the fence waits for every receive WR of
-//               the fenced QPs), or host1 replays chains that had landed, into receives that
-//               completed. Checks: every byte and the sentinel, no call fails, host0 logged that
-//               the hook held at least one completion (else the step exercised nothing), both
-//               hosts "fenced on both sides".
+//               flight. host0 makes no call for kSleepMs, so the closes path 1 delivers meanwhile
+//               wait in its CQ, then takes its eth1 down: its next call takes the port's event
+//               first, fences path 1 and polls those closes behind its fence, where the hook holds
+//               them. Its FENCE must count them (the fence waits for every receive WR of the
+//               fenced QPs): else host1, which saw them complete, refuses the FENCE's count
+//               (health/qp_ledger.h check_arrived), and a close that had only lost its ACK would
+//               be replayed into a receive that completed. Checks: every byte and the sentinel,
+//               no call fails, host0 logged that the hook held at least one completion (else the
+//               step exercised nothing), both hosts "failed over" and "fenced on both sides".
 //  create-fail  host1 runs with SLUICE_TEST_FAILBACK_CREATE_FAILS=1: the first fresh QP failback
 //               creates fails, as ibv_create_qp out of memory would. One flap of host1's eth1
 //               (step_flaps' checks: the path back within its bound, carrying again); and host1
@@ -33,7 +32,8 @@
 namespace nettest::failover {
 namespace {
 
-constexpr long long kSleepMs = 4000;  // > the RC bound at the short timers (1.34 s) + a poll
+// Long enough for host1 to put a window of 4 MiB messages through (~1 s at the bed's pace).
+constexpr long long kSleepMs = 2000;
 
 // The count in host0's INFO "SLUICE_TEST_HOLD_RQ held N successful receive completion(s) ...",
 // summed over every such line since `from`.
@@ -58,21 +58,24 @@ int step_hold_rq(Ctx& x, int step) {
   if (std::string e = open_comm(x, &comm); !e.empty()) return fail(10 + step, "hold-rq: " + e);
   RegBuf buf;
   if (!buf.allocate(&x.n, comm, kWindow * kSlot)) return fail(10 + step, "regMr");
-  std::vector<size_t> sizes(24, kMaxMsg);
+  std::vector<size_t> sizes(28, kMaxMsg);
   sizes.push_back(kSentinel);
   const auto msgs = fixed_msgs(step, sizes, true);
-  sluice::rdmatest::RoceDrop drop;
+  // host0 makes no call for kSleepMs while host1 streams (the closes path 1 delivers wait in its
+  // CQ), then takes its eth1 down: its next call takes the port's event first, fences path 1 and
+  // polls those closes behind its fence, where the hook holds them. eth1 comes back up later.
+  Eth1 link(x, name);
   Fault f;
-  f.actor = 1;
+  f.actor = 0;
   f.inject_at = 2 * kWindow;  // past the connection's warm-up
-  f.restore_at = 2 * kWindow + 1;
-  f.inject = [&] { return drop.install_on({x.netdev[1]}); };
-  f.restore = [&] { return drop.remove() ? std::string() : std::string("removing the filter"); };
-  f.on_told = [&] {
-    if (x.host != 0) return;
-    std::fprintf(stderr, "host0: [%s] no call into the plugin for %lld ms\n", name, kSleepMs);
+  f.restore_at = 3 * kWindow;
+  f.inject = [&] {
+    std::fprintf(stderr, "host0: [%s] no call into the plugin for %lld ms, then eth1 down\n", name,
+                 kSleepMs);
     usleep(static_cast<useconds_t>(kSleepMs * 1000));
+    return link.down();
   };
+  f.restore = [&] { return link.up(); };
   const size_t info0 = info_size();
   Run r;
   std::string e = stream(x, comm, buf, msgs, f, false, &r);
@@ -95,6 +98,7 @@ int step_hold_rq(Ctx& x, int step) {
           "not exercised";
   }
   if (bad.empty() && info_with(info0, kFenced).empty()) bad = "no \"fenced on both sides\"";
+  buf.reset();
   if (close_comm(x, comm) != ncclSuccess) return fail(10 + step, "hold-rq: close");
   if (!bad.empty()) return failed_check(20 + step, std::string(name) + ": " + bad);
   return 0;

@@ -161,10 +161,11 @@ std::string stream(Ctx& x, void* comm, RegBuf& buf, const std::vector<Msg>& msgs
       }
     }
     if (actor && !run->mark[kFault].set && done >= f.inject_at) {
+      const char b = 'D';
+      if (f.tell_first && !write_full(x.side, &b, 1)) return "side write";
       if (std::string e = f.inject(); !e.empty()) return "injecting the fault: " + e;
       mark(kFault);
-      const char b = 'D';
-      if (!write_full(x.side, &b, 1)) return "side write";
+      if (!f.tell_first && !write_full(x.side, &b, 1)) return "side write";
     } else if (actor && run->mark[kFault].set && !run->mark[kRestore].set && f.restore_at >= 0 &&
                done >= f.restore_at) {
       if (f.restore) {

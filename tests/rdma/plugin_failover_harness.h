@@ -150,6 +150,9 @@ struct Fault {
   std::function<std::string()> inject, restore;
   // On the told host, when the fault's side byte arrived (after its mark); may be empty.
   std::function<void()> on_told;
+  // The actor tells the other host before it injects (else after): the told host's on_told then
+  // runs while the actor's inject does.
+  bool tell_first = false;
 };
 
 enum { kStart, kFault, kRestore, kEnd };

@@ -79,10 +79,11 @@ double ms_since(Clock::time_point t) {
 // 4 x 1 MiB and 2 x 4 MiB (12.6 MiB a round); under netem (phase 1) one 1 MiB message and then
 // one of lossy_max() (16 MiB; 17.6 MiB in all; with SLUICE_TEST_LOSSY_MAX_MIB=4, the 4 x 1 MiB and
 // one 4 MiB): at 5 % loss it runs ~30-45x slower (measured) and CI time counts (the 3 x 1 MiB and
-// the 4 MiB message it no longer sends took 29 s of the 82 s phase in a CI rehearsal). Phase 1 runs at the watchdog's default bound (SLUICE_PROGRESS_TIMEOUT_MS unset): a
-// slow link that moves bytes must not be failed by it. Its bound is per 1 MiB run (base 1.8 s +
-// 10 s), the 16 MiB message completing a progress WR every MiB; measured: the 16 MiB message took
-// 80 s under 5 % loss (before progress signals, one 16 MiB WRITE had not completed within 171 s).
+// the 4 MiB message it no longer sends took 29 s of the 82 s phase in a CI rehearsal). Phase 1 runs
+// at the watchdog's default bound (SLUICE_PROGRESS_TIMEOUT_MS unset): a slow link that moves bytes
+// must not be failed by it. Its bound is per 1 MiB run (base 1.8 s + 10 s), the 16 MiB message
+// completing a progress WR every MiB; measured: the 16 MiB message took 80 s under 5 % loss (before
+// progress signals, one 16 MiB WRITE had not completed within 171 s).
 std::vector<size_t> stream_sizes(int phase) {
   std::vector<size_t> v;
   const long rounds = env_long("SLUICE_TEST_STREAM_ROUNDS", 1);

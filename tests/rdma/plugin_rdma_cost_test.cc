@@ -1,8 +1,8 @@
 // The cost of a message, counted (sluiceExt_v1 commStats), and clear-to-send published at each
-// irecv without deadlock (label rdma; part of the plugin_rdma_test binary). The counts asserted here are
-// deterministic: they follow from the protocol, not from timing. Where the bed's rxe counters are
-// readable, packets on the wire per message are printed as well (informational: the bench
-// reports them against perftest).
+// irecv without deadlock (label rdma; part of the plugin_rdma_test binary). The counts asserted
+// here are deterministic: they follow from the protocol, not from timing. Where the bed's rxe
+// counters are readable, packets on the wire per message are printed as well (informational: the
+// bench reports them against perftest).
 //
 // NCCL_IB_QPS_PER_CONNECTION and NCCL_IB_SPLIT_DATA_ON_QPS come from the environment (plugin.cmake
 // registers this binary once per combination).
@@ -24,7 +24,6 @@
 
 namespace nettest {
 namespace {
-
 
 const sluiceExt_v1_t* ext() {
   static const auto* e =

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_set>
 #include <vector>
 
 #include "sluice/core/api.h"
@@ -97,7 +98,7 @@ struct Adapter {
   std::string fatal_reason;
   // Live send/receive comms on this adapter, for mapping async events to them (liveness.cc).
   std::mutex comms_mu;
-  std::vector<Conn*> comms;
+  std::unordered_set<Conn*> comms;  // a comm joins and leaves in O(1) (issue 32)
   ~Adapter();
 };
 

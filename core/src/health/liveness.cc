@@ -273,7 +273,7 @@ void liveness_start(Conn& c) {
     for (int k = 0; k < m && !seen; ++k) seen = c.members[k].dev->adapter == a;
     if (seen) continue;
     std::lock_guard<std::mutex> lk(a->comms_mu);
-    a->comms.push_back(&c);
+    a->comms.insert(&c);
     c.watch.registered = true;
   }
   const Engine* e = engine();
@@ -286,7 +286,7 @@ void liveness_stop(Conn& c) {
     for (int m = 0; m < c.nmembers; ++m) {  // erasing twice from a shared adapter is harmless
       Adapter* a = c.members[m].dev->adapter;
       std::lock_guard<std::mutex> lk(a->comms_mu);
-      a->comms.erase(std::remove(a->comms.begin(), a->comms.end(), &c), a->comms.end());
+      a->comms.erase(&c);
     }
     c.watch.registered = false;
   }
