@@ -247,7 +247,8 @@ void set_paths(Conn& c, const wire::MetaMembers& sender, const wire::MetaMembers
   const char* set_text = path_set >= 2 ? " (path-message set 2)"
                          : peer_set < 2
                              ? " (path-message set 1: the peer is an older Sluice; a recovered "
-                               "path is checked one way only and takes its whole share at once)"
+                               "path's check proves one direction only, and the path takes its "
+                               "whole share at once)"
                              : " (path-message set 1: SLUICE_TEST_PATH_MSG_SET)";
   SLUICE_INFO(kSubNet, "%s <-> %s (%s): %d paths of %d QPs, path weights %s (of %u); failover %s%s",
               c.local_desc.c_str(), c.remote_dev.c_str(), c.peer.c_str(), c.paths.npaths, c.qpp,
