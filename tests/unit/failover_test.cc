@@ -59,6 +59,32 @@ TEST(Backoff, DoublesFromTheBaseUpToTheCapAndNeverStops) {
   EXPECT_EQ(backoff_ms(z, 1), 1);
 }
 
+// Issue 31: what a path needs of the clock, so that a comm whose path is down for good (or whose
+// receiver waits for an offer) pays no more per call than a healthy one, and one that is busy
+// (fencing, an attempt) is driven at every call.
+TEST(Path, NextDueIsWhatItsClockCanDoNext) {
+  constexpr int64_t kNever = INT64_MAX;
+  Path s(Role::kSender, timing()), r(Role::kReceiver, timing());
+  EXPECT_EQ(s.next_due_ms(), kNever) << "up, settled";
+  (void)s.on_fault(Cause::kLocalPort, "x", 100);
+  EXPECT_EQ(s.next_due_ms(), 0) << "fencing: every call";
+  EXPECT_TRUE(s.awaits_peer()) << "fencing waits for the peer's FENCE";
+  (void)s.on_local_fenced(101);
+  (void)s.on_peer_fence(s.epoch(), 102);
+  ASSERT_EQ(s.state(), State::kDown);
+  EXPECT_FALSE(s.awaits_peer());
+  EXPECT_EQ(s.next_due_ms(), s.retry_at_ms()) << "the sender: its next attempt";
+  fail_and_fence(r, 100);
+  EXPECT_EQ(r.next_due_ms(), kNever) << "the receiver waits for the sender's offer";
+  EXPECT_FALSE(r.awaits_peer()) << "its socket is read at the liveness cadence";
+  recover(s, 500);
+  EXPECT_EQ(s.next_due_ms(), 500 + timing().ramp_step_ms) << "ramping: the next step";
+  (void)s.on_tick(1000);
+  (void)s.on_tick(1500);
+  ASSERT_EQ(s.state(), State::kUp);
+  EXPECT_EQ(s.next_due_ms(), 1500 + timing().stable_ms) << "the backoff count's reset";
+}
+
 TEST(Path, StartsUpCarryingItsWholeShare) {
   Path p(Role::kSender, timing());
   EXPECT_EQ(p.state(), State::kUp);

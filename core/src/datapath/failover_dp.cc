@@ -453,9 +453,12 @@ Status fo_drive(Conn& c) {
   if (f.inbox_n > 0 || f.inbox_lost) {
     if (now == 0) now = fo_now_ms();
     SLUICE_RETURN_IF_ERROR(take_inbox(c, now));
+    f.quiet_until_ms = 0;
   }
   if (!f.any_not_up) return Status::ok();
+  const bool woken = now != 0;  // an event, a fault or a message came: drive now
   if (now == 0) now = fo_now_ms();
+  if (!woken && now < f.quiet_until_ms) return Status::ok();
   if (f.sender) {
     SLUICE_RETURN_IF_ERROR(fo_drive_send(*static_cast<SendComm*>(c.owner), now));
   } else {
@@ -463,7 +466,30 @@ Status fo_drive(Conn& c) {
   }
   f.failbacks = 0;
   for (int p = 0; p < c.npaths; ++p) f.failbacks += f.path[p].failbacks();
-  return restripe(c);  // the ramp's shares, any_not_up and awaiting as the states are now
+  SLUICE_RETURN_IF_ERROR(restripe(c));  // the ramp's shares, any_not_up, awaiting as they are now
+  // The next time anything is due (health/failover.h next_due_ms): a path whose attempts cannot
+  // come (its device dead, an iWARP comm) has none; a port back or the sender's receives to
+  // consume are rechecked at every call (0).
+  int64_t due = INT64_MAX;
+  for (int p = 0; p < c.npaths; ++p) {
+    int64_t d = f.path[p].next_due_ms();
+    if (f.path[p].state() == failover::State::kDown && f.sender) {
+      if (fo_member_dead(c, p) || !f.can_recover) {
+        d = INT64_MAX;
+      } else if (f.replay_pending[p] || (f.port_back >> c.qp_member[p * c.qpp] & 1u) != 0 ||
+                 !fo_may_offer(c, p, d)) {
+        d = 0;
+      }
+    }
+    due = std::min(due, d);
+  }
+  for (const RetiredQp& r : c.retired_qps) {
+    if (!r) continue;
+    const Engine* e = engine();
+    due = std::min<int64_t>(due, r.since_ms + (e ? e->config().close_timeout_ms : 2000) + 1);
+  }
+  f.quiet_until_ms = due;
+  return Status::ok();
 }
 
 bool fo_error_wc(Conn& c, const ibv_wc& wc, int q, const char* what) {

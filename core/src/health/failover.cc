@@ -2,6 +2,7 @@
 #include "health/failover.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <string>
 
 namespace sluice::failover {
@@ -72,6 +73,23 @@ bool Path::awaits_peer() const {
       return false;
   }
   return false;
+}
+
+int64_t Path::next_due_ms() const {
+  constexpr int64_t kNever = INT64_MAX;
+  switch (state_) {
+    case State::kUp:
+      return attempts_ > 0 ? since_ + t_.stable_ms : kNever;
+    case State::kDown:
+      return role_ == Role::kSender ? retry_at_ : kNever;
+    case State::kRamping:
+      return step_at_ + t_.ramp_step_ms;
+    case State::kFencing:
+    case State::kRecovering:
+    case State::kChecking:
+      return 0;
+  }
+  return 0;
 }
 
 int Path::share_pct() const {

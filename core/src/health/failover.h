@@ -122,6 +122,11 @@ class Path {
   // A message from the peer is awaited now: its FENCE (fencing), its answer or offer (an attempt),
   // its CHECKED (the receiver, checked one way). The comm reads its socket at every call then.
   bool awaits_peer() const;
+  // The earliest time on_tick could do something (a due attempt, a ramp step, the stable reset, a
+  // bound): INT64_MAX when nothing is timed (up and settled, or a receiver's path down, which
+  // waits for the sender's offer); 0 while the path is busy (fencing, an attempt), which the comm
+  // drives at every call.
+  int64_t next_due_ms() const;
   int attempts() const { return attempts_; }
   uint32_t failovers() const { return failovers_; }
   uint32_t failbacks() const { return failbacks_; }

@@ -107,6 +107,11 @@ struct PathFailover {
   // reads the socket at every call; otherwise at the liveness cadence only.
   bool any_not_up = false;
   bool awaiting = false;
+  // Nothing of the driver's is due before this time (steady clock, ms): no path is busy (fencing,
+  // an attempt), no timer runs out earlier, nothing came from the peer or the async thread. A path
+  // down for good (a dead device, an iWARP comm, the receiver's side waiting for an offer) then
+  // costs a call a clock read (fo_drive). 0: drive at every call.
+  int64_t quiet_until_ms = 0;
   // Recovery (failback; datapath/failback_dp.cc). Set at connect by either bring-up (oob's, or
   // rdma_cm's from its route): the paths' traffic class and service level and each local
   // member's GID (found again by value in the port's table after a flap: its index may have
