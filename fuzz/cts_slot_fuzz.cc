@@ -22,7 +22,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "../core/src/base/cts_match.h"
+#include "../core/src/rules/cts_match.h"
 
 using namespace sluice;
 

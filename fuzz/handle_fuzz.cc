@@ -11,7 +11,7 @@
 #include "fuzz_check.h"
 #include "sluice/core/api.h"
 #include "sluice/core/base/net_addr.h"
-#include "sluice/core/base/wire.h"
+#include "sluice/core/wire/wire.h"
 
 using namespace sluice;
 

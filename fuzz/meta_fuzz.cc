@@ -15,7 +15,7 @@
 #include "fuzz_check.h"
 #include "sluice/core/base/net_addr.h"
 #include "sluice/core/base/verbs.h"
-#include "sluice/core/base/wire.h"
+#include "sluice/core/wire/wire.h"
 
 using namespace sluice;
 

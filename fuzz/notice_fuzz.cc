@@ -18,8 +18,8 @@
 
 #include "fuzz_check.h"
 #include "health/liveness.h"
-#include "sluice/core/base/path_msg.h"
-#include "sluice/core/base/wire.h"
+#include "sluice/core/wire/path_msg.h"
+#include "sluice/core/wire/wire.h"
 
 using namespace sluice;
 

@@ -23,7 +23,7 @@
 #include "sluice/core/base/fd_limit.h"
 #include "sluice/core/base/log.h"
 #include "sluice/core/base/status.h"
-#include "sluice/core/base/wire.h"
+#include "sluice/core/wire/wire.h"
 #include "sluice/gpu/cuda_driver.h"
 #include "sluice/gpu/gdr.h"
 

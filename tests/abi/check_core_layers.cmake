@@ -5,19 +5,21 @@
 # A `#include "x.h"` without a folder must name a file of the including file's own folder.
 # Usage: cmake -DCORE_DIR=<repo>/core -P check_core_layers.cmake
 #
-# The direction: base <- device <- {health, comm} <- memory <- {connect, datapath}. health and comm
+# The direction: base <- wire <- rules <- device <- {health, comm} <- memory <- {connect, datapath}. health and comm
 # are the one pair that see each other: a comm embeds its watchers (health/*.h hold their types and
 # pure rules), and health/liveness.cc acts on the comms it watches.
 cmake_minimum_required(VERSION 3.20)
 set(allow_base "base")
-set(allow_device "base")
-set(allow_health "base;device;comm")
-set(allow_comm "base;device;health;memory;api")
-set(allow_memory "base;device;comm;health;api")
-set(allow_connect "base;device;comm;health;memory;api")
-set(allow_datapath "base;device;comm;health;memory;api")
-set(allow_api "base;memory")
-set(parts base device health comm memory connect datapath)
+set(allow_wire "base")
+set(allow_rules "base;wire")
+set(allow_device "base;wire")
+set(allow_health "base;wire;rules;device;comm")
+set(allow_comm "base;wire;rules;device;health;memory;api")
+set(allow_memory "base;wire;rules;device;comm;health;api")
+set(allow_connect "base;wire;rules;device;comm;health;memory;api")
+set(allow_datapath "base;wire;rules;device;comm;health;memory;api")
+set(allow_api "base;wire;memory")
+set(parts base wire rules device health comm memory connect datapath)
 
 if(NOT CORE_DIR)
   message(FATAL_ERROR "usage: cmake -DCORE_DIR=<repo>/core -P check_core_layers.cmake")

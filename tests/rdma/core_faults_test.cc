@@ -41,7 +41,7 @@
 #include "rdma_env.h"
 #include "sluice/core/api.h"
 #include "sluice/core/base/config.h"
-#include "sluice/core/base/wire.h"
+#include "sluice/core/wire/wire.h"
 
 namespace {
 

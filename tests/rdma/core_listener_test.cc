@@ -26,7 +26,7 @@
 #include "sluice/core/api.h"
 #include "sluice/core/base/config.h"
 #include "sluice/core/base/net_addr.h"
-#include "sluice/core/base/wire.h"
+#include "sluice/core/wire/wire.h"
 
 namespace {
 

@@ -91,7 +91,7 @@ set_property(TEST plugin_rdma_qps4_split APPEND PROPERTY ENVIRONMENT NCCL_IB_QPS
 #  * Cost.LongMessagesCostOneWrAndOneCompletionPerMiB and
 #    Cost.AdaptiveRoutingCostsOneWrPerDataLaneAboveTheThreshold: they expect one path's WRs,
 #    completions and doorbells per message (one chain per lane), but their messages of 64 KiB and
-#    more are striped over both paths (SLUICE_STRIPE_MIN, core/src/base/stripe.h), a chain each:
+#    more are striped over both paths (SLUICE_STRIPE_MIN, core/src/rules/stripe.h), a chain each:
 #    measured fused, 1 QP, 1 MiB: 2 WRs, 2 completions, 2 doorbells per message where they expect
 #    1. What the members carry is checked by core_fusion (each member's bytes) and by
 #    FusedDevice.SharesByPacketCount* (packets per member).

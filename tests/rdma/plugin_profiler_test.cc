@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "plugin_bed.h"
-#include "sluice/core/base/wire.h"
+#include "sluice/core/wire/wire.h"
 #include "sluice/sluice_ext.h"
 
 extern char** environ;

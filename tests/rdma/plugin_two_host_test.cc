@@ -52,7 +52,7 @@
 #include "nccl_profiler_default.h"
 #include "plugin_bed.h"
 #include "side_channel.h"
-#include "sluice/core/base/wire.h"
+#include "sluice/core/wire/wire.h"
 #include "two_host_matrix.h"
 
 namespace nettest {

@@ -1,7 +1,7 @@
 // The data path's reading of peer-written memory (core/src/base/cts_match.cc), without verbs: the
 // clear-to-send snapshot taken once per slot, matching against it, the completion-record and
 // immediate checks, and the lane layout of both split modes.
-#include "../../core/src/base/cts_match.h"
+#include "../../core/src/rules/cts_match.h"
 
 #include <gtest/gtest.h>
 

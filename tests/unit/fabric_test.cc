@@ -13,12 +13,12 @@
 #include <utility>
 #include <vector>
 
-#include "../../core/src/base/cts_match.h"
+#include "../../core/src/rules/cts_match.h"
 #include "sluice/core/base/config.h"
 #include "sluice/core/base/qp.h"
 #include "sluice/core/base/verbs_ext.h"
-#include "sluice/core/base/wire.h"
 #include "sluice/core/memory/gdr.h"
+#include "sluice/core/wire/wire.h"
 
 namespace sluice {
 namespace {

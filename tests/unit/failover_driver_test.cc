@@ -9,7 +9,7 @@
 
 #include "datapath/failover_dp.h"
 #include "health/failover.h"
-#include "sluice/core/base/path_msg.h"
+#include "sluice/core/wire/path_msg.h"
 
 namespace sluice {
 namespace {

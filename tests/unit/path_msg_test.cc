@@ -1,7 +1,7 @@
-// The path control messages of failover (sluice/core/base/path_msg.h): each type round-trips,
+// The path control messages of failover (sluice/core/wire/path_msg.h): each type round-trips,
 // every proper prefix is incomplete, every field is validated with a reason, a later version's
 // longer body is read, and the encoder refuses what the decoder would.
-#include "sluice/core/base/path_msg.h"
+#include "sluice/core/wire/path_msg.h"
 
 #include <gtest/gtest.h>
 

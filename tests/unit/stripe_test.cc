@@ -1,6 +1,6 @@
-// NIC fusion's data-path layout rules (core/src/base/stripe.h): path weights from both ends'
+// NIC fusion's data-path layout rules (core/src/rules/stripe.h): path weights from both ends'
 // member weights, which paths carry a receive, and the bytes of each path's part.
-#include "../../core/src/base/stripe.h"
+#include "../../core/src/rules/stripe.h"
 
 #include <gtest/gtest.h>
 
@@ -9,7 +9,7 @@
 #include <random>
 #include <vector>
 
-#include "../../core/src/base/cts_match.h"
+#include "../../core/src/rules/cts_match.h"
 
 namespace {
 

@@ -8,7 +8,7 @@
 
 #include <cstring>
 
-#include "sluice/core/base/wire.h"
+#include "sluice/core/wire/wire.h"
 
 namespace sluice::wire {
 namespace {

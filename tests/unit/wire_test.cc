@@ -1,6 +1,6 @@
 // Wire formats: the listen handle and connection metadata are validated before anything trusts
 // them, so a corrupt or foreign handle is a clean error, never a crash or a hang.
-#include "sluice/core/base/wire.h"
+#include "sluice/core/wire/wire.h"
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>

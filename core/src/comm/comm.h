@@ -23,17 +23,17 @@
 #include <utility>
 #include <vector>
 
-#include "base/cts_match.h"
-#include "base/stripe.h"
 #include "comm/engine.h"
 #include "comm/qp_life.h"
 #include "health/liveness.h"
 #include "health/path_failover.h"
 #include "health/progress.h"
+#include "rules/cts_match.h"
+#include "rules/stripe.h"
 #include "sluice/core/api.h"
 #include "sluice/core/base/flow_label.h"
 #include "sluice/core/base/verbs.h"
-#include "sluice/core/base/wire.h"
+#include "sluice/core/wire/wire.h"
 
 namespace sluice {
 

@@ -19,8 +19,8 @@
 #include "sluice/core/base/log.h"
 #include "sluice/core/base/verbs_ext.h"
 #include "sluice/core/base/version.h"
-#include "sluice/core/base/wire.h"
 #include "sluice/core/device/device_info.h"
+#include "sluice/core/wire/wire.h"
 
 namespace sluice {
 namespace {

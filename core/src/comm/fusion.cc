@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <limits>
 
-#include "sluice/core/base/wire.h"
+#include "sluice/core/wire/wire.h"
 
 namespace sluice {
 namespace {

@@ -11,7 +11,7 @@
 #include "comm/comm.h"
 #include "sluice/core/base/qp.h"
 #include "sluice/core/base/status.h"
-#include "sluice/core/base/wire.h"
+#include "sluice/core/wire/wire.h"
 
 namespace sluice {
 

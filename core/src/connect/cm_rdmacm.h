@@ -24,8 +24,8 @@
 
 #include "comm/comm.h"
 #include "connect/cm_channel.h"
-#include "sluice/core/base/wire.h"
 #include "sluice/core/connect/cm_choice.h"
+#include "sluice/core/wire/wire.h"
 
 namespace sluice {
 

@@ -8,7 +8,7 @@
 #include "comm/comm.h"
 #include "comm/qp_bringup.h"
 #include "sluice/core/base/qp.h"
-#include "sluice/core/base/wire.h"
+#include "sluice/core/wire/wire.h"
 
 namespace sluice {
 

@@ -11,7 +11,7 @@
 
 #include "connect/fd_census.h"
 #include "connect/oob_socket.h"
-#include "sluice/core/base/wire.h"
+#include "sluice/core/wire/wire.h"
 
 namespace sluice {
 namespace {

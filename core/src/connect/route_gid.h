@@ -18,9 +18,9 @@
 #include "connect/cm_channel.h"
 #include "sluice/core/base/net_addr.h"
 #include "sluice/core/base/status.h"
-#include "sluice/core/base/wire.h"
 #include "sluice/core/connect/cm_choice.h"
 #include "sluice/core/device/gid_route.h"
+#include "sluice/core/wire/wire.h"
 
 namespace sluice {
 

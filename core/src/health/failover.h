@@ -1,7 +1,7 @@
 // Failover of a multi-path comm (issue 20): the life of each path as pure rules, which the comm
 // drives with what it sees (faults, its drain markers, the peer's path messages, its port, the
 // clock) and which answer with what the comm must do next. No verbs here: unit-tested alone
-// (tests/unit/failover_test.cc). The messages are sluice/core/base/path_msg.h.
+// (tests/unit/failover_test.cc). The messages are sluice/core/wire/path_msg.h.
 //
 // States of one path (a pair of members and their QPs):
 //   kUp         carries its share of the stripe (weight 0: stands by, carries only when no path of

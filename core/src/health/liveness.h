@@ -25,9 +25,9 @@
 #include <cstdint>
 #include <string>
 
-#include "sluice/core/base/path_msg.h"
 #include "sluice/core/base/status.h"
-#include "sluice/core/base/wire.h"
+#include "sluice/core/wire/path_msg.h"
+#include "sluice/core/wire/wire.h"
 
 namespace sluice {
 

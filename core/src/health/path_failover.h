@@ -1,7 +1,7 @@
 // Failover of a multi-path comm, wired into the comm (issue 20): the per-comm state that the data
 // path (send.cc, recv.cc), the async-event thread (liveness.cc) and the driver
 // (datapath/failover_dp.cc) share. The rules of one path are health/failover.h; the messages on
-// the kept socket are sluice/core/base/path_msg.h; docs/failover.md tells the whole design.
+// the kept socket are sluice/core/wire/path_msg.h; docs/failover.md tells the whole design.
 //
 // How a failed path's work reaches the other side exactly once, without a timer:
 //  * Every close of a fused comm names its receive in its immediate (kImmRecord | slot, wire.h
@@ -31,10 +31,10 @@
 #include <memory>
 #include <string>
 
-#include "base/stripe.h"
 #include "health/failover.h"
-#include "sluice/core/base/path_msg.h"
-#include "sluice/core/base/wire.h"
+#include "rules/stripe.h"
+#include "sluice/core/wire/path_msg.h"
+#include "sluice/core/wire/wire.h"
 
 namespace sluice {
 

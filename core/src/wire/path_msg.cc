@@ -1,5 +1,5 @@
-// Path control messages (sluice/core/base/path_msg.h): encoding and strict decoding.
-#include "sluice/core/base/path_msg.h"
+// Path control messages (sluice/core/wire/path_msg.h): encoding and strict decoding.
+#include "sluice/core/wire/path_msg.h"
 
 #include <cstring>
 #include <type_traits>

@@ -30,7 +30,7 @@
 #include <cstdint>
 
 #include "cts_match.h"  // same folder (base)
-#include "sluice/core/base/wire.h"
+#include "sluice/core/wire/wire.h"
 
 namespace sluice::stripe {
 

@@ -1,4 +1,4 @@
-#include "base/cts_match.h"
+#include "rules/cts_match.h"
 
 #include <algorithm>
 #include <atomic>

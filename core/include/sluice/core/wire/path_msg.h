@@ -36,7 +36,7 @@
 #include <cstdint>
 #include <string>
 
-#include "sluice/core/base/wire.h"
+#include "sluice/core/wire/wire.h"
 
 namespace sluice::wire {
 

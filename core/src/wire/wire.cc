@@ -1,4 +1,4 @@
-#include "sluice/core/base/wire.h"
+#include "sluice/core/wire/wire.h"
 
 #include <netinet/in.h>
 #include <sys/random.h>

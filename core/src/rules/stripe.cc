@@ -1,5 +1,5 @@
 // NIC fusion's data-path layout: the pure rules of stripe.h.
-#include "base/stripe.h"
+#include "rules/stripe.h"
 
 #include <algorithm>
 #include <bit>

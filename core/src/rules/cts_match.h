@@ -8,7 +8,7 @@
 #include <cstdint>
 
 #include "sluice/core/base/status.h"
-#include "sluice/core/base/wire.h"
+#include "sluice/core/wire/wire.h"
 
 namespace sluice::cts {
 
