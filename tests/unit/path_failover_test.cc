@@ -112,6 +112,8 @@ TEST(PathFailover, NewReceivesLeaveOutWhatDoesNotCarryFallbackOnlyWhenNoWeighted
 
 TEST(PathFailover, TheInboxHoldsWhatOnePollBringsAndSaysWhenItWasOverrun) {
   PathFailover f;
+  EXPECT_EQ(fo_inbox_room(&f), 0) << "no inbox before connect: a path message is never read";
+  fo_init(f, true, false, 2, failover::Timing{});
   wire::PathMsg m;
   m.type = wire::PathMsgType::kFence;
   for (int i = 0; i < kPathInbox; ++i) {
@@ -151,7 +153,7 @@ TEST(PathFailover, ABurstOfPathMessagesWaitsInTheSocketWhileTheInboxIsFull) {
   {
     Conn c;
     c.fd = sv[0];
-    c.fo.on = true;
+    fo_init(c.fo, true, false, 2, failover::Timing{});
     c.watch.started = true;
     std::vector<uint32_t> epochs;
     for (int polls = 0; polls < 10 && epochs.size() < static_cast<size_t>(kBurst); ++polls) {

@@ -27,6 +27,7 @@ void fo_init(PathFailover& f, bool on, bool sender, int npaths, const failover::
     f.sub[p] = -1;
   }
   if (f.on && sender) f.log = std::make_unique<ChainRec[]>(wire::kMaxQps * kChainLog);
+  if (f.on) f.inbox = std::make_unique<wire::PathMsg[]>(kPathInbox);
 }
 
 uint32_t fo_restripe(PathFailover& f, const stripe::Paths& weights) {
@@ -56,7 +57,7 @@ uint32_t fo_restripe(PathFailover& f, const stripe::Paths& weights) {
 
 void fo_take_path_msg(void* fo, const wire::PathMsg& m) {
   auto& f = *static_cast<PathFailover*>(fo);
-  if (f.inbox_n >= kPathInbox) {
+  if (!f.inbox || f.inbox_n >= kPathInbox) {
     f.inbox_lost = true;
     return;
   }
@@ -64,7 +65,8 @@ void fo_take_path_msg(void* fo, const wire::PathMsg& m) {
 }
 
 int fo_inbox_room(const void* fo) {
-  return kPathInbox - static_cast<const PathFailover*>(fo)->inbox_n;
+  const auto& f = *static_cast<const PathFailover*>(fo);
+  return f.inbox ? kPathInbox - f.inbox_n : 0;
 }
 
 }  // namespace sluice

@@ -94,8 +94,9 @@ struct PathFailover {
   // Set by the async-event thread (fo_post_event), taken by the driver: one word, so that a
   // healthy comm's call reads one atomic (kEv* bits below) and nothing else.
   std::atomic<uint64_t> events{0};
-  // Path messages read by a socket poll, for the driver.
-  wire::PathMsg inbox[kPathInbox];
+  // Path messages read by a socket poll, for the driver: kPathInbox of them, allocated at
+  // connect for a failover comm only (fo_init; 2.4 KiB a comm otherwise spent for nothing).
+  std::unique_ptr<wire::PathMsg[]> inbox;
   int inbox_n = 0;
   bool inbox_lost = false;  // a message came with the inbox full: never, while the reader keeps
                             // to fo_inbox_room (an internal error if it does)
