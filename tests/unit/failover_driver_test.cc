@@ -143,7 +143,8 @@ TEST(FailoverDriver, StaleCompletionsOfRetiredOrDestroyedQpsNeverFailTheComm) {
   EXPECT_TRUE(dp::fo_stale_wc(r.c, flush, 0, "receive").is_ok());
   EXPECT_FALSE(r.c.failed()) << "a flush of a destroyed incarnation";
 
-  RetiredQp& ret = r.c.retired_qps[3];
+  r.c.retired_qps = std::make_unique<RetiredQp[]>(kMaxRetiredQps);
+  RetiredQp& ret = r.c.retired_list()[3];
   ret.index = 1;
   ret.qpn = 77;
   ret.member = 1;

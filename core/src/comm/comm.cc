@@ -88,10 +88,10 @@ void Conn::drain_at_close() {
     all[n++] = Q{qp[q].get(), qp[q].qpn, qp_member[q], &qp[q].rq_outstanding,
                  kWrDrainMarker | static_cast<uint64_t>(q)};
   }
-  for (RetiredQp& r : retired_qps) {
+  for (RetiredQp& r : retired_list()) {
     if (!r || !r.qp) continue;
     all[n++] = Q{r.qp.get(), r.qpn, r.member, &r.rq_outstanding,
-                 kWrDrainMarker | kWrDrainRetired | static_cast<uint64_t>(&r - retired_qps)};
+                 kWrDrainMarker | kWrDrainRetired | static_cast<uint64_t>(&r - retired_qps.get())};
   }
   bool moved[wire::kMaxQps + kMaxRetiredQps] = {};
   bool any = false;
@@ -182,7 +182,7 @@ Conn::~Conn() {
   liveness_stop(*this);  // out of the async-event registry; goodbye to the peer
   drain_at_close();
   for (int q = 0; q < nqps; ++q) qp[q].qp.reset();
-  for (RetiredQp& r : retired_qps) r.qp.reset();
+  for (RetiredQp& r : retired_list()) r.qp.reset();
   for (auto& m : members) m.cq.reset();
   if (fd >= 0) close(fd);
 }

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -207,7 +208,16 @@ struct Conn {
   // Verbs objects in dependency order: the members' CQs before the QPs, so QPs are destroyed
   // first (the retired ones too).
   ConnMember members[kMaxConnMembers];
-  RetiredQp retired_qps[kMaxRetiredQps];
+  // Failover comms only (allocated at connect: set_paths): the retired incarnations (qp_life.h).
+  std::unique_ptr<RetiredQp[]> retired_qps;
+  std::span<RetiredQp> retired_list() {
+    return retired_qps ? std::span<RetiredQp>(retired_qps.get(), kMaxRetiredQps)
+                       : std::span<RetiredQp>();
+  }
+  std::span<const RetiredQp> retired_list() const {
+    return retired_qps ? std::span<const RetiredQp>(retired_qps.get(), kMaxRetiredQps)
+                       : std::span<const RetiredQp>();
+  }
   int nqps = 0;
   std::string peer;        // "10.0.0.2:4711"
   std::string remote_dev;  // the peer's device name

@@ -326,7 +326,7 @@ void retire_comm(Conn& c, const std::string& why) {
   liveness_stop(c);
   c.drain_at_close();
   for (int q = 0; q < c.nqps; ++q) c.qp[q].qp.reset();
-  for (RetiredQp& rq : c.retired_qps) rq.qp.reset();
+  for (RetiredQp& rq : c.retired_list()) rq.qp.reset();
   release_deferred_mrs(c.dev->adapter, reinterpret_cast<uintptr_t>(c.owner),
                        nullptr);  // nothing of the comm touches memory now
   for (auto& m : c.members) m.cq.reset();

@@ -483,7 +483,7 @@ Status fo_drive(Conn& c) {
     }
     due = std::min(due, d);
   }
-  for (const RetiredQp& r : c.retired_qps) {
+  for (const RetiredQp& r : c.retired_list()) {
     if (!r) continue;
     const Engine* e = engine();
     due = std::min<int64_t>(due, r.since_ms + (e ? e->config().close_timeout_ms : 2000) + 1);
@@ -516,11 +516,11 @@ bool fo_error_wc(Conn& c, const ibv_wc& wc, int q, const char* what) {
 }
 
 Status fo_stale_wc(Conn& c, const ibv_wc& wc, int member, const char* what) {
+  const std::span<RetiredQp> ret = c.retired_list();
+  const int nret = static_cast<int>(ret.size());
   int k = 0;
-  while (k < kMaxRetiredQps && !(c.retired_qps[k] && c.retired_qps[k].qpn == wc.qp_num &&
-                                 c.retired_qps[k].member == member))
-    ++k;
-  if (k == kMaxRetiredQps) {
+  while (k < nret && !(ret[k] && ret[k].qpn == wc.qp_num && ret[k].member == member)) ++k;
+  if (k == nret) {
     // None of the comm's QPs, current or retired: on a failover comm, a flush of an incarnation
     // destroyed before its last completion was polled (its retirement's bound ran out); a
     // success is never stale.
@@ -531,7 +531,7 @@ Status fo_stale_wc(Conn& c, const ibv_wc& wc, int member, const char* what) {
                            ", wr_id " + std::to_string(wc.wr_id) + ") for qpn " +
                            std::to_string(wc.qp_num) + ", none of " + c.describe_qp(0) + "'s QPs"));
   }
-  RetiredQp& r = c.retired_qps[k];
+  RetiredQp& r = ret[k];
   if (wc.wr_id == (kWrDrainMarker | kWrDrainRetired | static_cast<uint64_t>(k))) {
     r.marker_seen = true;
   } else if (wc.wr_id < wire::kFifoSlots && r.rq_outstanding > 0 && !c.fo.sender) {
@@ -563,13 +563,15 @@ void fo_retire(Conn& c, int q, int64_t now) {
   }
   // Else a slot, the oldest one taken if none is free (its late completions then count as those
   // of an unknown QP: ignored when flushed).
+  if (!c.retired_qps) c.retired_qps = std::make_unique<RetiredQp[]>(kMaxRetiredQps);
+  const std::span<RetiredQp> ret = c.retired_list();
   int k = 0, oldest = 0;
-  while (k < kMaxRetiredQps && c.retired_qps[k]) {
-    if (c.retired_qps[k].since_ms < c.retired_qps[oldest].since_ms) oldest = k;
+  while (k < kMaxRetiredQps && ret[k]) {
+    if (ret[k].since_ms < ret[oldest].since_ms) oldest = k;
     ++k;
   }
   if (k == kMaxRetiredQps) k = oldest;
-  RetiredQp& r = c.retired_qps[k];
+  RetiredQp& r = ret[k];
   r = RetiredQp{};
   r.qpn = l.qpn;
   r.member = c.qp_member[q];
@@ -592,7 +594,7 @@ void fo_retire(Conn& c, int q, int64_t now) {
 void fo_reap_retired(Conn& c, int64_t now) {
   const Engine* e = engine();
   const int bound = e ? e->config().close_timeout_ms : 2000;
-  for (RetiredQp& r : c.retired_qps)
+  for (RetiredQp& r : c.retired_list())
     if (r && now - r.since_ms > bound) r = RetiredQp{};
 }
 
