@@ -224,10 +224,11 @@ TEST_F(Cost, AdaptiveRoutingCostsOneWrPerDataLaneAboveTheThreshold) {
 
 // The watchdog's progress signal (core/src/health/progress.h, cts::plan_lane): a message's bytes
 // on a lane go as WRITEs of at most 1 MiB, each but the chain's close signaled when the next would
-// take its run past 1 MiB, so a lane carrying L bytes (up to 16 MiB) costs ceil(L / 1 MiB) WRs
+// take its run past 1 MiB, so a lane carrying L bytes (up to 7 MiB: cts::kMaxPieces) costs
+// ceil(L / 1 MiB) WRs
 // (one more with adaptive routing's separate close) and ceil(L / 1 MiB) completions, still one
 // doorbell; up to 1 MiB on a lane nothing changes (the counts of the tests above). Counted from
-// the sender's sluiceExt_v2 member counters (wrs, completions), for 1, 4 and 16 MiB messages.
+// the sender's sluiceExt_v2 member counters (wrs, completions), for 1, 4 and 7 MiB messages.
 const sluiceExt_v2_t* ext2() {
   static const auto* e =
       static_cast<const sluiceExt_v2_t*>(dlsym(Lib::get().handle, SLUICE_EXT_V2_SYMBOL));
@@ -283,15 +284,15 @@ TEST_F(Cost, LongMessagesCostOneWrAndOneCompletionPerMiB) {
   constexpr size_t kMiB = size_t{1} << 20;
   constexpr int kN = 2;
   RegBuf sbig, rbig;
-  ASSERT_TRUE(sbig.allocate(&net(), conn_.send, 16 * kMiB));
-  ASSERT_TRUE(rbig.allocate(&net(), conn_.recv, 16 * kMiB));
+  ASSERT_TRUE(sbig.allocate(&net(), conn_.send, 7 * kMiB));
+  ASSERT_TRUE(rbig.allocate(&net(), conn_.recv, 7 * kMiB));
   const auto member = [](void* comm) {
     sluiceCommStats_v2_t st{};
     st.size = sizeof st;
     EXPECT_EQ(ext2()->commStatsV2(comm, &st), 0);
     return st.members[0];
   };
-  for (size_t sz : {kMiB, 4 * kMiB, 16 * kMiB}) {
+  for (size_t sz : {kMiB, 4 * kMiB, 7 * kMiB}) {
     // Expected per message, lane by lane (chunks as cts::chunk_of; 1 MiB WRITEs).
     const int nl = lanes();
     const size_t chunk = nl == 1 ? sz : ((sz + nl - 1) / nl + 127) / 128 * 128;

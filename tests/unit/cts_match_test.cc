@@ -398,27 +398,32 @@ TEST(ProgressSignals, SmallMessagesKeepTheirChain) {
 TEST(ProgressSignals, LongMessagesSignalEveryMiB) {
   EXPECT_EQ(cts::piece_bytes(kMiB + 1), kMiB);
   EXPECT_EQ(cts::pieces(kMiB + 1), 2u);
-  EXPECT_EQ(cts::pieces(16 * kMiB), 16u);
-  // 16 MiB on one QP: 16 WRITEs of 1 MiB, the first 15 signaled, the 16th carries the immediate.
-  const size_t m16[1] = {16 * kMiB};
+  EXPECT_EQ(cts::kMaxPieces, 7u);
+  EXPECT_EQ(cts::pieces(7 * kMiB), 7u);
+  // 7 MiB on one QP: 7 WRITEs of 1 MiB, the first 6 signaled, the 7th carries the immediate.
+  const size_t m7[1] = {7 * kMiB};
   cts::LaneWr w[cts::kMaxLaneWrs];
-  ASSERT_EQ(cts::plan_lane(m16, 1, 0, 1, SIZE_MAX, w), 16u);
-  for (int k = 0; k < 16; ++k) {
+  ASSERT_EQ(cts::plan_lane(m7, 1, 0, 1, SIZE_MAX, w), 7u);
+  for (int k = 0; k < 7; ++k) {
     EXPECT_EQ(w[k].msg, 0);
     EXPECT_EQ(w[k].off, k * kMiB);
     EXPECT_EQ(w[k].len, kMiB);
-    EXPECT_EQ(w[k].progress, k < 15) << k;
+    EXPECT_EQ(w[k].progress, k < 6) << k;
   }
-  EXPECT_EQ(check_chain(m16, 1, 0, 1), 15);
-  // With adaptive routing all 16 data WRITEs stay and a zero-length close follows: the 16th
-  // WRITE is not signaled (its run ends at exactly 1 MiB with the close): 15 progress WRs again.
-  EXPECT_EQ(cts::group_wrs(m16, 1, 0, 1, 8192), 17u);
-  EXPECT_EQ(check_chain(m16, 1, 0, 1, 8192), 15);
+  EXPECT_EQ(check_chain(m7, 1, 0, 1), 6);
+  // With adaptive routing all 7 data WRITEs stay and a zero-length close follows: the 7th WRITE
+  // is not signaled (its run ends at exactly 1 MiB with the close): 6 progress WRs again.
+  EXPECT_EQ(cts::group_wrs(m7, 1, 0, 1, 8192), 8u);
+  EXPECT_EQ(check_chain(m7, 1, 0, 1, 8192), 6);
+  // Past kMaxPieces MiB the pieces grow in whole MiB: 16 MiB is 6 WRITEs of 3 MiB (the last 1).
+  EXPECT_EQ(cts::piece_bytes(16 * kMiB), 3 * kMiB);
+  EXPECT_EQ(cts::pieces(16 * kMiB), 6u);
   // 1 MiB + 1: two WRITEs (1 MiB signaled, then 1 byte with the immediate).
   const size_t odd[1] = {kMiB + 1};
   EXPECT_EQ(cts::group_wrs(odd, 1, 0, 1), 2u);
   EXPECT_EQ(check_chain(odd, 1, 0, 1), 1);
   // Split over 4 QPs: 16 MiB is 4 MiB per lane, four WRITEs, three progress WRs each.
+  const size_t m16[1] = {16 * kMiB};
   for (int lane = 0; lane < 4; ++lane) {
     EXPECT_EQ(cts::group_wrs(m16, 1, lane, 4), 4u) << lane;
     EXPECT_EQ(check_chain(m16, 1, lane, 4), 3) << lane;
@@ -446,16 +451,17 @@ TEST(ProgressSignals, GroupsSignalBeforeARunPassesOneMiB) {
 }
 
 TEST(ProgressSignals, TheLargestGroupFitsTheSendQueue) {
-  // Past 16 MiB on a lane a message keeps 16 WRITEs of whole MiB: 1 GiB (maxP2pBytes) -> 64 MiB.
-  EXPECT_EQ(cts::piece_bytes(16 * kMiB + 1), 2 * kMiB);
-  EXPECT_EQ(cts::pieces(16 * kMiB + 1), 9u);
-  EXPECT_EQ(cts::piece_bytes(wire::kMaxMessageBytes), 64 * kMiB);
-  EXPECT_EQ(cts::pieces(wire::kMaxMessageBytes), 16u);
+  // Past 7 MiB on a lane a message keeps at most 7 WRITEs of whole MiB: 1 GiB (maxP2pBytes) ->
+  // 147 MiB each.
+  EXPECT_EQ(cts::piece_bytes(16 * kMiB + 1), 3 * kMiB);
+  EXPECT_EQ(cts::pieces(16 * kMiB + 1), 6u);
+  EXPECT_EQ(cts::piece_bytes(wire::kMaxMessageBytes), 147 * kMiB);
+  EXPECT_EQ(cts::pieces(wire::kMaxMessageBytes), 7u);
   size_t g[wire::kEntriesPerSlot];
   for (size_t& x : g) x = wire::kMaxMessageBytes;
   EXPECT_EQ(cts::group_wrs(g, wire::kEntriesPerSlot, 0, 1), cts::kMaxLaneWrs);
   const int progress = check_chain(g, wire::kEntriesPerSlot, 0, 1);
-  EXPECT_EQ(progress, wire::kEntriesPerSlot * 16) << "every 64 MiB WRITE is signaled";
+  EXPECT_EQ(progress, wire::kEntriesPerSlot * 7) << "every 147 MiB WRITE is signaled";
   // Every size from 0 to 40 MiB in odd steps, alone and split: the invariants hold.
   for (size_t sz = 0; sz <= 40 * kMiB; sz += 777 * 1024 + 13) {
     const size_t one[1] = {sz};

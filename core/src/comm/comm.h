@@ -42,10 +42,12 @@ namespace sluice {
 // group that would not fit (isend returns "again" until completions free room), so the send queue
 // need not hold the worst case of kFifoSlots grouped sends of kEntriesPerSlot + 1 WRs each.
 // Depths are 2^k - 1: providers (rxe, mlx5) round a queue up to the next power of two above the
-// requested depth, so 2^k would double the memory. 255: a group of the largest messages, cut
-// into WRITEs of at most 1 MiB with a progress signal each (cts::plan_lane: kMaxLaneWrs = 129 WRs
-// on one lane), must fit an empty send queue, or isend would wait for room forever.
-inline constexpr uint32_t kSendSqDepth = 255;
+// requested depth, so 2^k would double the memory. 63: a group of the largest messages, cut
+// into at most kMaxPieces WRITEs each with a progress signal every MiB or piece (cts::plan_lane:
+// kMaxLaneWrs = 57 WRs on one lane), must fit an empty send queue, or isend would wait for room
+// forever. (255 before issue 32: 16 pieces a message; the queue and its CQ were most of an idle
+// send comm's memory, ~80 KiB of rxe's queues.)
+inline constexpr uint32_t kSendSqDepth = 63;
 // wr_id of the marker WR that Conn::drain_at_close posts on each send queue in ERROR: its flushed
 // completion comes after every earlier WR's (send-queue order). Distinct from the data path's
 // wr_id bits (datapath_internal.h: 1 << 63, 62, 61; pool indexes below 256).

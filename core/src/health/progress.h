@@ -44,10 +44,10 @@
 // run time at a floor rate of 0.1 MiB/s (kProgressMsPerMiB), applied to one run, never to all the
 // bytes outstanding (min(sq_bytes, sq_seg): the largest run posted since the QP was last idle).
 // So a live transfer is judged per MiB, at a floor of 1 MiB per (base + 10 s) whatever its total
-// size, and one that moves nothing fails within base + 10 s for any message up to 16 MiB per QP
-// (a smaller one: base + 10 s x its MiB). Past 16 MiB on one QP a message keeps 16 WRITEs
-// (cts::kMaxPieces, so a group fits the send queue) of whole MiB each: a 1 GiB one (maxP2pBytes)
-// signals every 64 MiB and its bound is base + 640 s. Cost: messages up to 1 MiB on a lane get no
+// size, and one that moves nothing fails within base + 10 s for any message up to 7 MiB per QP
+// (a smaller one: base + 10 s x its MiB). Past 7 MiB on one QP a message keeps 7 WRITEs
+// (cts::kMaxPieces, so a group fits the 63-WR send queue) of whole MiB each: 16 MiB signals every
+// 3 MiB (bound base + 30 s), a 1 GiB one (maxP2pBytes) every 147 MiB (base + 1470 s). Cost: messages up to 1 MiB on a lane get no
 // extra WR, CQE or doorbell; longer ones one WR and one CQE per MiB (still one doorbell per lane).
 // Before that (no signals) a message moving nothing waited base + 10 s per MiB outstanding
 // (16 MiB: base + 160 s). The receiver's watched work

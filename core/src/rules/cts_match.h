@@ -96,7 +96,10 @@ uint32_t group_wrs(const size_t* sizes, int n, int lane, int nlanes,
 // 1 MiB: a completion per MiB costs one CQE poll (~0.1 us) against ~40 us of wire time at
 // 200 Gb/s, and WRITEs of 1 MiB still run at line rate; the watchdog then sees progress every MiB.
 inline constexpr size_t kProgressChunk = size_t{1} << 20;
-inline constexpr uint32_t kMaxPieces = 16;
+// 7 (issue 32): a group of eight messages, 57 WRs on one lane, fits a send queue of 63 WRs, a
+// quarter of the 255 that 16 pieces needed (rxe rounds a queue to a power of two, so 63 holds 64
+// slots): the queue's memory is most of what an idle send comm holds.
+inline constexpr uint32_t kMaxPieces = 7;
 inline constexpr uint32_t kMaxLaneWrs = wire::kEntriesPerSlot * kMaxPieces + 1;
 size_t piece_bytes(size_t len);
 uint32_t pieces(size_t len);  // WRITEs for `len` bytes of one message (0 for none)
