@@ -33,6 +33,14 @@ ncclResult_t count_cb(void** eHandle, int type, void* pHandle, int64_t /*id*/, v
   return ncclSuccess;
 }
 
+// NCCL's own callback with no profiler plugin loaded (src/plugin/profiler.cc tests
+// `ncclProfiler != NULL` first): success, and the handle is left as the plugin gave it
+// (tests/rdma/nccl_profiler_default.h has the same stand-in). Not even counted, as in NCCL.
+ncclResult_t default_cb(void** /*eHandle*/, int /*type*/, void* /*pHandle*/, int64_t /*id*/,
+                        void* /*data*/) {
+  return ncclSuccess;
+}
+
 ncclResult_t trace_cb(void** eHandle, int type, void* pHandle, int64_t id, void* data) {
   if (type == ncclProfilerNetEventStart) {
     if (pHandle == nullptr) return ncclSuccess;
@@ -78,6 +86,8 @@ ncclProfilerCallback_t prof_callback() {
       return &count_cb;
     case ProfMode::kTrace:
       return &trace_cb;
+    case ProfMode::kDefault:
+      return &default_cb;
     default:
       return nullptr;
   }

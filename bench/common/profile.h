@@ -1,6 +1,9 @@
 // The benchmarks as NCCL's core for the plugin's profiler events (docs/profiler.md): what init
 // gets as ncclProfilerCallback_t and what isend/irecv get as phandle(s).
 //   none  - init gets NULL and isend/irecv NULL handles (NCCL without a profiler plugin).
+//   default - NCCL's callback with no profiler plugin loaded (NCCL passes one to every init from
+//           net v10 on): returns success and leaves the handle alone; isend/irecv get a step
+//           handle. What the plugin sees under NCCL unless a profiler is loaded.
 //   count - a callback that counts starts and stops (the cost of events, measured by sluice-bench).
 //   trace - the callback forwards to an NCCL profiler plugin (ncclProfiler_v5, e.g.
 //           libsluice-trace-profiler.so) as NCCL's ncclProfilerCallback does: startEvent with an
@@ -14,7 +17,7 @@
 
 namespace bench {
 
-enum class ProfMode { kNone, kCount, kTrace };
+enum class ProfMode { kNone, kCount, kTrace, kDefault };
 
 // Before the Net is created. trace: `lib` is the profiler plugin to load, `rank` this process's
 // rank for it; its output file is the profiler's business (SLUICE_TRACE_FILE).

@@ -38,7 +38,8 @@ struct Initiator {
   std::vector<Table> tables;
   std::vector<TargetLine> targets;
   uint64_t bad = 0;
-  std::string wire_source;  // the counter file read, or why none
+  uint64_t scale_failures = 0;  // scale: set-ups, verifications, closes or counts that failed
+  std::string wire_source;      // the counter file read, or why none
   // Targets, gathered while the tables run.
   Verdict bw1m_v = Verdict::kNone, bw64k_v = Verdict::kNone, rate_v = Verdict::kNone;
   Spread bw1m_worst, bw64k_worst, rate_worst;
@@ -465,6 +466,7 @@ struct Initiator {
     if (o.tests.count("lat")) lat_table(o.compare_raw);
     if (o.tests.count("agg")) bw_table("agg", o.agg_sizes, o.window, o.conns, false, false);
     if (o.tests.count("conn")) conn_table();
+    if (o.tests.count("scale")) scale_run(o, s, &tables, &scale_failures);
     send_cmd(cmd(Op::kQuit, 0, 0, 1, 1));
   }
 
@@ -545,9 +547,9 @@ struct Initiator {
   }
 
   void report() {
-    printf("# sluice-bench: plugin %s (%s), sender %s -> receiver %s%s%s\n", net.name(),
-           net.path().c_str(), sender_name.c_str(), receiver_name.c_str(),
-           o.verify ? ", every byte verified" : "",
+    printf("# sluice-bench: plugin %s (%s, ncclNetPlugin_v%d), sender %s -> receiver %s%s%s\n",
+           net.name(), net.path().c_str(), net.version(), sender_name.c_str(),
+           receiver_name.c_str(), o.verify ? ", every byte verified" : "",
            o.label.empty() ? "" : (", " + o.label).c_str());
     printf(
         "# repetitions: %u per figure, Sluice and perftest interleaved; tables show min / "
@@ -589,6 +591,12 @@ struct Initiator {
              l.note.empty() ? "" : "  -- ", l.note.c_str());
     if (!net.ext()) printf("#   work requests per message: %s\n", kNoExt);
     if (o.verify) printf("# verification: %s\n", bad ? "FAILED" : "every received byte matched");
+    if (o.tests.count("scale"))
+      printf("# scale: %s\n", scale_failures ? strf("%llu FAILURE(S), see the \"# scale N=\" lines",
+                                                    (unsigned long long)scale_failures)
+                                                   .c_str()
+                                             : "every pair up, every message verified, every "
+                                               "close back at the baseline");
     if (!o.json.empty()) write_json();
   }
 
@@ -621,7 +629,7 @@ uint64_t initiate(const Options& o, Side& s, Net& net, const std::string& peer_a
   Initiator in(o, s, net, peer_addr, sender_name, receiver_name);
   in.run();
   in.report();
-  return in.bad;
+  return in.bad + in.scale_failures;
 }
 
 }  // namespace bench

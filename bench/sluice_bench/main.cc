@@ -1,6 +1,8 @@
-// sluice-bench: Sluice through its exported ncclNetPlugin_v11 table, side by side with perftest.
+// sluice-bench: Sluice through its exported ncclNetPlugin_v12 table (v11 when it has none), side
+// by side with perftest.
 // See docs/benchmarks.md for the columns and how to run it.
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -21,8 +23,8 @@ namespace {
 
 const char* kUsage = R"(usage: sluice-bench [options]
 
-Drives the Sluice NCCL net plugin only through its exported ncclNetPlugin_v11 table (dlopen, as
-NCCL does), in two processes: locally (default: this process forks its peer; sender on --dev0,
+Drives the Sluice NCCL net plugin only through its exported ncclNetPlugin_v12 table (v11 if it has
+none; dlopen, as NCCL does), in two processes: locally (default: this process forks its peer; sender on --dev0,
 receiver on --dev1) or across two machines (--server on one, --client HOST on the other).
 
 Roles
@@ -43,6 +45,13 @@ Tests (--tests LIST, comma separated; default bw,rate,lat,agg,conn)
   lat    half round trip (ping-pong) at --lat-sizes, in --lat-modes
   agg    aggregate bandwidth over --conns connections at once, at --agg-sizes
   conn   time to establish --conn-count connections; memory and verbs objects per connection
+  scale  (not in the default or `all`) for each N in --scale-pairs: N idle connection pairs
+         (sender -> receiver, set up as NCCL does: one thread a side, rounds of --scale-inflight
+         connects, closeListen after each accept; each idle receive comm with a receive posted),
+         then on one more, active pair: 8 B streaming and ping-pong, --scale-reps times, with
+         the thread CPU time of every isend / irecv / test; time to establish and to close;
+         RSS, pinned memory, fds, QPs, CQs, MRs per connection; one verified message on every
+         idle pair; every fd and verbs object back at the baseline after the close
 Sizes and iterations
   -b, --min-size S       smallest bw size (default 8)        -e, --max-size S   largest (64M)
   -f, --step F           size multiplier (default 2)
@@ -57,6 +66,21 @@ Sizes and iterations
                          or both (default jit,preposted)
   --conns K              agg: connections (default 4); --agg-sizes LIST (default 64K,1M,8M)
   --conn-count N         conn: connections to establish (default 256)
+  --scale-pairs LIST     scale: idle pairs per row (default 0,1000)
+  --scale-inflight N     scale: connects in flight per round (default 128, NCCL's
+                         NCCL_CONNECT_ROUND_MAX_PEERS)
+  --scale-iters N        scale: 8 B messages streamed per repetition (default 2000)
+  --scale-lat-iters N    scale: ping-pongs per repetition (default 500)
+  --scale-reps N         scale: repetitions of the streaming and ping-pong runs (default 3)
+  --scale-mem-floor MIB  scale: stop the set-up with an error (how many came up, what they took)
+                         when the machine's MemAvailable falls under MIB (default 256; 0 = never),
+                         before the OOM killer would end a side
+  --scale-expect SPEC    scale: fail unless each side's growth per connection is exactly these
+                         counts, sender/receiver: fds=1/1,qps=1/1,cqs=1/1,mrs=1/1 (any of these
+                         keys); nofile=raised: each side's soft RLIMIT_NOFILE is its hard one by
+                         the set-up and (with --nofile) it held more fds than --nofile's SOFT
+  --nofile SOFT[:HARD]   RLIMIT_NOFILE of both processes before the plugin's init (HARD above
+                         the current hard limit needs root); the plugin raises soft to hard
   --slots N              distinct buffer slots per connection (default: one per request in
                          flight, like NCCL's steps; 1 = every message to the same buffer, like
                          ib_write_bw). --verify uses at most N requests in flight.
@@ -83,9 +107,12 @@ Output
                          (Soft-RoCE in the TCG bed, where perftest's server sleeps too);
                          scripts/main-job uses 200 in the bed. Default 0 (yield).
   --label TEXT           a note for the header and the JSON (e.g. the environment used)
-  --profile MODE         what the plugin's init gets as NCCL profiler callback: none (default,
-                         NCCL without a profiler plugin) or count (a callback that counts the
-                         plugin's per-work-request events; every isend/irecv passes a phandle)
+  --profile MODE         what the plugin's init gets as NCCL profiler callback: none (no
+                         callback; the default unless the only test is scale), default (NCCL's
+                         own with no profiler plugin, which NCCL passes to every init: returns
+                         success, leaves the handle alone; every isend/irecv passes a phandle;
+                         the default of --tests scale) or count (a callback that counts the
+                         plugin's per-work-request events)
   --trace FILE           write every work request of both sides as a Chrome trace (Perfetto,
                          chrome://tracing): one process per side, one track per QP. Loads the
                          profiler plugin --trace-profiler LIB (default: the built
@@ -116,8 +143,24 @@ uint64_t parse_uint(const std::string& s, const char* what) {
   return v;
 }
 
+// "0,1000,10000" (plain counts; "10k" is not a count).
+std::vector<uint64_t> parse_counts(const std::string& s, const char* what) {
+  std::vector<uint64_t> v;
+  size_t pos = 0;
+  while (pos <= s.size()) {
+    size_t c = s.find(',', pos);
+    std::string item = s.substr(pos, c == std::string::npos ? std::string::npos : c - pos);
+    if (!item.empty()) v.push_back(parse_uint(item, what));
+    if (c == std::string::npos) break;
+    pos = c + 1;
+  }
+  if (v.empty()) fail("%s: empty list '%s'", what, s.c_str());
+  return v;
+}
+
 Options parse_args(int argc, char** argv) {
   Options o;
+  bool profile_given = false;
   auto need = [&](int& i) -> std::string {
     if (i + 1 >= argc) fail("%s needs a value (see --help)", argv[i]);
     return argv[++i];
@@ -155,10 +198,10 @@ Options parse_args(int argc, char** argv) {
           if (item == "all") {
             o.tests = {"bw", "rate", "lat", "agg", "conn"};
           } else if (item == "bw" || item == "rate" || item == "lat" || item == "agg" ||
-                     item == "conn") {
+                     item == "conn" || item == "scale") {
             o.tests.insert(item);
           } else {
-            fail("unknown test '%s' (bw, rate, lat, agg, conn, all)", item.c_str());
+            fail("unknown test '%s' (bw, rate, lat, agg, conn, scale, all)", item.c_str());
           }
         }
         if (c == std::string::npos) break;
@@ -196,10 +239,32 @@ Options parse_args(int argc, char** argv) {
       o.agg_sizes = parse_sizes(need(i));
     } else if (a == "--conn-count") {
       o.conn_count = static_cast<uint32_t>(parse_uint(need(i), "--conn-count"));
+    } else if (a == "--scale-pairs") {
+      o.scale_pairs = parse_counts(need(i), "--scale-pairs");
+    } else if (a == "--scale-inflight") {
+      o.scale_inflight = static_cast<uint32_t>(parse_uint(need(i), "--scale-inflight"));
+    } else if (a == "--scale-iters") {
+      o.scale_iters = parse_uint(need(i), "--scale-iters");
+    } else if (a == "--scale-lat-iters") {
+      o.scale_lat_iters = parse_uint(need(i), "--scale-lat-iters");
+    } else if (a == "--scale-reps") {
+      o.scale_reps = static_cast<uint32_t>(parse_uint(need(i), "--scale-reps"));
+    } else if (a == "--scale-mem-floor") {
+      o.scale_mem_floor_mib = parse_uint(need(i), "--scale-mem-floor");
+    } else if (a == "--scale-expect") {
+      o.scale_expect = need(i);
+    } else if (a == "--nofile") {
+      std::string v = need(i);
+      size_t c = v.find(':');
+      o.nofile_soft = parse_uint(v.substr(0, c), "--nofile SOFT");
+      o.nofile_hard = c == std::string::npos ? 0 : parse_uint(v.substr(c + 1), "--nofile HARD");
+      if (o.nofile_soft == 0) fail("--nofile: SOFT must be > 0");
+      if (o.nofile_hard != 0 && o.nofile_hard < o.nofile_soft) fail("--nofile: HARD < SOFT");
     } else if (a == "--profile") {
       o.profile = need(i);
-      if (o.profile != "none" && o.profile != "count")
-        fail("--profile: '%s' is neither none nor count", o.profile.c_str());
+      profile_given = true;
+      if (o.profile != "none" && o.profile != "count" && o.profile != "default")
+        fail("--profile: '%s' is not none, default or count", o.profile.c_str());
     } else if (a == "--trace") {
       o.trace = need(i);
     } else if (a == "--trace-profiler") {
@@ -266,6 +331,13 @@ Options parse_args(int argc, char** argv) {
   if (o.reps < 1 || o.reps > 100) fail("--reps must be 1..100");
   if (o.lat_ahead < 1 || o.lat_ahead > NCCL_NET_MAX_REQUESTS)
     fail("--lat-ahead must be 1..%d", NCCL_NET_MAX_REQUESTS);
+  for (uint64_t n : o.scale_pairs)
+    if (n > 1000000) fail("--scale-pairs: %llu is more than 1000000", (unsigned long long)n);
+  if (o.scale_inflight < 1 || o.scale_inflight > 65536) fail("--scale-inflight must be 1..65536");
+  if (o.scale_reps < 1 || o.scale_reps > 100) fail("--scale-reps must be 1..100");
+  if (o.scale_iters < 1 || o.scale_lat_iters < 1) fail("--scale-iters and --scale-lat-iters >= 1");
+  // NCCL passes its callback to every init; the scale test runs as NCCL would unless told.
+  if (!profile_given && o.tests.size() == 1 && o.tests.count("scale")) o.profile = "default";
   return o;
 }
 
@@ -319,6 +391,10 @@ void serve(Side& s) {
       case Op::kRawSendLat:
         st = raw_serve(s, c);
         break;
+      case Op::kScaleUp:
+      case Op::kScaleDown:
+        scale_serve(s, c);  // replies itself
+        continue;
       case Op::kQuit:
         return;
       default:
@@ -340,11 +416,13 @@ void setup_profiling(const Options& o, int rank) {
     prof_setup(ProfMode::kTrace, lib, rank);
   } else if (o.profile == "count") {
     prof_setup(ProfMode::kCount, "", rank);
+  } else if (o.profile == "default") {
+    prof_setup(ProfMode::kDefault, "", rank);
   }
 }
 
 void report_profiling(const Options& o, const char* side) {
-  if (prof_mode() == ProfMode::kNone) return;
+  if (prof_mode() == ProfMode::kNone || prof_mode() == ProfMode::kDefault) return;
   prof_finish();
   const ProfCounts c = prof_counts();
   if (!o.quiet || c.starts != c.stops)
@@ -387,6 +465,18 @@ bool merge_traces(const std::string& out) {
   fclose(f);
   fprintf(stderr, "sluice-bench: trace written to %s\n", out.c_str());
   return true;
+}
+
+// --nofile: both processes' RLIMIT_NOFILE, set before either loads the plugin.
+void set_nofile(const Options& o) {
+  if (o.nofile_soft == 0) return;
+  rlimit r{};
+  if (getrlimit(RLIMIT_NOFILE, &r) != 0) fail("getrlimit(RLIMIT_NOFILE): %s", strerror(errno));
+  if (o.nofile_hard != 0) r.rlim_max = o.nofile_hard;
+  r.rlim_cur = o.nofile_soft;
+  if (setrlimit(RLIMIT_NOFILE, &r) != 0)
+    fail("--nofile %llu:%llu: setrlimit(RLIMIT_NOFILE): %s (a higher hard limit needs root)",
+         (unsigned long long)o.nofile_soft, (unsigned long long)r.rlim_max, strerror(errno));
 }
 
 int run_local(Options& o) {
@@ -495,6 +585,7 @@ int main(int argc, char** argv) {
   setvbuf(stdout, nullptr, _IOLBF, 0);
   try {
     bench::Options o = bench::parse_args(argc, argv);
+    bench::set_nofile(o);
     switch (o.role) {
       case bench::Options::kLocal:
         return bench::run_local(o);

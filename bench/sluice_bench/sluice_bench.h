@@ -14,11 +14,22 @@
 
 namespace bench {
 
-enum class Op : uint32_t { kBw = 1, kLat, kConn, kRawBw, kRawLat, kQuit, kRawSendLat };
+enum class Op : uint32_t {
+  kBw = 1,
+  kLat,
+  kConn,
+  kRawBw,
+  kRawLat,
+  kQuit,
+  kRawSendLat,
+  kScaleUp,    // scale: open N idle pairs (initiator sends, peer receives), post a receive each
+  kScaleDown,  // scale: a verified message on each idle pair, then close them all
+};
 
 // Cmd::flags
 constexpr uint32_t kCountWire = 1;  // read the device's packet counter around the timed phase
 constexpr uint32_t kPrePost = 2;    // latency: receives posted `window` ahead (NCCL's proxy)
+constexpr uint32_t kCallCpu = 4;    // time every isend / irecv / test on the thread's CPU clock
 
 // One command from the initiator to the peer. Plain data: it travels as bytes.
 struct Cmd {
@@ -76,6 +87,8 @@ struct SideStats {
   uint32_t member_failovers[kMembers] = {}, member_failbacks[kMembers] = {};
   uint64_t member_replayed[kMembers] = {};
   int64_t member_stall_ms[kMembers] = {-1, -1, -1, -1};
+  // kCallCpu: the plugin calls of the timed phase and their thread CPU time (Net::CallCpu).
+  uint64_t calls[3] = {}, call_ns[3] = {};  // isend, irecv, test
 };
 
 struct Options {
@@ -113,7 +126,17 @@ struct Options {
   uint32_t reps = 1;  // every timed figure (Sluice and perftest) this many times
   bool count = true;  // packets on the wire and WRs per message (first repetition)
   std::string label;  // printed in the header and the JSON (e.g. "NCCL_IB_QPS_PER_CONNECTION=4")
-  std::string profile = "none";  // --profile none|count: what init gets as profiler callback
+  // scale: idle connection pairs per row, connects in flight per round, streaming messages and
+  // ping-pongs on the active pair, repetitions of those, exact per-connection counts to check.
+  std::vector<uint64_t> scale_pairs = {0, 1000};
+  uint32_t scale_inflight = 128;  // NCCL_CONNECT_ROUND_MAX_PEERS
+  uint64_t scale_iters = 2000, scale_lat_iters = 500;
+  uint32_t scale_reps = 3;
+  uint64_t scale_mem_floor_mib = 256;  // the set-up stops when MemAvailable falls under it
+  std::string scale_expect;            // --scale-expect, e.g. "fds=1/1,qps=1/1,cqs=1/1"
+  // --nofile SOFT[:HARD]: RLIMIT_NOFILE of both processes before the plugin's init (0 = as is).
+  uint64_t nofile_soft = 0, nofile_hard = 0;
+  std::string profile = "none";  // --profile none|default|count: init's profiler callback
   std::string trace;             // --trace FILE: Chrome trace of every work request (profile.h)
   std::string trace_lib;         // --trace-profiler LIB (default: the built one)
 };
@@ -190,6 +213,11 @@ RawLat raw_lat_client(Side& s, const Cmd& c, const std::string& peer_addr, SideS
 // CSV/JSON. Returns the number of bad bytes seen (verification failures on either side).
 uint64_t initiate(const Options& o, Side& s, Net& net, const std::string& peer_addr,
                   const std::string& sender_name, const std::string& receiver_name);
+
+// scale (scale.cc): the peer's halves of kScaleUp / kScaleDown (they reply on the channel
+// themselves), and the initiator's plan with its tables.
+void scale_serve(Side& s, const Cmd& c);
+void scale_run(const Options& o, Side& s, std::vector<Table>* tables, uint64_t* failures);
 
 // Verification pattern: 8-byte words derived from (stream, seq, word index).
 void fill_pattern(void* p, size_t n, uint64_t stream, uint64_t seq);

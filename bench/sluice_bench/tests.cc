@@ -269,6 +269,7 @@ SideStats run_bw(Side& s, const Cmd& c, bool sender, std::vector<void*> comms) {
       }
     };
     const bool count = phase == 1 && (c.flags & kCountWire);
+    if (phase == 1 && (c.flags & kCallCpu)) net.time_calls(true);
     if (count) {
       // The sender reads its counter before the receiver's clear-to-send writes (which its
       // device acknowledges) can start; the receiver reads before it posts.
@@ -328,6 +329,13 @@ SideStats run_bw(Side& s, const Cmd& c, bool sender, std::vector<void*> comms) {
     }
     double t1 = now_s();
     if (phase == 1) {
+      if (c.flags & kCallCpu) {
+        net.time_calls(false);
+        for (int k = 0; k < Net::CallCpu::kKinds; ++k) {
+          st.calls[k] = net.call_cpu().calls[k];
+          st.call_ns[k] = net.call_cpu().ns[k];
+        }
+      }
       CpuTimes cpu = CpuTimes::now() - cpu0;
       st.elapsed_s = t1 - t0;
       st.user_s = cpu.user_s;
