@@ -250,7 +250,13 @@ void RouteGid::check_pair(const Device& d, const wire::Meta& local, const wire::
 std::vector<GidEntry> port_gids(const Device& d) {
   std::vector<GidEntry> out;
   ibv_context* ctx = d.adapter->ctx.get();
-  std::vector<ibv_gid_entry> raw(static_cast<size_t>(std::max(d.attr.gid_tbl_len, 1)) * 4);
+  // The kernel fills only the valid entries of every port of the device, but the ioctl carries the
+  // buffer's length in 16 bits: at most 65,535 bytes of entries (2,047). A larger request (4 x
+  // rxe's 1,024-entry table) is refused with EINVAL, and the entry-by-entry fallback below cost
+  // each connection ~3,000 ioctls in the bed (issue 32: most of its set-up time).
+  constexpr size_t kMaxEntries = 65535 / sizeof(ibv_gid_entry);
+  std::vector<ibv_gid_entry> raw(
+      std::min(static_cast<size_t>(std::max(d.attr.gid_tbl_len, 1)) * 4, kMaxEntries));
   const auto query = verbs::ext().query_gid_table;  // rdma-core 32+; else sysfs
   const ssize_t n =
       query == nullptr ? -1 : query(ctx, raw.data(), raw.size(), 0, sizeof(ibv_gid_entry));
