@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -184,6 +185,20 @@ ScaleSnap scale_snap() {
   x.rss = status_kib(text, "VmRSS:") * 1024;
   x.pin = status_kib(text, "VmPin:") * 1024;
   x.lck = status_kib(text, "VmLck:") * 1024;
+  {
+    std::ifstream sm("/proc/self/smaps");
+    std::string line;
+    bool verbs = false;
+    while (std::getline(sm, line)) {
+      const size_t dash = line.find('-');
+      if (dash != std::string::npos && dash > 0 && dash < 17 &&
+          std::isxdigit(static_cast<unsigned char>(line[0]))) {
+        verbs = line.find("/dev/infiniband/") != std::string::npos;  // a mapping's header
+      } else if (verbs && line.rfind("Rss:", 0) == 0) {
+        x.rss_verbs += std::atoll(line.c_str() + 4) * 1024;
+      }
+    }
+  }
   std::ifstream mf("/proc/meminfo");
   std::string mi((std::istreambuf_iterator<char>(mf)), std::istreambuf_iterator<char>());
   x.mem_available = status_kib(mi, "MemAvailable:") * 1024;

@@ -25,6 +25,9 @@ struct ScaleMsg {
 // objects as `rdma resource show` counts them; and the machine's available memory.
 struct ScaleSnap {
   int64_t rss = 0, pin = 0, lck = 0;
+  // Of rss: the pages of /proc/self/smaps mappings of /dev/infiniband/* (the NIC's queues the
+  // provider maps: QPs, CQs; what the send and receive queue depths cost).
+  int64_t rss_verbs = 0;
   int64_t mem_available = 0;  // /proc/meminfo MemAvailable (bytes): the whole machine's
   int32_t fds = 0;
   int32_t verbs_valid = 0;

@@ -289,6 +289,8 @@ void scale_run(const Options& o, Side& s, std::vector<Table>* tables, uint64_t* 
                         "rss_idle_KiB/conn_recv",
                         "pin_idle_KiB/conn_send",
                         "pin_idle_KiB/conn_recv",
+                        "verbs_rss_KiB/conn_send",
+                        "verbs_rss_KiB/conn_recv",
                         "machine_MiB",
                         "machine_KiB/pair"});
   Table k("scale_calls", {"pairs",
@@ -358,6 +360,8 @@ void scale_run(const Options& o, Side& s, std::vector<Table>* tables, uint64_t* 
          Table::num(kib_per(pe.snap_base.rss, pe.snap_idle.rss, pe.up), "%.1f"),
          Table::num(kib_per(me.snap_base.pin, me.snap_idle.pin, me.up), "%.1f"),
          Table::num(kib_per(pe.snap_base.pin, pe.snap_idle.pin, pe.up), "%.1f"),
+         Table::num(kib_per(me.snap_base.rss_verbs, me.snap_idle.rss_verbs, me.up), "%.1f"),
+         Table::num(kib_per(pe.snap_base.rss_verbs, pe.snap_idle.rss_verbs, pe.up), "%.1f"),
          Table::num((me.snap_base.mem_available - me.snap_idle.mem_available) / 1048576.0, "%.0f"),
          Table::num(kib_per(me.snap_idle.mem_available, me.snap_base.mem_available,
                             std::min(me.up, pe.up)),
