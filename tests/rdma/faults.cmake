@@ -127,11 +127,12 @@ target_link_libraries(plugin_stall_test PRIVATE sluice_nccl_abi GTest::gtest Thr
 target_compile_definitions(plugin_stall_test PRIVATE
                            SLUICE_PLUGIN_PATH="$<TARGET_FILE:nccl-net-sluice>")
 add_dependencies(plugin_stall_test nccl-net-sluice)
-# Then, in the same bed, a second pass (Slow.*): a 16 MiB message on a link slowed by `tc netem
-# rate 4mbit` (~34 s) with a 1 s base bound (SLUICE_PROGRESS_TIMEOUT_MS; one 1 MiB run is allowed
-# 11 s) and a 2.1 s RC timer (NCCL_IB_TIMEOUT=19: netem's queue delays packets past 67 ms): it
-# completes verified, with one sender completion per MiB (the progress signal), and nothing fails.
-# Sanitized (CI's second pass), the first pass only: the slow pass's Sluice code (a 16 MiB chain
+# Then, in the same bed, a second pass (Slow.*): a 7 MiB message (the longest one a lane cuts into
+# WRITEs of 1 MiB) on a link slowed by `tc netem rate 2mbit` (~30 s) with a 1 s base bound
+# (SLUICE_PROGRESS_TIMEOUT_MS; one 1 MiB run is allowed 11 s) and a 2.1 s RC timer
+# (NCCL_IB_TIMEOUT=19: netem's queue delays packets past 67 ms): it completes verified, with one
+# sender completion per MiB (the progress signal), and nothing fails.
+# Sanitized (CI's second pass), the first pass only: the slow pass's Sluice code (a 7 MiB chain
 # of progress WRs completing one per MiB, each restarting the watchdog's clock) runs sanitized in
 # the first pass's Stall cases and in plugin_rdma_qps1's Cost.LongMessagesCostOneWrAndOne-
 # CompletionPerMiB; the slow pass spends its ~40 s waiting on `tc rate`.

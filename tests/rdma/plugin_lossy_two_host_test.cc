@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "cts_tail.h"
 #include "plugin_bed.h"
 #include "side_channel.h"
 
@@ -252,6 +253,10 @@ int host0_told(Net& n, void* rc, RegBuf& buf, int side) {
   CHECK_OR(31, wait_done(n, "told: recv 1", reqs[0], nullptr), "%s", last_warn().c_str());
   CHECK_OR(31, check_pattern(buf.data(), kToldMsg, seed_of(7, 0, kToldMsg)).empty(),
            "told: message 1 differs");
+  // Receive 2's own clear-to-send write is proven before the cut (cts_tail.h): host0 then has
+  // nothing outstanding, and only host1's watchdog sees the cut.
+  CHECK_OR(31, prove_cts_tail(n, rc, reqs[1], 120000),
+           "told: receive 2's clear-to-send was never probed: %s", last_warn().c_str());
   CHECK_OR(32, roce_drop(true), "told: RoCE drop on host0");
   CHECK_OR(32, sync_byte(side, 'D', 'd'), "told: host1 did not drop");
   const auto t0 = Clock::now();

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "bed_tc.h"
+#include "cts_tail.h"
 #include "plugin_bed.h"
 #include "sluice/sluice_ext.h"
 
@@ -124,13 +125,17 @@ TEST(Stall, SenderFailsWithinTheRcBoundReceiverToldOtherCommsWork) {
     ASSERT_TRUE(s.allocate(&net(), a.send, 2 * kMsg));
     ASSERT_TRUE(r.allocate(&net(), a.recv, 2 * kMsg));
     fill_pattern(s.data(), 2 * kMsg, 31);
-    // Two receives published by one clear-to-send write; the first send completes, so the
-    // sender holds the second receive's entry before the path goes away.
+    // Two receives, each published at once by a clear-to-send write of its own; the first send
+    // completes, so the sender holds the second receive's entry before the path goes away, and
+    // the receiver's probe proved that second write (cts_tail.h): the receiver has nothing of
+    // its own outstanding when the path goes.
     void* r1 = post_recv(a.recv, r, 0);
     void* r2 = post_recv(a.recv, r, kMsg);
     void* s1 = post_send(a.send, s, 0);
     ASSERT_TRUE(wait_done(net(), "send 1", s1, nullptr));
     ASSERT_TRUE(wait_done(net(), "recv 1", r1, nullptr));
+    ASSERT_TRUE(prove_cts_tail(net(), a.recv, r2, 2 * watchdog_bound_ms()))
+        << "the second receive's clear-to-send was never probed: " << last_warn();
     RoceDrop drop;
     ASSERT_TRUE(drop.install());
     sluice::rdmatest::ExpectWarns expect;
@@ -294,15 +299,18 @@ TEST(Stall, LostClearToSendFailsTheReceiverWithinTheBound) {
 
 // ---- A long send that moves nothing: failed within one run's bound, not its size's
 // ----------------------------------------------------------------------------------------------
-// A 16 MiB send goes as 16 WRITEs of 1 MiB with a progress WR signaled every MiB
-// (cts::plan_lane), so the watchdog waits for one 1 MiB run: base + 10 s, not base + 160 s (the
+// A 7 MiB send goes as 7 WRITEs of 1 MiB with a progress WR signaled every MiB
+// (cts::plan_lane), so the watchdog waits for one 1 MiB run: base + 10 s, not base + 70 s (the
 // bound before progress signals, when the bytes term counted every byte outstanding).
 
 TEST(Stall, LongSendThatMovesNothingFailsWithinOneRunsBound) {
   REQUIRE_BED();
   require_root_in_bed();
   if (HasFatalFailure()) return;
-  constexpr size_t kLong = size_t{16} << 20;
+  // 7 MiB: the longest message one lane still cuts into WRITEs of 1 MiB, a signal after each
+  // (cts::kMaxPieces; a longer one keeps 7 WRITEs of whole MiB: 16 MiB signals every 3 MiB, its
+  // bound base + 30 s, progress.h).
+  constexpr size_t kLong = size_t{7} << 20;
   const long long bound = sender_bound_ms(size_t{1} << 20);  // one 1 MiB run
   const Counts before = Counts::now();
   Conn a;
@@ -312,8 +320,8 @@ TEST(Stall, LongSendThatMovesNothingFailsWithinOneRunsBound) {
     ASSERT_TRUE(s.allocate(&net(), a.send, kLong));
     ASSERT_TRUE(r.allocate(&net(), a.recv, 2 * kLong));
     fill_pattern(s.data(), kLong, 41);
-    // Two receives published together; a small send completes the first, so the second's
-    // clear-to-send is at the sender before the path goes away (as in the first test).
+    // Two receives; a small send completes the first, so the second's clear-to-send is at the
+    // sender before the path goes away, proven on the receiver's side (as in the first test).
     void* data[2] = {r.data(), r.data() + kLong};
     void* rq[2] = {};
     for (int i = 0; i < 2; ++i) {
@@ -330,6 +338,8 @@ TEST(Stall, LongSendThatMovesNothingFailsWithinOneRunsBound) {
     }));
     ASSERT_TRUE(wait_done(net(), "send 1", s1, nullptr));
     ASSERT_TRUE(wait_done(net(), "recv 1", rq[0], nullptr));
+    ASSERT_TRUE(prove_cts_tail(net(), a.recv, rq[1], 2 * watchdog_bound_ms()))
+        << "the second receive's clear-to-send was never probed: " << last_warn();
     RoceDrop drop;
     ASSERT_TRUE(drop.install());
     sluice::rdmatest::ExpectWarns expect;
@@ -348,7 +358,7 @@ TEST(Stall, LongSendThatMovesNothingFailsWithinOneRunsBound) {
     const long long took = duration_cast<milliseconds>(Clock::now() - posted).count();
     const std::string w = last_warn();
     std::fprintf(stderr,
-                 "16 MiB send with every packet dropped failed after %lld ms (bound %lld ms; "
+                 "7 MiB send with every packet dropped failed after %lld ms (bound %lld ms; "
                  "before progress signals: %lld ms): %s\n",
                  took, bound, sender_bound_ms(kLong), w.c_str());
     EXPECT_GT(drop.dropped(), 0) << "the filter dropped nothing: the test did not cut the path";
@@ -375,17 +385,18 @@ TEST(Stall, LongSendThatMovesNothingFailsWithinOneRunsBound) {
 // ----------------------------------------------------------------------------------------------
 // Run on its own (plugin_stall's second pass, faults.cmake) with a short base bound
 // (SLUICE_PROGRESS_TIMEOUT_MS) and a long RC timer (NCCL_IB_TIMEOUT: netem's queue makes packets
-// late, and a timer shorter than that would resend them): `tc netem rate` makes a 16 MiB message
-// take several times one run's bound (base + 10 s). It completes and verifies, nothing fails, and
-// the sender polled a completion per MiB (the progress WRs that kept the watchdog's clock fresh).
+// late, and a timer shorter than that would resend them): `tc netem rate` makes a 7 MiB message
+// (the longest one a lane cuts into WRITEs of 1 MiB, cts::kMaxPieces) take several times one
+// run's bound (base + 10 s). It completes and verifies, nothing fails, and the sender polled a
+// completion per MiB (the progress WRs that kept the watchdog's clock fresh).
 
-TEST(Slow, SixteenMiBOnARateLimitedLinkCompletes) {
+TEST(Slow, SevenMiBOnARateLimitedLinkCompletes) {
   REQUIRE_BED();
   require_root_in_bed();
   if (HasFatalFailure()) return;
   const long long base = env_long("SLUICE_PROGRESS_TIMEOUT_MS", 0);
   if (base <= 0) GTEST_SKIP() << "run with SLUICE_PROGRESS_TIMEOUT_MS set (faults.cmake)";
-  constexpr size_t kLong = size_t{16} << 20;
+  constexpr size_t kLong = size_t{7} << 20;
   const long long run_bound = base + 10000;  // one 1 MiB run (progress.h)
   const int warns0 = g_warns.load();
   const Counts before = Counts::now();
@@ -404,7 +415,7 @@ TEST(Slow, SixteenMiBOnARateLimitedLinkCompletes) {
     ASSERT_EQ(ext2->commStatsV2(a.send, &st0), 0);
     RoceNetem rate;
     const char* r_env = std::getenv("SLUICE_TEST_SLOW_RATE");
-    ASSERT_TRUE(rate.install(std::string("rate ") + (r_env != nullptr ? r_env : "4mbit")));
+    ASSERT_TRUE(rate.install(std::string("rate ") + (r_env != nullptr ? r_env : "2mbit")));
     const auto start = Clock::now();
     int got = -1;
     ASSERT_TRUE(send_recv(net(), a, s, kLong, r, kLong, kTag, &got)) << last_warn();
@@ -413,14 +424,14 @@ TEST(Slow, SixteenMiBOnARateLimitedLinkCompletes) {
     ASSERT_EQ(ext2->commStatsV2(a.send, &st1), 0);
     const uint64_t cqes = st1.members[0].completions - st0.members[0].completions;
     std::fprintf(stderr,
-                 "16 MiB at a limited rate: %lld ms (%.2f MiB/s), %llu sender completions; one "
-                 "run's bound %lld ms, base %lld ms; before progress signals a 16 MiB message "
+                 "7 MiB at a limited rate: %lld ms (%.2f MiB/s), %llu sender completions; one "
+                 "run's bound %lld ms, base %lld ms; before progress signals a 7 MiB message "
                  "was allowed %lld ms\n",
-                 took, 16000.0 / static_cast<double>(took), static_cast<unsigned long long>(cqes),
-                 run_bound, base, base + 160000);
+                 took, 7000.0 / static_cast<double>(took), static_cast<unsigned long long>(cqes),
+                 run_bound, base, base + 70000);
     EXPECT_EQ(got, static_cast<int>(kLong));
     EXPECT_EQ(check_pattern(r.data(), kLong, 43), "");
-    EXPECT_EQ(cqes, 16u) << "one completion per MiB: 15 progress WRs and the close";
+    EXPECT_EQ(cqes, 7u) << "one completion per MiB: 6 progress WRs and the close";
     EXPECT_GE(took, 2 * run_bound)
         << "the rate limit did not slow the message past two runs' bounds: the test shows nothing";
     EXPECT_EQ(g_warns.load(), warns0) << last_warn();
