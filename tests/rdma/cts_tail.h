@@ -9,24 +9,20 @@
 // when the path goes" drives the receive until that probe went out and came back.
 #pragma once
 
-#include <dlfcn.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdint>
 
+#include "ext_stats.h"
 #include "net_harness.h"
-#include "sluice/sluice_ext.h"
 
 namespace nettest {
 
 // The receive comm's probes so far (sluiceExt_v1 commStats; -1 when the extension is missing).
 inline long long cts_probes(void* recv_comm) {
-  static const auto* ext =
-      static_cast<const sluiceExt_v1_t*>(dlsym(Lib::get().handle, SLUICE_EXT_SYMBOL));
-  sluiceCommStats_v1_t s{};
-  if (ext == nullptr || ext->commStats(recv_comm, &s) != 0) return -1;
-  return static_cast<long long>(s.ctsProbes);
+  sluiceCommStats_v1_t s;
+  return comm_stats(recv_comm, &s) ? static_cast<long long>(s.ctsProbes) : -1;
 }
 
 // Drives `req` (a pending receive of `recv_comm`, not expected to complete) until the watchdog

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "ext_stats.h"
 #include "plugin_bed.h"
 #include "sluice/core/wire/wire.h"
 #include "sluice/sluice_ext.h"
@@ -87,7 +88,7 @@ int open_under(void* parent) {
 }
 
 const sluiceExt_v2_t* ext() {
-  return static_cast<const sluiceExt_v2_t*>(dlsym(Lib::get().handle, SLUICE_EXT_V2_SYMBOL));
+  return ext_v2();
 }
 
 std::set<uint32_t> qps_of(void* comm, uint32_t* flush_qpn = nullptr) {

@@ -6,7 +6,6 @@
 //
 // NCCL_IB_QPS_PER_CONNECTION and NCCL_IB_SPLIT_DATA_ON_QPS come from the environment (plugin.cmake
 // registers this binary once per combination).
-#include <dlfcn.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -18,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "ext_stats.h"
 #include "plugin_bed.h"
 #include "sluice/core/wire/wire.h"
 #include "sluice/sluice_ext.h"
@@ -26,14 +26,12 @@ namespace nettest {
 namespace {
 
 const sluiceExt_v1_t* ext() {
-  static const auto* e =
-      static_cast<const sluiceExt_v1_t*>(dlsym(Lib::get().handle, SLUICE_EXT_SYMBOL));
-  return e;
+  return ext_v1();
 }
 
 sluiceCommStats_v1_t stats(void* comm) {
-  sluiceCommStats_v1_t s{};
-  EXPECT_EQ(ext()->commStats(comm, &s), 0);
+  sluiceCommStats_v1_t s;
+  EXPECT_TRUE(comm_stats(comm, &s));
   return s;
 }
 
@@ -230,9 +228,7 @@ TEST_F(Cost, AdaptiveRoutingCostsOneWrPerDataLaneAboveTheThreshold) {
 // doorbell; up to 1 MiB on a lane nothing changes (the counts of the tests above). Counted from
 // the sender's sluiceExt_v2 member counters (wrs, completions), for 1, 4 and 7 MiB messages.
 const sluiceExt_v2_t* ext2() {
-  static const auto* e =
-      static_cast<const sluiceExt_v2_t*>(dlsym(Lib::get().handle, SLUICE_EXT_V2_SYMBOL));
-  return e;
+  return ext_v2();
 }
 
 // Failover's per-path statistics (sluiceExt_v2, appended): a healthy comm reports every path up

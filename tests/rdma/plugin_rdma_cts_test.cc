@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "ext_stats.h"
 #include "plugin_bed.h"
 #include "sluice/core/wire/wire.h"
 #include "sluice/sluice_ext.h"
@@ -33,9 +34,7 @@ namespace nettest {
 namespace {
 
 const sluiceExt_v1_t* cts_ext() {
-  static const auto* e =
-      static_cast<const sluiceExt_v1_t*>(dlsym(Lib::get().handle, SLUICE_EXT_SYMBOL));
-  return e;
+  return ext_v1();
 }
 
 struct Sum {

@@ -23,7 +23,6 @@
 // The control: a healthy link under load (a stream of 1 MiB messages, several in flight, and an
 // idle receive) for several bounds raises nothing; the busy receive comm posts no probe (its WRs
 // counted), the idle one exactly one, which completes.
-#include <dlfcn.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -35,6 +34,7 @@
 
 #include "bed_tc.h"
 #include "cts_tail.h"
+#include "ext_stats.h"
 #include "plugin_bed.h"
 #include "sluice/sluice_ext.h"
 
@@ -92,13 +92,9 @@ void* post_send(void* sc, RegBuf& buf, size_t off) {
 }
 
 sluiceCommStats_v1_t stats(void* comm) {
-  static const auto* ext =
-      static_cast<const sluiceExt_v1_t*>(dlsym(Lib::get().handle, SLUICE_EXT_SYMBOL));
-  sluiceCommStats_v1_t s{};
-  EXPECT_NE(ext, nullptr) << "sluiceExt_v1 not exported";
-  if (ext != nullptr) {
-    EXPECT_EQ(ext->commStats(comm, &s), 0);
-  }
+  EXPECT_NE(ext_v1(), nullptr) << "sluiceExt_v1 not exported";
+  sluiceCommStats_v1_t s;
+  EXPECT_TRUE(comm_stats(comm, &s));
   return s;
 }
 
@@ -407,8 +403,7 @@ TEST(Slow, SevenMiBOnARateLimitedLinkCompletes) {
     ASSERT_TRUE(s.allocate(&net(), a.send, kLong));
     ASSERT_TRUE(r.allocate(&net(), a.recv, kLong));
     fill_pattern(s.data(), kLong, 43);
-    const auto* ext2 =
-        static_cast<const sluiceExt_v2_t*>(dlsym(Lib::get().handle, SLUICE_EXT_V2_SYMBOL));
+    const sluiceExt_v2_t* ext2 = ext_v2();
     ASSERT_NE(ext2, nullptr);
     sluiceCommStats_v2_t st0{}, st1{};
     st0.size = st1.size = sizeof st0;
