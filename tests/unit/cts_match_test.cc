@@ -191,6 +191,37 @@ TEST(CtsSnapshot, WrongSeqInEntryZeroIsARemoteErrorNotAWait) {
   EXPECT_TRUE(cts::take_snapshot(slot, want, &s).is_again());
 }
 
+// Entry 0's seq read while the WRITE that publishes `want` lands over the previous use: each byte
+// is the old one or the new one (a byte-wise copy; cts_match.cc mix_of). That is a wait, never a
+// corrupt slot: the bed's fused comms failed on exactly these reads (13 for 269, 26 for 282, 0 for
+// 256). A value with any byte of neither stays a remote error.
+TEST(CtsSnapshot, HalfLandedSeqIsAWaitNotACorruptSlot) {
+  wire::CtsEntry slot[wire::kEntriesPerSlot] = {};
+  cts::Snapshot s;
+  const struct {
+    uint64_t want, seen;
+  } torn[] = {{269, 13}, {282, 26}, {256, 0}, {256, 0x1e0}, {0x10000 + 5, 0x1ffe5}};
+  for (const auto& t : torn) {
+    slot[0] = entry(1, 8, 1, 0, t.seen);
+    EXPECT_TRUE(cts::take_snapshot(slot, t.want, &s).is_again()) << t.seen << " for " << t.want;
+    slot[0] = entry(1, 8, 1, 0, t.want);  // landed
+    EXPECT_TRUE(cts::take_snapshot(slot, t.want, &s).is_ok()) << t.want;
+  }
+  // A fused slot (the comm that failed in the bed): the seq of the pair's entry cell.
+  wire::CtsEntry cells[2 * wire::kEntriesPerSlot] = {};
+  put_fused(cells, 0, entry(5, 64, 1, 0, 13), members_cell(0x77, 1, 1));
+  EXPECT_TRUE(cts::take_snapshot_fused(cells, 269, 2, 2, &s).is_again());
+  put_fused(cells, 0, entry(5, 64, 1, 0, 269), members_cell(0x77, 1, 1));
+  EXPECT_TRUE(cts::take_snapshot_fused(cells, 269, 2, 2, &s).is_ok());
+  // Not a mix of 237 and 269: a byte of neither.
+  for (uint64_t bad : {uint64_t{14}, uint64_t{0x20d}, uint64_t{0x1ed} | (uint64_t{1} << 40)}) {
+    slot[0] = entry(1, 8, 1, 0, bad);
+    Status st = cts::take_snapshot(slot, 269, &s);
+    EXPECT_EQ(st.code(), Code::kRemoteError) << bad;
+    EXPECT_NE(st.message().find("seq " + std::to_string(bad)), std::string::npos) << st.message();
+  }
+}
+
 // The peer rewrites the slot after the snapshot (the bug of issue 9: nreqs shrinking while the
 // slot is half matched). Matching uses the snapshot only, so the rewrite changes nothing.
 TEST(CtsSnapshot, RewriteAfterSnapshotDoesNotReachMatching) {
