@@ -313,9 +313,10 @@ Status check_peer_meta(const Meta& local, const Meta& remote, const std::string&
 // A clear-to-send entry: the receiver describes one posted buffer. Written by the receiver into the
 // sender's FIFO (slot = seq % kFifoSlots, entry = index in the grouped receive) with one RDMA WRITE
 // per irecv. `seq` is the receive's sequence number + 1 and sits at the end so that a sender that
-// reads the expected seq in every entry of a slot reads complete entries; the sender never writes
-// the FIFO. Sizes are 32-bit: a message is below 2^31 bytes (maxP2pBytes), so a larger posted
-// capacity is recorded as UINT32_MAX.
+// reads the expected seq in every entry of a slot reads complete entries (a WRITE lands in order);
+// while it lands, seq may read as a byte mix of the old and new values (rules/cts_match.cc mix_of),
+// which the sender waits out. The sender never writes the FIFO. Sizes are 32-bit: a message is
+// below 2^31 bytes (maxP2pBytes), so a larger posted capacity is recorded as UINT32_MAX.
 struct alignas(32) CtsEntry {
   uint64_t addr;
   uint32_t rkey;
