@@ -43,7 +43,8 @@ set_property(TEST plugin_faults_port APPEND PROPERTY LABELS bed)
 # Two VMs, one boot, four runs a host (tests/rdma/plugin_faults_two_host.cc says what each
 # checks): host1 takes its eth0 down and up again
 #  1. idle: with nothing in flight; host0's pending receive must fail by TCP keepalive
-#     (5 x SLUICE_HEARTBEAT_MS + 2 s);
+#     (5 x SLUICE_HEARTBEAT_MS + 2 s), seen on the socket of a quiet comm to the same host (the
+#     host's keepalive sentinel), since its own runs none;
 #  2./3. before-connect, SLUICE_CM=oob then rdmacm: both hosts connect while host1's link is down;
 #     each connect fails within SLUICE_CONNECT_TIMEOUT_MS + 2 s naming the peer and the likely
 #     cause, the listeners are not disturbed; after up, new connections through the same listeners

@@ -4,10 +4,13 @@
 //
 //   plugin_faults_test --two-host-peer HOST [PHASE]
 //
-// PHASE idle (default): host0 receives one message, publishes a second receive (its clear-to-send
-//   acknowledged) and waits; host1 takes its eth0 down and stays alive. host0's pending test must
-//   fail by TCP keepalive within 5 x SLUICE_HEARTBEAT_MS (rounded up to seconds) + 2 s. host1 then
-//   takes eth0 up again and waits until its port and GIDs are back (the next phase needs them).
+// PHASE idle (default): a quiet comm pair comes up first and is never called again (each side's
+//   keepalive sentinel for the other host: core/src/health/peer_hosts.h). On a second pair host0
+//   receives one message, publishes a second receive (its clear-to-send acknowledged) and waits;
+//   host1 takes its eth0 down and stays alive. host0's pending test must fail by TCP keepalive
+//   within 5 x SLUICE_HEARTBEAT_MS (rounded up to seconds) + 2 s, learnt from the quiet comm's
+//   socket (its own runs no keepalive), with a WARN that says so. host1 then takes eth0 up again
+//   and waits until its port and GIDs are back (the next phase needs them).
 // PHASE before-connect (run with SLUICE_CM=oob and SLUICE_CM=rdmacm): each host listens once and
 //   keeps that listener for the whole phase. After a verified warm-up exchange (the baseline for
 //   the leak check is taken after it), host1 takes its eth0 down; then both connect to each other's
@@ -420,11 +423,19 @@ int idle(int host) {
   RegBuf buf;
   void* comm = nullptr;
   const auto deadline = Clock::now() + wait_limit();
+  // A quiet comm first (set up, never called again): it is its host's keepalive sentinel on each
+  // side (core/src/health/peer_hosts.h), so the comm under test, whose own socket runs no
+  // keepalive, must learn of the peer host through the quiet one's socket.
+  void* quiet = nullptr;
   if (host == 0) {
     char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
     void* lc = nullptr;
     if (n.listen(0, handle, &lc) != ncclSuccess || !write_full(side, handle, sizeof handle))
       return 4;
+    while (quiet == nullptr && Clock::now() < deadline)
+      if (n.accept(lc, &quiet) != ncclSuccess) return 4;
+    char q = 'Q';
+    if (quiet == nullptr || !write_full(side, &q, 1)) return 4;
     while (comm == nullptr && Clock::now() < deadline)
       if (n.accept(lc, &comm) != ncclSuccess) return 4;
     n.close_listen(lc);
@@ -460,12 +471,21 @@ int idle(int host) {
     if (!contains(w, "stopped answering") || !contains(w, "SLUICE_HEARTBEAT_MS") ||
         !contains(w, "qpn ") || !contains(w, peer_addr()))
       rc = 9;
+    if (!contains(w, "keepalive runs on one connection per peer host")) {
+      std::fprintf(stderr, "host0: the comm under test did not learn it from the sentinel\n");
+      rc = rc ? rc : 11;
+    }
     buf.reset();
     if (n.close_recv(comm) != ncclSuccess) rc = rc ? rc : 10;
+    if (n.close_recv(quiet) != ncclSuccess) rc = rc ? rc : 10;
     return rc;
   }
   char handle[NCCL_NET_HANDLE_MAXSIZE];
   if (!read_full(side, handle, sizeof handle, wait_limit())) return 4;
+  while (quiet == nullptr && Clock::now() < deadline)
+    if (n.connect(0, handle, &quiet) != ncclSuccess) return 4;
+  char q = 0;  // host0 accepted the quiet comm: the next connection is the one under test
+  if (quiet == nullptr || !read_full(side, &q, 1, wait_limit()) || q != 'Q') return 4;
   while (comm == nullptr && Clock::now() < deadline)
     if (n.connect(0, handle, &comm) != ncclSuccess) return 4;
   if (comm == nullptr || !buf.allocate(&n, comm, kMsg)) return 4;

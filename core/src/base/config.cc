@@ -177,7 +177,8 @@ const std::vector<Param>& table() {
             "keepalive timeout), in milliseconds"},
     {.name = "SLUICE_HEARTBEAT_MS", .type = Type::kInt, .field = &Config::heartbeat_ms,
      .min = 0, .max = 3600000,
-     .doc = "TCP keepalive on the connection socket: probe after this much silence (whole "
+     .doc = "TCP keepalive on one connection socket per peer host (when it times out, every "
+            "comm to that host fails with it): probe after this much silence (whole "
             "seconds, rounded up), give up 4x after the last answer (TCP_USER_TIMEOUT): a "
             "silent peer host is noticed within 5x; 0 = off"},
     {.name = "SLUICE_PROGRESS_TIMEOUT_MS", .type = Type::kInt,

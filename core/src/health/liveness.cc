@@ -2,6 +2,7 @@
 // the comms they concern. See liveness.h for the rules.
 #include "health/liveness.h"
 
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
@@ -186,6 +187,9 @@ int heartbeat_ms() {
   return e ? e->config().heartbeat_ms : 0;
 }
 
+// Keepalive options on c's socket. Called by c's own thread (liveness_start) or, for a sentinel
+// handed over, by another comm's thread under the host registry's lock, while c is registered (so
+// its socket is open): it reads only what never changes after set-up (fd, peer).
 void set_keepalive(const Conn& c) {
   const KeepaliveParams k = keepalive_params(heartbeat_ms());
   if (!k.enabled || c.fd < 0) return;
@@ -197,16 +201,136 @@ void set_keepalive(const Conn& c) {
                          {IPPROTO_TCP, TCP_USER_TIMEOUT, static_cast<int>(k.user_timeout_ms)}};
   for (const auto& o : opts) {
     if (setsockopt(c.fd, o[0], o[1], &o[2], sizeof o[2]) != 0) {
-      SLUICE_INFO(kSubNet, "%s: socket option %d/%d refused (%s): a silent peer may go unnoticed",
-                  c.describe_qp(0).c_str(), o[0], o[1], std::strerror(errno));
+      SLUICE_INFO(kSubNet,
+                  "socket to peer %s: option %d/%d refused (%s): a silent peer may go unnoticed",
+                  c.peer.c_str(), o[0], o[1], std::strerror(errno));
     }
   }
+}
+
+// ---- Keepalive per peer host (peer_hosts.h) ----
+
+struct HostRegistry {
+  std::mutex mu;  // a leaf: nothing else is locked under it
+  PeerHosts hosts;
+};
+
+HostRegistry& host_registry() {
+  static auto* r = new HostRegistry;  // NOLINT: deliberately never destroyed
+  return *r;
+}
+
+// The peer's address without its port (with the scope of a link-local IPv6 address); empty when
+// the socket cannot say.
+std::string peer_host_key(int fd) {
+  sockaddr_storage sa{};
+  socklen_t len = sizeof sa;
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&sa), &len) != 0) return {};
+  char buf[INET6_ADDRSTRLEN] = {};
+  if (sa.ss_family == AF_INET) {
+    inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&sa)->sin_addr, buf, sizeof buf);
+    return buf;
+  }
+  if (sa.ss_family != AF_INET6) return {};
+  const auto* a6 = reinterpret_cast<sockaddr_in6*>(&sa);
+  inet_ntop(AF_INET6, &a6->sin6_addr, buf, sizeof buf);
+  return std::string(buf) + "%" + std::to_string(a6->sin6_scope_id);
+}
+
+// Keepalive on c when it is the first comm to its peer's host; otherwise the host's sentinel
+// watches for it.
+void join_host(Conn& c) {
+  if (!keepalive_params(heartbeat_ms()).enabled || c.fd < 0) return;
+  const std::string key = peer_host_key(c.fd);
+  if (key.empty()) {  // cannot tell the host: a keepalive of its own
+    set_keepalive(c);
+    return;
+  }
+  c.watch.host.owner = &c;
+  HostRegistry& reg = host_registry();
+  std::lock_guard<std::mutex> lk(reg.mu);
+  if (reg.hosts.add(&c.watch.host, key)) set_keepalive(c);
+}
+
+// c leaves its host (closed, or its socket no longer answers for the host): when it was the
+// sentinel, the host's next comm takes keepalive over.
+void leave_host(Conn& c) {
+  if (c.watch.host.owner == nullptr) return;
+  HostRegistry& reg = host_registry();
+  std::lock_guard<std::mutex> lk(reg.mu);
+  if (PeerHostNode* next = reg.hosts.remove(&c.watch.host))
+    set_keepalive(*static_cast<const Conn*>(next->owner));
+}
+
+// The host of c (c's socket timed out, keepalive or TCP_USER_TIMEOUT) is down for every comm to it:
+// each of the others is gone at its next poll. Under reg.mu.
+void host_down_locked(HostRegistry& reg, Conn& c) {
+  const std::vector<PeerHostNode*> others = reg.hosts.host_down(&c.watch.host);
+  if (others.empty()) return;
+  const std::string seen_on =
+      " (keepalive runs on one connection per peer host: comm to " + c.peer + " saw it)";
+  for (PeerHostNode* x : others) {
+    Conn& o = *static_cast<Conn*>(x->owner);
+    o.watch.host_reason =
+        peer_gone_reason(SocketSeen::kError, ETIMEDOUT, false, o.peer, heartbeat_ms()) + seen_on;
+    o.watch.host_down.store(true, std::memory_order_release);
+  }
+  SLUICE_INFO(kSubNet, "peer host of %s stopped answering: %zu more comms to it fail with it",
+              c.peer.c_str(), others.size());
+}
+
+void host_timed_out(Conn& c) {
+  if (c.watch.host.owner == nullptr) return;
+  HostRegistry& reg = host_registry();
+  std::lock_guard<std::mutex> lk(reg.mu);
+  host_down_locked(reg, c);
+}
+
+// At c's liveness poll: once per poll period per host, c looks at its host's sentinel socket, whose
+// own comm may never be called. Still established: nothing to do. Closed by a time-out: the host is
+// down (every comm of it, c too, is gone). Closed otherwise (the peer process reset or closed it):
+// the sentinel no longer watches the host, and the next comm takes keepalive over. A pending error
+// read here is handed to the sentinel's comm (taken_err), whose own poll reports it.
+void check_host(Conn& c) {
+  if (c.watch.host.owner == nullptr) return;
+  const Engine* e = engine();
+  const int64_t period = static_cast<int64_t>(e ? e->config().liveness_poll_ms : 1000) * 1000000;
+  HostRegistry& reg = host_registry();
+  // At the poll cadence only, and never waiting: when another comm holds the registry (it checks
+  // the host now, or joins or leaves), this poll leaves the check to the next one.
+  std::unique_lock<std::mutex> lk(reg.mu, std::try_to_lock);
+  if (!lk.owns_lock()) return;
+  PeerHostNode* s = reg.hosts.check_due(&c.watch.host, now_ns(), period);
+  if (s == nullptr) return;
+  Conn& sc = *static_cast<Conn*>(s->owner);  // registered, so its socket is open
+  tcp_info ti{};
+  socklen_t len = sizeof ti;
+  if (getsockopt(sc.fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 || ti.tcpi_state == TCP_ESTABLISHED)
+    return;
+  int err = 0;
+  if (ti.tcpi_state == TCP_CLOSE) {
+    len = sizeof err;
+    if (getsockopt(sc.fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = 0;
+    if (err != 0) sc.watch.taken_err.store(err, std::memory_order_release);
+  }
+  if (err == ETIMEDOUT) {
+    host_down_locked(reg, sc);
+    return;
+  }
+  if (PeerHostNode* next = reg.hosts.remove(s))
+    set_keepalive(*static_cast<const Conn*>(next->owner));
 }
 
 // Reads what the socket has (non-blocking) and updates c.watch. Never blocks.
 void poll_socket(Conn& c) {
   PeerWatch& w = c.watch;
   if (w.state == PeerWatch::kGone || c.fd < 0) return;
+  check_host(c);
+  if (w.host_down.load(std::memory_order_acquire)) {  // the host's sentinel timed out
+    w.state = PeerWatch::kGone;
+    w.gone = w.host_reason;
+    return;
+  }
   for (;;) {
     uint8_t buf[64];
     // Backpressure: a failover comm's path messages wait in the socket while the driver's inbox
@@ -221,6 +345,14 @@ void poll_socket(Conn& c) {
     ssize_t r = ::recv(c.fd, buf, want, MSG_DONTWAIT);
     int err = r < 0 ? errno : 0;
     SocketSeen seen = classify_read(r, err, buf);
+    // Another comm of the host read this socket's pending error (check_host): the socket then
+    // shows EOF, but that error is what happened.
+    if ((seen == SocketSeen::kEof || seen == SocketSeen::kError) && r <= 0) {
+      if (const int taken = w.taken_err.load(std::memory_order_acquire); taken != 0) {
+        seen = SocketSeen::kError;
+        err = taken;
+      }
+    }
     if (seen == SocketSeen::kNothing) {
       if (err == EINTR) continue;
       return;
@@ -243,6 +375,11 @@ void poll_socket(Conn& c) {
     }
     w.state = PeerWatch::kGone;
     w.gone = peer_gone_reason(seen, err, goodbye, c.peer, heartbeat_ms(), text);
+    if (seen == SocketSeen::kError && err == ETIMEDOUT) {
+      host_timed_out(c);
+    } else {
+      leave_host(c);  // the socket no longer watches the host: another comm's does
+    }
     return;
   }
 }
@@ -265,7 +402,7 @@ Status fail_with(Conn& c, Status st, bool tell) {
 }  // namespace
 
 void liveness_start(Conn& c) {
-  set_keepalive(c);
+  join_host(c);
   // On every adapter the comm's members use, once each (members may share one).
   for (int m = 0; m < c.nmembers; ++m) {
     Adapter* a = c.members[m].dev ? c.members[m].dev->adapter : nullptr;
@@ -282,6 +419,7 @@ void liveness_start(Conn& c) {
 }
 
 void liveness_stop(Conn& c) {
+  leave_host(c);
   if (c.watch.registered) {
     for (int m = 0; m < c.nmembers; ++m) {  // erasing twice from a shared adapter is harmless
       Adapter* a = c.members[m].dev->adapter;

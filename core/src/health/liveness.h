@@ -9,7 +9,8 @@
 //  * goodbye byte, then EOF: the peer closed its comm (normal close);
 //  * EOF without goodbye, or ECONNRESET: the peer's process exited or was killed;
 //  * ETIMEDOUT: TCP keepalive (SLUICE_HEARTBEAT_MS) or TCP_USER_TIMEOUT gave up: host down, power
-//    off or network cut.
+//    off or network cut. Keepalive runs on one comm's socket per peer host (peer_hosts.h); when it
+//    times out, every comm to that host is gone with the same reason.
 // The data path looks at the socket at most every SLUICE_LIVENESS_POLL_MS (one non-blocking recv;
 // a steady_clock read per call otherwise). A peer that is gone fails new work (isend/irecv) at once
 // and an outstanding request once a poll of the CQ did not complete it, so a normal close of both
@@ -25,6 +26,7 @@
 #include <cstdint>
 #include <string>
 
+#include "health/peer_hosts.h"
 #include "sluice/core/base/status.h"
 #include "sluice/core/wire/path_msg.h"
 #include "sluice/core/wire/wire.h"
@@ -50,6 +52,17 @@ struct PeerWatch {
   // Set once by the async-event thread (reason first, then the flag with release order).
   std::atomic<bool> async_failed{false};
   std::string async_reason;
+  // Keepalive per peer host (peer_hosts.h), under liveness.cc's host registry lock. host.owner is
+  // set by liveness_start, by this comm's thread, when keepalive is on.
+  PeerHostNode host;
+  // Set once, by the driver of the host's sentinel comm when its keepalive timed out (reason
+  // first, then the flag with release order): this comm's peer is gone at its next poll.
+  std::atomic<bool> host_down{false};
+  std::string host_reason;
+  // The pending error of this comm's socket (SO_ERROR, which reading clears), when another comm of
+  // its host read it (liveness.cc check_host): this comm's own poll reports it instead of the EOF
+  // its socket then shows.
+  std::atomic<int> taken_err{0};
 };
 
 // ---- Pure logic (unit-tested without verbs) ----------------------------------------------------
