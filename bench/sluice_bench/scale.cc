@@ -19,6 +19,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <sstream>
+#include <unordered_set>
 
 namespace bench {
 namespace {
@@ -178,6 +180,38 @@ void finish_up(Side& s, uint64_t pairs, bool receiver) {
 
 }  // namespace
 
+// This process's TCP sockets with their keepalive timer running: /proc/net/tcp{,6} rows whose
+// "tr" is 2, matched by inode to the sockets of /proc/self/fd (an idle socket without keepalive
+// shows 0, one with unacknowledged bytes 1).
+int32_t keepalive_sockets() {
+  std::unordered_set<unsigned long> ours;
+  DIR* d = opendir("/proc/self/fd");
+  if (d == nullptr) return -1;
+  while (const dirent* e = readdir(d)) {
+    char link[64] = {};
+    if (e->d_name[0] == '.' || readlinkat(dirfd(d), e->d_name, link, sizeof link - 1) <= 0)
+      continue;
+    if (std::strncmp(link, "socket:[", 8) == 0) ours.insert(std::strtoul(link + 8, nullptr, 10));
+  }
+  closedir(d);
+  int32_t n = 0;
+  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::ifstream in(table);
+    std::string line;
+    std::getline(in, line);  // the header
+    while (std::getline(in, line)) {
+      std::istringstream row(line);
+      std::string sl, local, remote, st, queues, timer, retr, uid, timeout;
+      unsigned long inode = 0;
+      if (!(row >> sl >> local >> remote >> st >> queues >> timer >> retr >> uid >> timeout >>
+            inode))
+        continue;
+      n += timer.rfind("02:", 0) == 0 && ours.count(inode) > 0;
+    }
+  }
+  return n;
+}
+
 ScaleSnap scale_snap() {
   ScaleSnap x;
   std::ifstream f("/proc/self/status");
@@ -203,6 +237,7 @@ ScaleSnap scale_snap() {
   std::string mi((std::istreambuf_iterator<char>(mf)), std::istreambuf_iterator<char>());
   x.mem_available = status_kib(mi, "MemAvailable:") * 1024;
   x.fds = fd_count();
+  x.keepalive = keepalive_sockets();
   VerbsObjects v = VerbsObjects::of_pid(getpid());
   x.verbs_valid = v.valid;
   x.qps = v.qps;

@@ -32,6 +32,8 @@ struct ScaleSnap {
   int32_t fds = 0;
   int32_t verbs_valid = 0;
   int64_t qps = 0, cqs = 0, mrs = 0, pds = 0;
+  // This process's TCP sockets whose keepalive timer runs (the plugin runs one per peer host).
+  int32_t keepalive = 0;
 };
 ScaleSnap scale_snap();
 // What is not back at `base` ("fds 12 -> 13, qps 4 -> 6"); "" when all is.

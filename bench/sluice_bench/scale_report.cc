@@ -45,7 +45,9 @@ struct Row {
   std::vector<std::string> problems;
 };
 
-// --scale-expect "fds=1/1,qps=1/1,nofile=raised": per-connection growth, sender/receiver; nofile:
+// --scale-expect "fds=1/1,qps=1/1,nofile=raised": per-connection growth, sender/receiver (keys
+// fds, qps, cqs, mrs), or for keepalive the most sockets with a keepalive timer running that each
+// side may hold with every pair up (the plugin runs one per peer host); nofile:
 // each side's soft RLIMIT_NOFILE is its hard one by the set-up (the plugin's init raised it) and,
 // with --nofile, each side held more fds than that soft limit.
 struct Expect {
@@ -69,8 +71,9 @@ Expect parse_expect(const std::string& spec) {
     if (eq == std::string::npos || sl == std::string::npos || sl < eq)
       fail("--scale-expect: '%s' is not KEY=SEND/RECV", item.c_str());
     const std::string key = item.substr(0, eq);
-    if (key != "fds" && key != "qps" && key != "cqs" && key != "mrs")
-      fail("--scale-expect: unknown key '%s' (fds, qps, cqs, mrs, nofile=raised)", key.c_str());
+    if (key != "fds" && key != "qps" && key != "cqs" && key != "mrs" && key != "keepalive")
+      fail("--scale-expect: unknown key '%s' (fds, qps, cqs, mrs, keepalive, nofile=raised)",
+           key.c_str());
     m[key] = {atof(item.substr(eq + 1, sl - eq - 1).c_str()), atof(item.substr(sl + 1).c_str())};
     if (c == std::string::npos) break;
     pos = c + 1;
@@ -81,6 +84,7 @@ Expect parse_expect(const std::string& spec) {
 int64_t growth(const ScaleReport& r, const std::string& key) {
   const ScaleSnap &a = r.snap_base, &b = r.snap_up;
   if (key == "fds") return b.fds - a.fds;
+  if (key == "keepalive") return b.keepalive - a.keepalive;
   if (key == "qps") return b.qps - a.qps;
   if (key == "cqs") return b.cqs - a.cqs;
   return b.mrs - a.mrs;
@@ -226,6 +230,16 @@ void scale_run(const Options& o, Side& s, std::vector<Table>* tables, uint64_t* 
     }
     if (up_ok) {
       for (const auto& [key, want] : expect.per_conn) {
+        if (key == "keepalive") {  // a ceiling on the count with every pair up, not a growth
+          const int ks = row.me.snap_up.keepalive, kr = row.peer.snap_up.keepalive;
+          const bool ok = ks >= 0 && kr >= 0 && ks <= want.first && kr <= want.second;
+          printf(
+              "# scale N=%llu: keepalive sockets %d / %d with every pair up (sender / receiver), "
+              "at most %g / %g: %s\n",
+              (unsigned long long)n, ks, kr, want.first, want.second, ok ? "ok" : "MISMATCH");
+          if (!ok) row.problems.push_back("more keepalive sockets than expected");
+          continue;
+        }
         const int64_t gs = growth(row.me, key), gr = growth(row.peer, key);
         const double ws = want.first * n, wr = want.second * n;
         const bool ok = std::fabs(gs - ws) < 1e-6 && std::fabs(gr - wr) < 1e-6;
@@ -260,6 +274,11 @@ void scale_run(const Options& o, Side& s, std::vector<Table>* tables, uint64_t* 
         (unsigned long long)pe.nofile_soft,
         (me.snap_base.mem_available - me.snap_idle.mem_available) / 1048576.0,
         me.snap_idle.mem_available / 1048576.0, row.problems.empty() ? "ok" : "FAILED");
+    printf(
+        "# scale N=%llu: TCP sockets with keepalive running %d / %d with every pair up, %d / %d "
+        "before (sender / receiver; one per peer host)\n",
+        (unsigned long long)n, me.snap_up.keepalive, pe.snap_up.keepalive, me.snap_base.keepalive,
+        pe.snap_base.keepalive);
     for (const std::string& p : row.problems)
       printf("# scale N=%llu: %s\n", (unsigned long long)n, p.c_str());
     fflush(stdout);
