@@ -47,10 +47,10 @@
 // size, and one that moves nothing fails within base + 10 s for any message up to 7 MiB per QP
 // (a smaller one: base + 10 s x its MiB). Past 7 MiB on one QP a message keeps 7 WRITEs
 // (cts::kMaxPieces, so a group fits the 63-WR send queue) of whole MiB each: 16 MiB signals every
-// 3 MiB (bound base + 30 s), a 1 GiB one (maxP2pBytes) every 147 MiB (base + 1470 s). Cost: messages up to 1 MiB on a lane get no
-// extra WR, CQE or doorbell; longer ones one WR and one CQE per MiB (still one doorbell per lane).
-// Before that (no signals) a message moving nothing waited base + 10 s per MiB outstanding
-// (16 MiB: base + 160 s). The receiver's watched work
+// 3 MiB (bound base + 30 s), a 1 GiB one (maxP2pBytes) every 147 MiB (base + 1470 s). Cost:
+// messages up to 1 MiB on a lane get no extra WR, CQE or doorbell; longer ones one WR and one CQE
+// per MiB (still one doorbell per lane). Before that (no signals) a message moving nothing waited
+// base + 10 s per MiB outstanding (16 MiB: base + 160 s). The receiver's watched work
 // (clear-to-send writes, probes) carries no data: its bound is the base. The clock starts at most
 // one poll period after the work was posted (or last completed) and fires at the first check past
 // the bound: the comm fails at its next test/isend/irecv within bound + two poll periods.
