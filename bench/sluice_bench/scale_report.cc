@@ -84,7 +84,6 @@ Expect parse_expect(const std::string& spec) {
 int64_t growth(const ScaleReport& r, const std::string& key) {
   const ScaleSnap &a = r.snap_base, &b = r.snap_up;
   if (key == "fds") return b.fds - a.fds;
-  if (key == "keepalive") return b.keepalive - a.keepalive;
   if (key == "qps") return b.qps - a.qps;
   if (key == "cqs") return b.cqs - a.cqs;
   return b.mrs - a.mrs;

@@ -347,7 +347,7 @@ void poll_socket(Conn& c) {
     SocketSeen seen = classify_read(r, err, buf);
     // Another comm of the host read this socket's pending error (check_host): the socket then
     // shows EOF, but that error is what happened.
-    if ((seen == SocketSeen::kEof || seen == SocketSeen::kError) && r <= 0) {
+    if (seen == SocketSeen::kEof || seen == SocketSeen::kError) {
       if (const int taken = w.taken_err.load(std::memory_order_acquire); taken != 0) {
         seen = SocketSeen::kError;
         err = taken;
