@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -24,6 +25,7 @@
 
 #include "rdma_env.h"
 #include "sluice/core/api.h"
+#include "sluice/core/wire/wire.h"
 
 namespace {
 
@@ -216,7 +218,8 @@ TEST(FdLimit, AcceptorOutOfDescriptorsFailsAtOnceAndTheConnectorIsToldItsLimit) 
   close(out_pipe[0]);
 }
 
-// The connecting process out of descriptors: connect and listen fail with the limit named.
+// The connecting process out of descriptors: connect and listen fail with the limit named; a listen
+// beside an open one shares its listening socket and needs no descriptor.
 TEST(FdLimit, ConnectorOutOfDescriptorsNamesItsLimit) {
   auto pair = rdmatest::test_pair();
   SLUICE_REQUIRE_PAIR(pair);
@@ -241,12 +244,35 @@ TEST(FdLimit, ConnectorOutOfDescriptorsNamesItsLimit) {
       for (int k = 0; k < 1000 && st.is_ok() && s == nullptr; ++k) {
         st = connect(a, handle, CommConfig{}, &s);
       }
+      // A second listen shares the first one's listening socket: it needs no descriptor, so it
+      // works out of descriptors, on the same port.
       char h2[kHandleSize];
       ListenComm* l2 = nullptr;
-      const Status ls = listen(b, h2, &l2);
-      text = "connect: " + st.message() + "\nlisten: " + ls.message();
+      const Status shared = listen(b, h2, &l2);
+      std::string same_port = "no";
+      if (shared.is_ok()) {
+        wire::Handle x, y;
+        std::memcpy(&x, handle, sizeof x);
+        std::memcpy(&y, h2, sizeof y);
+        sockaddr_storage sx{}, sy{};
+        socklen_t lx = 0, ly = 0;
+        wire::handle_address(x, &sx, &lx);
+        wire::handle_address(y, &sy, &ly);
+        if (lx == ly && std::memcmp(&sx, &sy, lx) == 0) same_port = "yes";
+      }
+      // With every listen closed the socket is gone: the next listen needs a descriptor again.
+      const bool closed = close_listen(l).is_ok() && (l2 == nullptr || close_listen(l2).is_ok());
+      l = nullptr;
+      const std::vector<int> refilled = exhaust_fds();  // the descriptors the closes gave back
+      char h3[kHandleSize];
+      ListenComm* l3 = nullptr;
+      const Status ls = listen(b, h3, &l3);
+      text = "connect: " + st.message() +
+             "\nshared listen: " + (shared.is_ok() ? "ok" : shared.message()) + ", same port " +
+             same_port + (closed ? "" : ", close_listen failed") + "\nlisten: " + ls.message();
       for (int fd : filled) close(fd);
-      if (l2 != nullptr && !close_listen(l2).is_ok()) text += "\nclose_listen failed";
+      for (int fd : refilled) close(fd);
+      if (l3 != nullptr && !close_listen(l3).is_ok()) text += "\nclose_listen failed";
     } else {
       text = "setup failed";
     }
@@ -269,7 +295,8 @@ TEST(FdLimit, ConnectorOutOfDescriptorsNamesItsLimit) {
   std::printf("%s\n", text.c_str());
   const std::string lim =
       "RLIMIT_NOFILE soft " + std::to_string(kLimit) + ", hard " + std::to_string(kLimit);
-  const std::string c = text.substr(0, text.find("\nlisten: "));
+  const std::string c = text.substr(0, text.find("\nshared listen: "));
+  EXPECT_TRUE(has(text, "\nshared listen: ok, same port yes\n")) << text;
   const std::string li = text.substr(text.find("\nlisten: "));
   for (const std::string& m : {c, li}) {
     EXPECT_TRUE(has(m, "EMFILE")) << m;

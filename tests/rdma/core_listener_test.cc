@@ -3,6 +3,7 @@
 // and never fail accept; each is dropped with an INFO naming its address and why. 16 peers
 // connecting at once all get comms; a foreign or corrupt handle fails connect cleanly, leaking
 // nothing. Run with SLUICE_HANDSHAKE_TIMEOUT_MS set short (core.cmake).
+#include <dirent.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -437,6 +438,102 @@ TEST_F(CoreListenerMany, SixteenPeersConnectAtOnce) {
     EXPECT_TRUE(close_recv(recvs[i]).is_ok());
   }
   EXPECT_TRUE(close_listen(l).is_ok());
+}
+
+// Descriptors this process has open.
+int open_fds() {
+  int n = 0;
+  if (DIR* d = opendir("/proc/self/fd")) {
+    while (readdir(d) != nullptr) ++n;
+    closedir(d);
+  }
+  return n - 3;  // ".", ".." and the directory's own descriptor
+}
+
+// Every listen of the process shares one listening socket (issue 32): the listens after the first
+// take no port and no descriptor; each connection reaches the listen whose handle its connector was
+// given, whichever listen's accept took it from the backlog; a connector holding the handle of a
+// closed listen is dropped as a nonce mismatch while the others carry on; the socket goes with the
+// last listen.
+TEST_F(CoreListener, ListensShareOneSocketAndEachGetsItsOwnConnector) {
+  constexpr int kListens = 8;
+  const int fds0 = open_fds();
+  std::vector<std::vector<char>> handles(kListens, std::vector<char>(kHandleSize));
+  std::vector<ListenComm*> ls(kListens, nullptr);
+  int fds_after_first = 0;
+  for (int i = 0; i < kListens; ++i) {
+    ASSERT_TRUE(listen(dev_b_, handles[i].data(), &ls[i]).is_ok());
+    if (i == 0) fds_after_first = open_fds();
+  }
+  EXPECT_EQ(open_fds(), fds_after_first) << "a listen beside another took a descriptor";
+  EXPECT_GE(fds_after_first - fds0, 1);
+  std::string addr0;
+  for (int i = 0; i < kListens; ++i) {
+    wire::Handle h;
+    std::memcpy(&h, handles[i].data(), sizeof h);
+    sockaddr_storage sa{};
+    socklen_t len = 0;
+    wire::handle_address(h, &sa, &len);
+    const std::string a = sockaddr_to_string(sa);
+    if (i == 0) addr0 = a;
+    EXPECT_EQ(a, addr0) << "listen " << i << " has its own port";
+  }
+  // The last listen is closed first: its connector must be refused, the others not disturbed.
+  std::vector<char> closed_handle = handles[kListens - 1];
+  ASSERT_TRUE(close_listen(ls[kListens - 1]).is_ok());
+  ls[kListens - 1] = nullptr;
+  constexpr int kLive = kListens - 1;
+
+  rdmatest::ExpectWarns expected;
+  std::vector<SendComm*> sends(kLive, nullptr);
+  std::vector<RecvComm*> recvs(kLive, nullptr);
+  SendComm* orphan = nullptr;
+  Status orphan_st;
+  const auto t0 = Clock::now();
+  for (bool done = false; !done;) {
+    ASSERT_LT(Clock::now(), t0 + std::chrono::seconds(60));
+    done = true;
+    for (int i = 0; i < kLive; ++i) {
+      if (sends[i] != nullptr) continue;
+      Status st = connect(dev_a_, handles[i].data(), CommConfig{}, &sends[i]);
+      ASSERT_TRUE(st.is_ok()) << "connect " << i << ": " << st.message();
+      done = false;
+    }
+    if (orphan_st.is_ok()) {
+      orphan_st = connect(dev_a_, closed_handle.data(), CommConfig{}, &orphan);
+      ASSERT_EQ(orphan, nullptr) << "connected to a closed listen";
+      done = false;
+    }
+    // Accepts in reverse order, and listen 0's only once every other listen has its comm: the
+    // earlier accepts took listen 0's connection from the shared backlog for it.
+    for (int i = kLive - 1; i >= 0; --i) {
+      if (recvs[i] != nullptr) continue;
+      done = false;
+      bool others = true;
+      for (int k = 1; k < kLive; ++k) others = others && recvs[k] != nullptr;
+      if (i == 0 && !others) continue;
+      Status st = accept(ls[i], &recvs[i]);
+      ASSERT_TRUE(st.is_ok()) << "accept " << i << ": " << st.message();
+      if (recvs[i] != nullptr) {
+        ASSERT_TRUE(close_listen(ls[i]).is_ok());  // as NCCL does, right after its accept
+        ls[i] = nullptr;
+      }
+    }
+  }
+  std::printf(
+      "%d listens on %s, connected and accepted in %.0f ms; the closed listen's connector: "
+      "%s\n",
+      kLive, addr0.c_str(), ms_between(t0, Clock::now()), orphan_st.message().c_str());
+  EXPECT_EQ(orphan_st.code(), Code::kRemoteError) << orphan_st.message();
+  EXPECT_TRUE(find_log({"dropping connection from", "nonce mismatch"}, nullptr))
+      << "the listener did not say why it dropped the closed listen's connector";
+  EXPECT_FALSE(find_log({"dropping the connection from"}, nullptr)) << "a real peer was dropped";
+  for (int i = 0; i < kLive; ++i) {
+    check_data(sends[i], recvs[i], static_cast<unsigned>(i));  // a misrouted pair carries nothing
+    EXPECT_TRUE(close_send(sends[i]).is_ok());
+    EXPECT_TRUE(close_recv(recvs[i]).is_ok());
+  }
+  EXPECT_EQ(open_fds(), fds0) << "the shared socket outlived its last listen";
 }
 
 TEST_F(CoreListener, ForeignAndCorruptHandlesFailConnectCleanly) {

@@ -3,16 +3,17 @@
 // receive comm's QPs to RTS and answer with our own. NCCL polls accept until it returns a comm;
 // nothing here blocks.
 //
-// Up to ListenComm::kMaxPending handshakes are in progress at once, each bounded by its own
-// SLUICE_HANDSHAKE_TIMEOUT_MS until it shows itself a peer of this listener, so a stray connection
-// (port scanner, health probe, half-open socket, a peer of another program) never delays a real
-// peer: it is dropped at its deadline or at its first byte that is not Sluice's, with an INFO. A
-// connection whose metadata passed (the listener's nonce: a real peer) is then bounded by the
-// connector's own SLUICE_CONNECT_TIMEOUT_MS from its accept: the connector may complete as late as
-// that (NCCL polls it when it can), and a handshake dropped while the connector can still complete
-// would leave a send comm whose receive comm never comes. A connection that fails after its
-// metadata was accepted is dropped with a WARN and its resources released; only a broken listening
-// socket fails accept.
+// Every listen of the process on one address shares one listening socket (listen_port.cc): a new
+// connection is read there until its metadata's nonce names a listen, and is then that listen's.
+// Up to 64 connections not yet named are in progress at once, each bounded by its own
+// SLUICE_HANDSHAKE_TIMEOUT_MS, so a stray connection (port scanner, health probe, half-open socket,
+// a peer of another program) never delays a real peer: it is dropped at its deadline or at its
+// first byte that is not Sluice's, with an INFO. A connection whose metadata passed (the listener's
+// nonce: a real peer) is then bounded by the connector's own SLUICE_CONNECT_TIMEOUT_MS from its
+// accept: the connector may complete as late as that (NCCL polls it when it can), and a handshake
+// dropped while the connector can still complete would leave a send comm whose receive comm never
+// comes. A connection that fails after its metadata was accepted is dropped with a WARN and its
+// resources released; only a broken listening socket fails accept.
 #include <arpa/inet.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -32,50 +33,13 @@
 #include "connect/comm_setup.h"
 #include "connect/fd_census.h"
 #include "connect/fd_reserve.h"
+#include "connect/listener_internal.h"
 #include "connect/oob_socket.h"
 #include "connect/route_gid.h"
 #include "sluice/core/base/log.h"
 #include "sluice/core/base/net_addr.h"
 
 namespace sluice {
-
-class ListenComm : public CommBase {
- public:
-  ListenComm() : CommBase(CommKind::kListen) {}
-  ~ListenComm();
-  FdCount counted{FdKind::kListen};
-  bool holds_reserve = false;    // counted among the reserved descriptor's users (fd_reserve.h)
-  Device* dev = nullptr;         // member 0's
-  std::vector<Device*> members;  // the listened device's members (Engine::members_of)
-  std::vector<uint32_t> weights;
-  int fd = -1;
-  wire::Nonce nonce{};  // 128 bits from getrandom(2) (wire::new_nonce)
-  std::string addr_text;
-  struct Pending;
-  // Handshakes in progress, oldest first. At kMaxPending, a new connection takes the place of the
-  // oldest one that has not yet shown a valid Sluice header; when every one has, new connections
-  // wait in the kernel's backlog.
-  static constexpr size_t kMaxPending = 64;
-  std::vector<std::unique_ptr<Pending>> pending;
-  bool resource_warned = false;  // accept4 ran out of memory; WARNed once until it works
-  bool fd_warned = false;        // out of descriptors with no connection waiting; WARNed once
-  Status failure;   // sticky: the listening socket itself failed, or finalize retired the comm
-  uint64_t id = 0;  // its key in the registry (listens())
-  // In the reaper's queue (guarded by the registry's q_mu): set when accept takes a handshake in,
-  // cleared by the reaper when it finds none left.
-  bool queued = false;
-  // Held by accept (its one driver) and by the reaper (reap_listens), which only try_locks it
-  // except at finalize.
-  std::mutex mu;
-  std::chrono::steady_clock::time_point last_accept;  // the last accept call (guarded by mu)
-  // The rdma_cm listeners, one per member (index = member), each bound to an address of its
-  // member's interface: all members' or none (SLUICE_CM=oob, or one could not bind). Their
-  // addresses and ports as text (for messages) and as sent to a fused connector that chose rdmacm
-  // (wire::MetaCmAddrs); cm[0]'s is the handle's.
-  std::vector<std::unique_ptr<CmListener>> cm;
-  std::vector<std::string> cm_text;
-  wire::MetaCmAddrs cm_addrs{};
-};
 
 namespace {
 
@@ -103,36 +67,6 @@ ListenRegistry& listens() {
 }
 
 }  // namespace
-
-struct ListenComm::Pending {
-  FdCount counted{FdKind::kHandshake};
-  enum Phase { kRecvMeta, kRecvMembers, kGidRoute, kSendMeta, kRecvReady } phase = kRecvMeta;
-  bool identified =
-      false;  // its metadata passed wire::validate_meta: a Sluice peer of this listener
-  int fd = -1;
-  std::string peer;
-  sockaddr_storage peer_addr{};
-  Clock::time_point accepted;  // taken from the backlog
-  // accepted + SLUICE_HANDSHAKE_TIMEOUT_MS; once identified, accepted + the larger of it and
-  // SLUICE_CONNECT_TIMEOUT_MS (the connector's bound: it may still complete until then).
-  Clock::time_point deadline;
-  std::unique_ptr<RecvComm> comm;
-  wire::Meta local{}, remote{};
-  wire::MetaMembers local_x{}, remote_x{};  // fusion: exchanged when the connector sent one
-  size_t io = 0;
-  uint8_t ready = 0;
-  std::unique_ptr<CmLink> cm;  // the connector chose rdmacm: its QPs' ids (cm_rdmacm.h)
-  RouteGid gid_route;          // oob: our GID as the route to the connector says (route_gid.h)
-  ~Pending() {
-    if (fd >= 0) close(fd);
-  }
-};
-
-ListenComm::~ListenComm() {
-  pending.clear();
-  if (fd >= 0) close(fd);
-  if (holds_reserve) fd_reserve_give();
-}
 
 namespace {
 
@@ -238,26 +172,10 @@ Status listen(int dev, void* handle, ListenComm** out) {
   sockaddr_storage sa = e->oob_interface().addr;
   SLUICE_RETURN_IF_ERROR(fd_reserve_take("listen on " + d->name));
   l->holds_reserve = true;
-  l->fd = socket(sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (l->fd < 0) {
-    const int err = errno;
-    if (fd_exhausted(err)) return fd_exhausted_status("listen on " + d->name + ": socket()", err);
-    return errno_status(Code::kSystemError, "listen: socket()", err);
+  {
+    const sockaddr_storage want = sa;
+    SLUICE_RETURN_IF_ERROR(port_join(*l, want, &sa));
   }
-  int one = 1;
-  setsockopt(l->fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  socklen_t len = sa.ss_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
-  if (sa.ss_family == AF_INET)
-    reinterpret_cast<sockaddr_in*>(&sa)->sin_port = 0;
-  else
-    reinterpret_cast<sockaddr_in6*>(&sa)->sin6_port = 0;
-  if (bind(l->fd, reinterpret_cast<sockaddr*>(&sa), len) != 0)
-    return errno_status(Code::kSystemError, "listen: bind to " + sockaddr_text(sa), errno);
-  if (::listen(l->fd, 128) != 0) return errno_status(Code::kSystemError, "listen()", errno);
-  SLUICE_RETURN_IF_ERROR(set_nonblocking(l->fd));
-  len = sizeof sa;
-  getsockname(l->fd, reinterpret_cast<sockaddr*>(&sa), &len);
-  l->addr_text = sockaddr_text(sa);
 
   const auto knob = static_cast<CmMode>(e->config().cm_mode);
   sockaddr_storage cm_sa{};
@@ -317,22 +235,33 @@ Status listen(int dev, void* handle, ListenComm** out) {
   return Status::ok();
 }
 
-namespace {
-
-// Drops a handshake: INFO while the connection has not shown itself a Sluice peer of this listener
-// (a stray is not an error), WARN once it has (a real peer's connection failed).
-void drop(const ListenComm& l, const ListenComm::Pending& p, const Status& why) {
+void drop_handshake(const std::string& where, const Device* dev, const ListenComm::Pending& p,
+                    const Status& why) {
   if (!p.identified) {
-    SLUICE_INFO(kSubNet, "%s: dropping connection from %s (no Sluice handshake): %s",
-                l.addr_text.c_str(), p.peer.c_str(), why.message().c_str());
+    SLUICE_INFO(kSubNet, "%s: dropping connection from %s (no Sluice handshake): %s", where.c_str(),
+                p.peer.c_str(), why.message().c_str());
     return;
   }
   const std::string qp = p.comm ? p.comm->c.describe_qp(0) : std::string("comm not built");
   SLUICE_WARN(
       "accept on %s (%s): dropping the connection from %s (peer device %s, %s) after the "
       "metadata exchange: %s; the listener keeps serving other peers",
-      l.dev->name.c_str(), l.addr_text.c_str(), p.peer.c_str(), p.remote.dev_name, qp.c_str(),
-      why.message().c_str());
+      dev != nullptr ? dev->name.c_str() : "?", where.c_str(), p.peer.c_str(), p.remote.dev_name,
+      qp.c_str(), why.message().c_str());
+}
+
+void queue_for_reaper(ListenComm& l, Clock::time_point now) {
+  ListenRegistry& g = listens();
+  std::lock_guard<std::mutex> q(g.q_mu);
+  if (l.queued) return;
+  l.queued = true;
+  g.due.push(now + std::chrono::milliseconds(engine()->config().handshake_timeout_ms), l.id);
+}
+
+namespace {
+
+void drop(const ListenComm& l, const ListenComm::Pending& p, const Status& why) {
+  drop_handshake(l.addr_text, l.dev, p, why);
 }
 
 enum class Step { kWait, kDone, kDrop };
@@ -344,33 +273,9 @@ Step step(ListenComm& l, ListenComm::Pending& p, Clock::time_point now, RecvComm
   const Config& cfg = engine()->config();
   for (;;) {
     switch (p.phase) {
-      case ListenComm::Pending::kRecvMeta: {
-        Status st = recv_some(p.fd, &p.remote, sizeof p.remote, &p.io, p.peer);
-        // Magic and version are checked on every byte that arrived, before anything else.
-        Status header = wire::check_meta_prefix(&p.remote, p.io);
-        if (!header.is_ok()) {
-          *why = header;
-          return Step::kDrop;
-        }
-        if (st.is_again()) break;
-        if (!st.is_ok()) {
-          *why = st;
-          return Step::kDrop;
-        }
-        Status valid = wire::validate_meta(p.remote, 0, l.nonce);
-        if (!valid.is_ok()) {
-          *why = valid;
-          return Step::kDrop;
-        }
-        p.identified = true;
-        p.deadline = p.accepted + std::chrono::milliseconds(
-                                      std::max(cfg.handshake_timeout_ms, cfg.connect_timeout_ms));
-        p.io = 0;
-        p.phase = (p.remote.features & wire::kMetaFeatureMembers) != 0
-                      ? ListenComm::Pending::kRecvMembers
-                      : ListenComm::Pending::kGidRoute;
-        continue;
-      }
+      case ListenComm::Pending::kRecvMeta:  // named by the port (listen_port.cc) before it came
+        *why = Status(Code::kInternalError, "a handshake reached its listen without metadata");
+        return Step::kDrop;
       case ListenComm::Pending::kRecvMembers: {  // fusion: the extension right behind Meta
         Status st = recv_some(p.fd, &p.remote_x, sizeof p.remote_x, &p.io, p.peer);
         if (st.is_again()) break;
@@ -464,107 +369,6 @@ Step step(ListenComm& l, ListenComm::Pending& p, Clock::time_point now, RecvComm
   return Step::kWait;
 }
 
-// Frees a place for a new connection when kMaxPending handshakes are in progress: the oldest one
-// not yet identified as a Sluice peer goes. False when every one is identified.
-bool make_room(ListenComm& l) {
-  for (auto it = l.pending.begin(); it != l.pending.end(); ++it) {
-    if ((*it)->identified) continue;
-    drop(l, **it,
-         Status(Code::kRemoteError, std::to_string(ListenComm::kMaxPending) +
-                                        " handshakes in progress at once: the oldest connection "
-                                        "without a Sluice header makes room for a new one"));
-    l.pending.erase(it);
-    return true;
-  }
-  return false;
-}
-
-// Puts a listen with handshakes in progress in the reaper's queue (once): should accept stop being
-// called, reap_listens drops its handshakes at their deadlines. Caller holds l.mu.
-void queue_for_reaper(ListenComm& l, Clock::time_point now) {
-  ListenRegistry& g = listens();
-  std::lock_guard<std::mutex> q(g.q_mu);
-  if (l.queued) return;
-  l.queued = true;
-  g.due.push(now + std::chrono::milliseconds(engine()->config().handshake_timeout_ms), l.id);
-}
-
-bool connection_level_error(int err) {
-  // accept(2): Linux passes errors of the new connection to accept; the listener is fine.
-  return err == ECONNABORTED || err == EPROTO || err == EPERM || err == ENETDOWN ||
-         err == ENOPROTOOPT || err == EHOSTDOWN || err == ENONET || err == EHOSTUNREACH ||
-         err == EOPNOTSUPP || err == ENETUNREACH || err == ETIMEDOUT || err == ECONNRESET;
-}
-
-// Takes the connections waiting in the kernel's backlog into the pending set. Fails only when the
-// listening socket itself is broken.
-Status accept_new(ListenComm& l, Clock::time_point now) {
-  const Config& cfg = engine()->config();
-  for (size_t taken = 0; taken < ListenComm::kMaxPending; ++taken) {
-    if (l.pending.size() >= ListenComm::kMaxPending && !make_room(l)) return Status::ok();
-    sockaddr_storage sa{};
-    socklen_t len = sizeof sa;
-    int fd = accept4(l.fd, reinterpret_cast<sockaddr*>(&sa), &len, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd < 0) {
-      const int err = errno;
-      if (err == EAGAIN || err == EWOULDBLOCK || err == EINTR) return Status::ok();
-      if (connection_level_error(err)) {
-        SLUICE_INFO(kSubNet, "%s: a connection failed before it was accepted: %s",
-                    l.addr_text.c_str(), std::strerror(err));
-        continue;
-      }
-      if (fd_exhausted(err)) {
-        // accept4 checks for a free descriptor before it looks at the backlog: with none waiting
-        // there is nobody to refuse yet. Say so once; the first connection that comes is refused
-        // and fails this accept (refuse_out_of_fds), so its connector learns why at once.
-        pollfd w{l.fd, POLLIN, 0};
-        if (poll(&w, 1, 0) == 1 && (w.revents & POLLIN) != 0)
-          return refuse_out_of_fds(l.fd, l.dev->name, l.addr_text, err);
-        if (!l.fd_warned) {
-          l.fd_warned = true;
-          SLUICE_WARN("%s; the next connection to it will be refused with this reason",
-                      fd_exhausted_status(
-                          "accept on " + l.dev->name + " (" + l.addr_text + "): accept4()", err)
-                          .message()
-                          .c_str());
-        }
-        return Status::ok();
-      }
-      if (err == ENOBUFS || err == ENOMEM) {
-        // Kernel memory: the connection stays in the backlog; later calls take it once it is back.
-        if (!l.resource_warned) {
-          SLUICE_WARN(
-              "accept on %s (%s): cannot take a new connection now: %s (the kernel is out of "
-              "socket memory); retrying",
-              l.dev->name.c_str(), l.addr_text.c_str(), std::strerror(err));
-          l.resource_warned = true;
-        }
-        return Status::ok();
-      }
-      return errno_status(
-          Code::kSystemError,
-          "accept on " + l.addr_text + " for " + l.dev->name + " (the listening socket is broken)",
-          err);
-    }
-    l.resource_warned = false;
-    l.fd_warned = false;
-    auto p = std::make_unique<ListenComm::Pending>();
-    p->fd = fd;
-    p->peer = sockaddr_text(sa);
-    p->peer_addr = sa;
-    p->accepted = now;
-    p->deadline = now + std::chrono::milliseconds(cfg.handshake_timeout_ms);
-    Status st = set_nonblocking(fd);
-    if (!st.is_ok()) {
-      drop(l, *p, st);
-      continue;
-    }
-    l.pending.push_back(std::move(p));
-    queue_for_reaper(l, now);
-  }
-  return Status::ok();
-}
-
 // The handshake an rdma_cm connect request belongs to: its metadata named the same FIFO and rkey,
 // and the request names the QP number the metadata gave for that QP index. Fused: it arrived at
 // the listener of `member`, which must be the member that QP lives on here (wire.h's path layout),
@@ -608,7 +412,7 @@ Status accept(ListenComm* l, RecvComm** out) {
     ListenComm* l;
     ~Touch() { l->last_accept = Clock::now(); }
   } touch{l};
-  Status st = accept_new(*l, now);
+  Status st = port_service(*l, now);
   for (size_t m = 0; st.is_ok() && m < l->cm.size(); ++m)
     st = cm_listener_poll(*l->cm[m], l->nonce, l->cm_text[m], cm_finder(*l, static_cast<int>(m)));
   if (!st.is_ok()) {
@@ -659,6 +463,7 @@ namespace {
 
 // Drops l's handshakes that are past their deadline (all of them at finalize); caller holds l.mu.
 size_t reap_pending(ListenComm& l, bool all, Clock::time_point now) {
+  port_take_inbox(l);  // what other listens' accepts handed it counts as its own
   size_t n = 0;
   for (size_t i = 0; i < l.pending.size();) {
     ListenComm::Pending& p = *l.pending[i];
@@ -690,8 +495,8 @@ size_t reap_listens(bool all) {
   } else if (!lk.try_lock()) {
     return 0;
   }
-  size_t n = 0;
   const Clock::time_point now = Clock::now();
+  size_t n = port_reap(all, now);  // connections no listen was named for yet
   if (all) {
     for (auto& [id, l] : g.comms) {
       std::lock_guard<std::mutex> ll(l->mu);
@@ -711,7 +516,7 @@ size_t reap_listens(bool all) {
   std::vector<uint64_t> ids;
   {
     std::lock_guard<std::mutex> q(g.q_mu);
-    if (!g.due.due(now)) return 0;  // the common case: one comparison
+    if (!g.due.due(now)) return n;  // the common case: one comparison
     reap_due(g.due, now, kReapBatch, [&](uint64_t id) {
       ids.push_back(id);
       return ReapDecision{ReapDecision::kGone, {}};  // re-queued below if still needed
@@ -725,6 +530,7 @@ size_t reap_listens(bool all) {
     Clock::time_point next = now + bound;
     bool keep = true;
     if (ll.owns_lock()) {
+      port_take_inbox(*l);
       if (now - l->last_accept > bound)
         n += reap_pending(*l, false, now);  // accept abandoned it
       else
