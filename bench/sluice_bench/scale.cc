@@ -180,13 +180,14 @@ void finish_up(Side& s, uint64_t pairs, bool receiver) {
 
 }  // namespace
 
-// This process's TCP sockets with their keepalive timer running: /proc/net/tcp{,6} rows whose
-// "tr" is 2, matched by inode to the sockets of /proc/self/fd (an idle socket without keepalive
-// shows 0, one with unacknowledged bytes 1).
-int32_t keepalive_sockets() {
+// This process's TCP sockets: those with their keepalive timer running (/proc/net/tcp{,6} rows
+// whose "tr" is 2; an idle socket without keepalive shows 0, one with unacknowledged bytes 1) and
+// those listening (state 0A), matched by inode to the sockets of /proc/self/fd.
+TcpCounts tcp_counts() {
+  TcpCounts out;
   std::unordered_set<unsigned long> ours;
   DIR* d = opendir("/proc/self/fd");
-  if (d == nullptr) return -1;
+  if (d == nullptr) return {-1, -1};
   while (const dirent* e = readdir(d)) {
     char link[64] = {};
     if (e->d_name[0] == '.' || readlinkat(dirfd(d), e->d_name, link, sizeof link - 1) <= 0)
@@ -194,7 +195,6 @@ int32_t keepalive_sockets() {
     if (std::strncmp(link, "socket:[", 8) == 0) ours.insert(std::strtoul(link + 8, nullptr, 10));
   }
   closedir(d);
-  int32_t n = 0;
   for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
     std::ifstream in(table);
     std::string line;
@@ -206,10 +206,12 @@ int32_t keepalive_sockets() {
       if (!(row >> sl >> local >> remote >> st >> queues >> timer >> retr >> uid >> timeout >>
             inode))
         continue;
-      n += timer.rfind("02:", 0) == 0 && ours.count(inode) > 0;
+      if (ours.count(inode) == 0) continue;
+      out.keepalive += timer.rfind("02:", 0) == 0;
+      out.listening += st == "0A";
     }
   }
-  return n;
+  return out;
 }
 
 ScaleSnap scale_snap() {
@@ -237,7 +239,9 @@ ScaleSnap scale_snap() {
   std::string mi((std::istreambuf_iterator<char>(mf)), std::istreambuf_iterator<char>());
   x.mem_available = status_kib(mi, "MemAvailable:") * 1024;
   x.fds = fd_count();
-  x.keepalive = keepalive_sockets();
+  const TcpCounts tcp = tcp_counts();
+  x.keepalive = tcp.keepalive;
+  x.listening = tcp.listening;
   VerbsObjects v = VerbsObjects::of_pid(getpid());
   x.verbs_valid = v.valid;
   x.qps = v.qps;
@@ -306,6 +310,10 @@ ScaleReport scale_up(Side& s, const Cmd& c, bool receiver) {
           void* lc = nullptr;
           hs.push_back(net.listen(s.dev, &lc));
           lcs.push_back(lc);
+        }
+        if (first == 0) {  // the round's listens all open: the listening sockets they hold
+          rep.round_listens = static_cast<int32_t>(lcs.size());
+          rep.round_listening = tcp_counts().listening - rep.snap_base.listening;
         }
       } catch (const BenchError& e) {
         hdr.err = 1;

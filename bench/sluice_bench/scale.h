@@ -34,7 +34,12 @@ struct ScaleSnap {
   int64_t qps = 0, cqs = 0, mrs = 0, pds = 0;
   // This process's TCP sockets whose keepalive timer runs (the plugin runs one per peer host).
   int32_t keepalive = 0;
+  int32_t listening = 0;  // and those listening (the plugin shares one per address)
 };
+struct TcpCounts {
+  int32_t keepalive = 0, listening = 0;
+};
+TcpCounts tcp_counts();
 ScaleSnap scale_snap();
 // What is not back at `base` ("fds 12 -> 13, qps 4 -> 6"); "" when all is.
 std::string scale_leak(const ScaleSnap& base, const ScaleSnap& now);
@@ -46,6 +51,8 @@ struct ScaleReport {
   int32_t closed = 0;
   char error[960] = {};
   uint64_t nofile_soft = 0, nofile_hard = 0;  // RLIMIT_NOFILE at the set-up (after the init)
+  // Receiver: the first round's listens, all open at once, and the listening sockets they held.
+  int32_t round_listens = 0, round_listening = 0;
   double establish_s = 0, dereg_s = 0, close_s = 0;
   // Before the set-up; every pair up; a receive posted on each (and each comm's slot registered);
   // after the close.

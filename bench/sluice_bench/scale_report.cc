@@ -47,7 +47,9 @@ struct Row {
 
 // --scale-expect "fds=1/1,qps=1/1,nofile=raised": per-connection growth, sender/receiver (keys
 // fds, qps, cqs, mrs), or for keepalive the most sockets with a keepalive timer running that each
-// side may hold with every pair up (the plugin runs one per peer host); nofile:
+// side may hold with every pair up (the plugin runs one per peer host), or for listen the most
+// listening sockets the receiver's listens of a round may hold (RECV only; the plugin shares one
+// per address); nofile:
 // each side's soft RLIMIT_NOFILE is its hard one by the set-up (the plugin's init raised it) and,
 // with --nofile, each side held more fds than that soft limit.
 struct Expect {
@@ -71,9 +73,12 @@ Expect parse_expect(const std::string& spec) {
     if (eq == std::string::npos || sl == std::string::npos || sl < eq)
       fail("--scale-expect: '%s' is not KEY=SEND/RECV", item.c_str());
     const std::string key = item.substr(0, eq);
-    if (key != "fds" && key != "qps" && key != "cqs" && key != "mrs" && key != "keepalive")
-      fail("--scale-expect: unknown key '%s' (fds, qps, cqs, mrs, keepalive, nofile=raised)",
-           key.c_str());
+    if (key != "fds" && key != "qps" && key != "cqs" && key != "mrs" && key != "keepalive" &&
+        key != "listen")
+      fail(
+          "--scale-expect: unknown key '%s' (fds, qps, cqs, mrs, keepalive, listen, "
+          "nofile=raised)",
+          key.c_str());
     m[key] = {atof(item.substr(eq + 1, sl - eq - 1).c_str()), atof(item.substr(sl + 1).c_str())};
     if (c == std::string::npos) break;
     pos = c + 1;
@@ -239,6 +244,17 @@ void scale_run(const Options& o, Side& s, std::vector<Table>* tables, uint64_t* 
           if (!ok) row.problems.push_back("more keepalive sockets than expected");
           continue;
         }
+        if (key == "listen") {  // a ceiling on the receiver's listening sockets in a round
+          const int lr = row.peer.round_listening;
+          const bool ok = lr >= 0 && lr <= want.second;
+          printf(
+              "# scale N=%llu: %d listening socket(s) held by the receiver's %d listens of a "
+              "round, at most %g: %s\n",
+              (unsigned long long)n, lr, row.peer.round_listens, want.second,
+              ok ? "ok" : "MISMATCH");
+          if (!ok) row.problems.push_back("more listening sockets than expected");
+          continue;
+        }
         const int64_t gs = growth(row.me, key), gr = growth(row.peer, key);
         const double ws = want.first * n, wr = want.second * n;
         const bool ok = std::fabs(gs - ws) < 1e-6 && std::fabs(gr - wr) < 1e-6;
@@ -275,9 +291,10 @@ void scale_run(const Options& o, Side& s, std::vector<Table>* tables, uint64_t* 
         me.snap_idle.mem_available / 1048576.0, row.problems.empty() ? "ok" : "FAILED");
     printf(
         "# scale N=%llu: TCP sockets with keepalive running %d / %d with every pair up, %d / %d "
-        "before (sender / receiver; one per peer host)\n",
+        "before (sender / receiver; one per peer host); the receiver's %d listens of a round "
+        "held %d listening socket(s)\n",
         (unsigned long long)n, me.snap_up.keepalive, pe.snap_up.keepalive, me.snap_base.keepalive,
-        pe.snap_base.keepalive);
+        pe.snap_base.keepalive, pe.round_listens, pe.round_listening);
     for (const std::string& p : row.problems)
       printf("# scale N=%llu: %s\n", (unsigned long long)n, p.c_str());
     fflush(stdout);

@@ -16,10 +16,11 @@ set(SLUICE_SCALE_BENCH ${CMAKE_CURRENT_LIST_DIR}/with_test_devices.sh $<TARGET_F
 # each accept), a receive posted on each, the active pair measured beside them, then a verified
 # message on every idle pair and the close. Today's plugin holds one socket, one QP, one CQ and one
 # MR per comm on each side, and runs TCP keepalive on one socket per peer host (keepalive=1/1: at
-# most one socket a side with every pair up; it was one per comm): a change there must change these
-# counts on purpose.
+# most one socket a side with every pair up; it was one per comm), and the receiver's 128 listens
+# of a round share one listening socket (listen=0/1; it was one per listen): a change there must
+# change these counts on purpose.
 sluice_add_rdma_test(NAME bench_scale_200 TIMEOUT 300 COMMAND ${SLUICE_SCALE_BENCH}
-  --scale-pairs 0,200 --scale-expect fds=1/1,qps=1/1,cqs=1/1,mrs=1/1,keepalive=1/1)
+  --scale-pairs 0,200 --scale-expect fds=1/1,qps=1/1,cqs=1/1,mrs=1/1,keepalive=1/1,listen=0/1)
 
 # No fd wall: both processes start with a soft RLIMIT_NOFILE of 256 and a hard one of 4,096; the
 # plugin's init raises soft to hard, and 400 pairs (more sockets than 256 on each side) come up,
