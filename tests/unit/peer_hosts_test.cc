@@ -12,7 +12,7 @@ namespace {
 
 int sentinels(const std::vector<PeerHostNode>& v) {
   return static_cast<int>(std::count_if(
-      v.begin(), v.end(), [](const PeerHostNode& n) { return n.linked && n.sentinel; }));
+      v.begin(), v.end(), [](const PeerHostNode& n) { return n.linked() && n.sentinel; }));
 }
 
 TEST(PeerHosts, FirstNodeOfAHostIsItsOnlySentinel) {
@@ -55,7 +55,7 @@ TEST(PeerHosts, HostDownTakesEveryNodeOfThatHostOnly) {
   ASSERT_EQ(others.size(), 3u);
   for (int i = 1; i < 4; ++i)
     EXPECT_NE(std::find(others.begin(), others.end(), &a[i]), others.end()) << i;
-  for (const auto& n : a) EXPECT_FALSE(n.linked);
+  for (const auto& n : a) EXPECT_FALSE(n.linked());
   EXPECT_EQ(h.hosts(), 1u);
   EXPECT_EQ(h.nodes(), 2u);
   EXPECT_EQ(h.remove(&a[2]), nullptr) << "a comm of the downed host closing later";

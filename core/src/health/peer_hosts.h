@@ -27,12 +27,14 @@
 
 namespace sluice {
 
+struct PeerHostEntry;  // PeerHosts' entry of one host
+
 struct PeerHostNode {
-  void* owner = nullptr;  // the comm (liveness.cc: a Conn)
-  bool linked = false;
-  bool sentinel = false;  // runs keepalive for its host
-  std::string key;        // the peer's address, without port
+  void* owner = nullptr;          // the comm (liveness.cc: a Conn)
+  bool sentinel = false;          // runs keepalive for its host
+  PeerHostEntry* host = nullptr;  // its host's entry while linked (stable: a map node)
   std::list<PeerHostNode*>::iterator it;
+  bool linked() const { return host != nullptr; }
 };
 
 class PeerHosts {
@@ -54,12 +56,16 @@ class PeerHosts {
   size_t nodes() const { return nodes_; }
 
  private:
-  struct Host {
-    std::list<PeerHostNode*> nodes;  // the sentinel first
-    int64_t next_check = 0;          // check_due
-  };
-  std::unordered_map<std::string, Host> hosts_;
+  // Its nodes find it through their `host` pointer (a map node's address does not change on
+  // rehash), so only add and a host's last removal look the key up.
+  std::unordered_map<std::string, PeerHostEntry> hosts_;
   size_t nodes_ = 0;
+};
+
+struct PeerHostEntry {
+  std::list<PeerHostNode*> nodes;    // the sentinel first
+  int64_t next_check = 0;            // PeerHosts::check_due
+  const std::string* key = nullptr;  // the map's own key (the peer's address, without port)
 };
 
 }  // namespace sluice
