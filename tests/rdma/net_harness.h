@@ -64,9 +64,21 @@ inline std::atomic<int> g_warns{0};
 inline std::mutex g_last_warn_mu;
 inline std::string g_last_warn;  // the text of the latest WARN (guarded by g_last_warn_mu)
 
+inline std::vector<std::string> g_recent_warns;  // the latest 32 WARNs, oldest first (same lock)
+
 inline std::string last_warn() {
   std::lock_guard<std::mutex> lk(g_last_warn_mu);
   return g_last_warn;
+}
+
+// The latest WARN that contains `part` (a call's own WARN, e.g. "NET/Sluice : connect:",
+// whatever another thread, such as the async event thread, logged after it); "" when none.
+inline std::string last_warn_with(const std::string& part) {
+  std::lock_guard<std::mutex> lk(g_last_warn_mu);
+  for (auto it = g_recent_warns.rbegin(); it != g_recent_warns.rend(); ++it) {
+    if (it->find(part) != std::string::npos) return *it;
+  }
+  return "";
 }
 
 // INFO lines are kept (besides the level shown) while g_keep_info is set: tests that assert what
@@ -111,6 +123,8 @@ inline void test_logger(ncclDebugLogLevel level, unsigned long /*flags*/, const 
   if (level == NCCL_LOG_WARN) {
     std::lock_guard<std::mutex> lk(g_last_warn_mu);
     g_last_warn = msg;
+    if (g_recent_warns.size() == 32) g_recent_warns.erase(g_recent_warns.begin());
+    g_recent_warns.emplace_back(msg);
   }
   if (keep) {
     std::lock_guard<std::mutex> lk(g_info_mu);

@@ -251,6 +251,12 @@ ncclResult_t connect_until_error(int host, Setup& s, Clock::time_point since, lo
   return r;
 }
 
+// The connect's own WARN: the async event thread may WARN about the port right after it.
+std::string connect_warn() {
+  const std::string w = last_warn_with("NET/Sluice : connect:");
+  return w.empty() ? last_warn() : w;
+}
+
 int before_connect(int host) {
   Setup s;
   if (int rc = set_up(host, &s)) return rc;
@@ -270,7 +276,7 @@ int before_connect(int host) {
     usleep(1000 * 1000);  // host1 is taking its link down (a fork + exec in a TCG VM)
     const auto t = Clock::now();
     r = connect_until_error(host, s, t, bound, &took, &listener_problem);
-    w = last_warn();
+    w = connect_warn();
     // Wait for host1's word that its link is back, our listener still polled meanwhile.
     for (b = 0; b != 'U';) {
       void* rc = nullptr;
@@ -290,7 +296,7 @@ int before_connect(int host) {
     if (!set_link(host, "eth0", false)) return fail(host, 7, "eth0 down");
     const auto t = Clock::now();
     r = connect_until_error(host, s, t, bound, &took, &listener_problem);
-    w = last_warn();
+    w = connect_warn();
     // Down until host0's connect (started ~1 s after ours) has run into its own bound.
     while (ms_since(t) < 1000 + bound) {
       void* rc = nullptr;
