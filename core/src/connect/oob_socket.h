@@ -11,6 +11,8 @@
 
 namespace sluice {
 
+// sockaddr_to_string's text ("a.b.c.d:port", "[v6%scope]:port"), with the names of IPv6 scopes
+// (interfaces) kept a second rather than read by if_indextoname each time.
 std::string sockaddr_text(const sockaddr_storage& sa);
 // O_NONBLOCK and TCP_NODELAY on `fd`.
 Status set_nonblocking(int fd);
