@@ -1,0 +1,111 @@
+// The eager path's wire formats (docs/eager.md): the ring slot a sender RDMA-writes into its
+// receiver's eager ring, and the grant block a receiver RDMA-writes once into its sender's comm
+// memory to lend it a ring. Pure: no verbs, no state. The receiver's reading of a slot is the
+// only parser of peer bytes here; fuzz/eager_slot_fuzz.cc drives it with arbitrary bytes.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+
+namespace sluice::wire {
+
+// Tags in [0, kEagerTags) are numbered per tag on both ends and may go eager; any other tag always
+// takes the clear-to-send path (rules/eager_book.h).
+inline constexpr int kEagerTags = 64;
+// The largest SLUICE_EAGER_MAX: a slot's size is a 32-bit field, and a ring of 64 slots of this
+// size stays a few MiB.
+inline constexpr size_t kEagerMaxBytes = size_t{64} << 10;
+// Ring slots per comm (W): a power of two, at least 4 (credits come back every W/2), at most 64.
+inline constexpr uint32_t kEagerMinSlots = 4;
+inline constexpr uint32_t kEagerMaxSlots = 64;
+
+// CtsEntry::nreqs bit 7: the receive was completed from the eager ring before its entries were
+// written (every part came eagerly); the sender posts nothing for it. Entries of such a slot carry
+// the same bit. Only with the eager feature negotiated.
+inline constexpr uint8_t kCtsResolved = 0x80;
+inline constexpr uint8_t kCtsCountMask = 0x7f;
+
+// An eager slot: this header, then `size` payload bytes, written by one RDMA WRITE from the
+// sender's staging slot. `seq` = the eager counter + 1 (so a zeroed slot never reads as message 0);
+// `grant` = the grant's generation (a ring re-lent to another comm never shows the previous
+// comm's messages as this one's). `hcrc` covers the header's other 28 bytes, `pcrc` the payload,
+// both CRC32C: a slot is taken only when both check, so a WRITE still landing, in any byte order,
+// reads as "not yet", never as a message.
+struct alignas(8) EagerHeader {
+  uint64_t seq;
+  uint32_t size;
+  int32_t tag;
+  uint32_t ordinal;  // the send's ordinal among this comm's sends with `tag`
+  uint32_t grant;
+  uint32_t pcrc;
+  uint32_t hcrc;  // last: CRC32C of bytes [0, 28)
+};
+static_assert(sizeof(EagerHeader) == 32 && offsetof(EagerHeader, hcrc) == 28);
+static_assert(std::is_trivially_copyable_v<EagerHeader>);
+inline constexpr size_t kEagerHeaderBytes = sizeof(EagerHeader);
+
+// Bytes between two slots of a ring whose largest message is `max_bytes`: header + payload, rounded
+// up to 64 (each slot starts on a cache line).
+size_t eager_stride(size_t max_bytes);
+
+// CRC32C (Castagnoli), continuing `crc` (start with 0): SSE4.2 or ARMv8 CRC instructions where the
+// CPU has them, a table otherwise; the same value either way.
+uint32_t crc32c(uint32_t crc, const void* p, size_t n);
+
+// Writes a slot into `slot` (staging memory of at least kEagerHeaderBytes + size bytes): the header
+// for eager message `counter`, then a copy of `payload`. Returns the bytes to write.
+size_t encode_eager_slot(void* slot, uint64_t counter, uint32_t grant, int32_t tag,
+                         uint32_t ordinal, const void* payload, uint32_t size);
+
+enum class SlotRead {
+  kNotYet,   // not (completely) there: another counter (an older message, or none), or a CRC
+             // that does not check yet
+  kReady,    // *out is the header of message `counter`; its payload follows it in the slot
+  kCorrupt,  // the header checks but says what no Sluice writes (*why): the comm fails
+};
+// Reads the slot the receiver expects eager message `counter` of grant `grant` in (`slot`, at least
+// kEagerHeaderBytes + max_bytes bytes, which the peer may be writing right now: every byte is read
+// once into a copy before it is judged). kCorrupt: size above max_bytes, a tag outside
+// [0, kEagerTags), a grant other than `grant` with the expected seq.
+SlotRead read_eager_slot(const void* slot, uint64_t counter, uint32_t grant, size_t max_bytes,
+                         EagerHeader* out, std::string* why);
+
+// The grant block: 64 bytes after the sender's FIFO and completion records, written once by the
+// receiver when it lends the comm a ring. `ready` is written last (1); `crc` (CRC32C of bytes
+// [0, 28)) makes a block still landing read as absent.
+struct alignas(64) EagerGrant {
+  uint64_t ring_addr;
+  uint32_t rkey;
+  uint32_t grant;      // generation, echoed in every slot header
+  uint32_t max_bytes;  // the receiver's SLUICE_EAGER_MAX: the sender sends at most min(its, this)
+  uint16_t slots;      // W
+  uint16_t stride64;   // slot stride / 64
+  uint32_t reserved;   // zero
+  uint32_t crc;
+  uint64_t ready;
+  uint8_t pad[24];
+};
+static_assert(sizeof(EagerGrant) == 64 && offsetof(EagerGrant, crc) == 28 &&
+              offsetof(EagerGrant, ready) == 32);
+static_assert(std::is_trivially_copyable_v<EagerGrant>);
+
+void encode_grant(EagerGrant* g, uint64_t ring_addr, uint32_t rkey, uint32_t grant,
+                  uint32_t max_bytes, uint32_t slots);
+// Reads a grant block as the sender finds it. kNotYet: not written yet, or still landing (ready or
+// the CRC not there); kReady: *out validated (slots a power of two in [kEagerMinSlots,
+// kEagerMaxSlots], max_bytes <= kEagerMaxBytes, stride = eager_stride(max_bytes), a non-zero
+// address and key); kCorrupt: the CRC checks but a field does not (*why).
+SlotRead read_grant(const EagerGrant* g, EagerGrant* out, std::string* why);
+
+// The credit in a clear-to-send entry (CtsEntry::reserved): the receiver's limit (the first eager
+// counter it has no free slot for) modulo 2^16. `known` is the largest limit the sender read so
+// far; the true limit is never below it nor more than kEagerMaxSlots above the sender's own eager
+// count, which is at most `known`: so the 16 bits name it, and a step of more than W (the ring's
+// slots) is a peer's error (rules/eager_book.cc refuses it).
+inline uint64_t credit_of(uint64_t known, uint16_t v) {
+  return known + static_cast<uint16_t>(v - static_cast<uint16_t>(known));
+}
+
+}  // namespace sluice::wire

@@ -1,0 +1,101 @@
+// libFuzzer target: an eager ring slot and a grant block as the peer RDMA-wrote them, through the
+// real readers of core/src/wire/eager.cc (the receiver's read_eager_slot, the sender's read_grant).
+//
+// Input layout (short inputs are zero-padded):
+//   [0, 8)      the counter the receiver expects
+//   [8, 12)     the grant the receiver expects
+//   [12, 14)    the receiver's largest eager message (taken modulo 4,097)
+//   [14]        control: bit 0 = first encode a valid slot from the bytes below and then flip the
+//               bits named in [15, 23) (so the fuzzer also starts from slots that check)
+//   [15, 23)    bit positions to flip (one byte each: position * 8 + bit, modulo the slot's bits)
+//   [23, 87)    a grant block
+//   [87, ...)   the slot's bytes (at most 32 + 4,096)
+// Contract: never crash; kReady only for a slot whose every field the reader promised checks
+// (recomputed here with the same CRC over the same bytes); kCorrupt with a reason; a grant read
+// ready is within its documented ranges.
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "fuzz_check.h"
+#include "sluice/core/wire/eager.h"
+
+using namespace sluice;
+
+namespace {
+
+template <typename T>
+T take(const uint8_t* p, size_t n, size_t at) {
+  uint8_t b[sizeof(T)] = {};
+  for (size_t i = 0; i < sizeof(T); ++i) b[i] = at + i < n ? p[at + i] : 0;
+  T v;
+  std::memcpy(&v, b, sizeof v);
+  return v;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const auto counter = take<uint64_t>(data, size, 0);
+  const auto grant = take<uint32_t>(data, size, 8);
+  const size_t max = take<uint16_t>(data, size, 12) % 4097;
+  const uint8_t control = take<uint8_t>(data, size, 14);
+  std::vector<uint8_t> slot(wire::eager_stride(4096), 0);
+  const size_t from = 87;
+  const size_t body = size > from ? std::min(size - from, slot.size()) : 0;
+  if (body > 0) std::memcpy(slot.data(), data + from, body);
+  if ((control & 1) != 0) {
+    // A slot that checks, from the body's bytes as payload, then bit flips.
+    const auto n = static_cast<uint32_t>(std::min<size_t>(body, max));
+    std::vector<uint8_t> payload(slot.begin() + wire::kEagerHeaderBytes,
+                                 slot.begin() + wire::kEagerHeaderBytes + n);
+    const int32_t tag = static_cast<int32_t>(take<uint8_t>(data, size, 15) % wire::kEagerTags);
+    wire::encode_eager_slot(slot.data(), counter, grant, tag, take<uint32_t>(data, size, 16),
+                            payload.data(), n);
+    const size_t bits = (wire::kEagerHeaderBytes + n) * 8;
+    for (size_t k = 0; k < 8; ++k) {
+      const uint8_t pos = take<uint8_t>(data, size, 15 + k);
+      if (pos == 0) continue;
+      const size_t b = (static_cast<size_t>(pos) * 37) % bits;
+      slot[b / 8] ^= static_cast<uint8_t>(1u << (b % 8));
+    }
+  }
+  wire::EagerHeader h{};
+  std::string why;
+  const wire::SlotRead r = wire::read_eager_slot(slot.data(), counter, grant, max, &h, &why);
+  if (r == wire::SlotRead::kReady) {
+    wire::EagerHeader x;
+    std::memcpy(&x, slot.data(), sizeof x);
+    FUZZ_CHECK(std::memcmp(&x, &h, sizeof x) == 0, "the header returned is the slot's");
+    FUZZ_CHECK(h.seq == counter + 1, "seq %llu for counter %llu",
+               static_cast<unsigned long long>(h.seq), static_cast<unsigned long long>(counter));
+    FUZZ_CHECK(h.grant == grant && h.size <= max && h.tag >= 0 && h.tag < wire::kEagerTags,
+               "fields in range");
+    FUZZ_CHECK(wire::crc32c(0, &h, 28) == h.hcrc, "header CRC");
+    FUZZ_CHECK(wire::crc32c(0, slot.data() + wire::kEagerHeaderBytes, h.size) == h.pcrc,
+               "payload CRC");
+  } else if (r == wire::SlotRead::kCorrupt) {
+    FUZZ_CHECK(!why.empty(), "a corrupt slot says why");
+    wire::EagerHeader x;
+    std::memcpy(&x, slot.data(), sizeof x);
+    FUZZ_CHECK(x.seq == counter + 1 && wire::crc32c(0, &x, 28) == x.hcrc,
+               "only a header that checks is called corrupt");
+  }
+  wire::EagerGrant g;
+  for (size_t i = 0; i < sizeof g; ++i)
+    reinterpret_cast<uint8_t*>(&g)[i] = take<uint8_t>(data, size, 23 + i);
+  wire::EagerGrant out{};
+  const wire::SlotRead gr = wire::read_grant(&g, &out, &why);
+  if (gr == wire::SlotRead::kReady) {
+    FUZZ_CHECK(out.slots >= wire::kEagerMinSlots && out.slots <= wire::kEagerMaxSlots &&
+                   (out.slots & (out.slots - 1)) == 0,
+               "slots %u", out.slots);
+    FUZZ_CHECK(out.max_bytes <= wire::kEagerMaxBytes &&
+                   size_t{out.stride64} * 64 == wire::eager_stride(out.max_bytes),
+               "stride");
+    FUZZ_CHECK(out.ring_addr != 0 && out.rkey != 0, "address and key");
+  }
+  return 0;
+}

@@ -1,0 +1,161 @@
+// The eager path's wire formats (core/src/wire/eager.cc): CRC32C against its published check
+// values, a slot read as the receiver reads it while it lands in any byte order, a stale or foreign
+// slot, the refusals of a header that checks but is wrong, and the grant block.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "sluice/core/wire/eager.h"
+
+namespace {
+
+using namespace sluice;
+using wire::SlotRead;
+
+TEST(EagerCrc, MatchesTheStandardCheckValues) {
+  // RFC 3720 B.4 and the usual "123456789" check value of CRC-32C.
+  const char* nine = "123456789";
+  EXPECT_EQ(wire::crc32c(0, nine, 9), 0xe3069283u);
+  std::vector<uint8_t> zeros(32, 0), ones(32, 0xff);
+  EXPECT_EQ(wire::crc32c(0, zeros.data(), 32), 0x8a9136aau);
+  EXPECT_EQ(wire::crc32c(0, ones.data(), 32), 0x62a8ab43u);
+  // Continuing a CRC over two pieces gives the CRC of the whole.
+  EXPECT_EQ(wire::crc32c(wire::crc32c(0, nine, 4), nine + 4, 5), 0xe3069283u);
+}
+
+TEST(EagerSlot, StrideIsHeaderPlusPayloadOnCacheLines) {
+  EXPECT_EQ(wire::eager_stride(0), 64u);
+  EXPECT_EQ(wire::eager_stride(32), 64u);
+  EXPECT_EQ(wire::eager_stride(33), 128u);
+  EXPECT_EQ(wire::eager_stride(4096), 4160u);
+}
+
+struct Slot {
+  std::vector<uint8_t> bytes;
+  explicit Slot(size_t max) : bytes(wire::eager_stride(max), 0) {}
+  void* data() { return bytes.data(); }
+};
+
+TEST(EagerSlot, RoundTripAndZeroBytes) {
+  Slot st(4096), ring(4096);
+  std::string payload(1000, 'x');
+  for (size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<char>(i * 7);
+  const size_t n = wire::encode_eager_slot(st.data(), 41, 9, 3, 17, payload.data(), 1000);
+  EXPECT_EQ(n, wire::kEagerHeaderBytes + 1000);
+  std::memcpy(ring.data(), st.data(), n);
+  wire::EagerHeader h{};
+  std::string why;
+  ASSERT_EQ(wire::read_eager_slot(ring.data(), 41, 9, 4096, &h, &why), SlotRead::kReady) << why;
+  EXPECT_EQ(h.size, 1000u);
+  EXPECT_EQ(h.tag, 3);
+  EXPECT_EQ(h.ordinal, 17u);
+  EXPECT_EQ(0, std::memcmp(ring.bytes.data() + wire::kEagerHeaderBytes, payload.data(), 1000));
+  // Another counter is another message: not yet.
+  EXPECT_EQ(wire::read_eager_slot(ring.data(), 42, 9, 4096, &h, &why), SlotRead::kNotYet);
+  EXPECT_EQ(wire::read_eager_slot(ring.data(), 41 - 16, 9, 4096, &h, &why), SlotRead::kNotYet);
+  // A 0-byte message is a header alone.
+  Slot z(64);
+  EXPECT_EQ(wire::encode_eager_slot(z.data(), 0, 1, 0, 0, nullptr, 0), wire::kEagerHeaderBytes);
+  ASSERT_EQ(wire::read_eager_slot(z.data(), 0, 1, 64, &h, &why), SlotRead::kReady);
+  EXPECT_EQ(h.size, 0u);
+}
+
+TEST(EagerSlot, AZeroedSlotIsNeverMessageZero) {
+  Slot ring(4096);
+  wire::EagerHeader h{};
+  EXPECT_EQ(wire::read_eager_slot(ring.data(), 0, 0, 4096, &h, nullptr), SlotRead::kNotYet);
+}
+
+// Every prefix of every byte order of the WRITE landing over the previous message reads as "not
+// yet" until the last byte is in; then ready.
+TEST(EagerSlot, ASlotStillLandingInAnyOrderIsNotYet) {
+  const size_t max = 256;
+  Slot old_slot(max), new_slot(max);
+  std::string a(200, 'a'), b(200, 'b');
+  wire::encode_eager_slot(old_slot.data(), 5, 2, 1, 1, a.data(), 200);
+  const size_t n = wire::encode_eager_slot(new_slot.data(), 5 + 16, 2, 1, 2, b.data(), 200);
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 40; ++trial) {
+    std::vector<size_t> order(n);
+    for (size_t i = 0; i < n; ++i) order[i] = i;
+    if (trial == 1) std::reverse(order.begin(), order.end());
+    if (trial > 1) std::shuffle(order.begin(), order.end(), rng);
+    Slot ring = old_slot;
+    wire::EagerHeader h{};
+    for (size_t k = 0; k < n; ++k) {
+      // Before byte k lands.
+      const SlotRead r = wire::read_eager_slot(ring.data(), 21, 2, max, &h, nullptr);
+      // Only when every differing byte is in may it read ready.
+      bool all_in = true;
+      for (size_t j = k; j < n; ++j)
+        if (ring.bytes[order[j]] != new_slot.bytes[order[j]]) all_in = false;
+      if (!all_in) {
+        ASSERT_EQ(r, SlotRead::kNotYet) << "trial " << trial << " byte " << k;
+      }
+      ring.bytes[order[k]] = new_slot.bytes[order[k]];
+    }
+    ASSERT_EQ(wire::read_eager_slot(ring.data(), 21, 2, max, &h, nullptr), SlotRead::kReady);
+  }
+}
+
+TEST(EagerSlot, AHeaderThatChecksButIsWrongIsCorrupt) {
+  const size_t max = 128;
+  Slot s(1024);
+  wire::EagerHeader h{};
+  std::string why;
+  // Larger than the receiver's limit (the sender's header checks: a peer's error).
+  std::string big(200, 'q');
+  wire::encode_eager_slot(s.data(), 3, 1, 0, 0, big.data(), 200);
+  EXPECT_EQ(wire::read_eager_slot(s.data(), 3, 1, max, &h, &why), SlotRead::kCorrupt);
+  EXPECT_NE(why.find("above the eager limit"), std::string::npos) << why;
+  // A tag that is not numbered.
+  wire::encode_eager_slot(s.data(), 3, 1, wire::kEagerTags, 0, big.data(), 10);
+  EXPECT_EQ(wire::read_eager_slot(s.data(), 3, 1, max, &h, &why), SlotRead::kCorrupt);
+  EXPECT_NE(why.find("tag"), std::string::npos) << why;
+  // Another grant: a ring lent before to another comm.
+  wire::encode_eager_slot(s.data(), 3, 7, 0, 0, big.data(), 10);
+  EXPECT_EQ(wire::read_eager_slot(s.data(), 3, 1, max, &h, &why), SlotRead::kCorrupt);
+  EXPECT_NE(why.find("grant 7"), std::string::npos) << why;
+  // A payload byte changed after the header: not yet (it is still landing, as far as anyone can
+  // tell), never ready with the wrong bytes.
+  wire::encode_eager_slot(s.data(), 3, 1, 0, 0, big.data(), 10);
+  s.bytes[wire::kEagerHeaderBytes + 4] ^= 1;
+  EXPECT_EQ(wire::read_eager_slot(s.data(), 3, 1, max, &h, &why), SlotRead::kNotYet);
+}
+
+TEST(EagerGrant, RoundTripAndRefusals) {
+  wire::EagerGrant g{}, out{};
+  std::string why;
+  EXPECT_EQ(wire::read_grant(&g, &out, &why), SlotRead::kNotYet);  // not written yet
+  wire::encode_grant(&g, 0x7000, 0x55, 3, 4096, 16);
+  ASSERT_EQ(wire::read_grant(&g, &out, &why), SlotRead::kReady) << why;
+  EXPECT_EQ(out.ring_addr, 0x7000u);
+  EXPECT_EQ(out.slots, 16u);
+  EXPECT_EQ(size_t{out.stride64} * 64, wire::eager_stride(4096));
+  // Still landing: the CRC does not check yet.
+  wire::EagerGrant half = g;
+  half.rkey = 0;
+  EXPECT_EQ(wire::read_grant(&half, &out, &why), SlotRead::kNotYet);
+  for (uint32_t slots : {3u, 12u, 128u}) {
+    wire::encode_grant(&g, 0x7000, 0x55, 3, 4096, slots);
+    EXPECT_EQ(wire::read_grant(&g, &out, &why), SlotRead::kCorrupt) << slots;
+    EXPECT_NE(why.find("slots"), std::string::npos) << why;
+  }
+  wire::encode_grant(&g, 0x7000, 0x55, 3, wire::kEagerMaxBytes + 1, 16);
+  EXPECT_EQ(wire::read_grant(&g, &out, &why), SlotRead::kCorrupt);
+  wire::encode_grant(&g, 0, 0x55, 3, 4096, 16);
+  EXPECT_EQ(wire::read_grant(&g, &out, &why), SlotRead::kCorrupt);
+}
+
+TEST(EagerCredit, SixteenBitsNameTheLimitWithinTheWindow) {
+  EXPECT_EQ(wire::credit_of(0, 16), 16u);
+  EXPECT_EQ(wire::credit_of(65530, static_cast<uint16_t>(65530 + 16)), 65546u);
+  EXPECT_EQ(wire::credit_of(uint64_t{1} << 40, 8), (uint64_t{1} << 40) + 8);
+  EXPECT_EQ(wire::credit_of(100, 100), 100u);
+}
+
+}  // namespace
