@@ -27,7 +27,8 @@ using eager::SlotMatch;
 
 TEST(EagerSender, NothingGoesEagerBeforeACreditOrForAnUnnumberedTagOrAVisiblePart) {
   SenderBook s;
-  s.reset(8);
+  s.reset(true);
+  s.set_slots(8);
   EXPECT_FALSE(s.may_send(0, 8, 4096));  // no credit yet
   int32_t tags[1] = {0};
   uint32_t sizes[1] = {4096};
@@ -51,7 +52,8 @@ TEST(EagerSender, NothingGoesEagerBeforeACreditOrForAnUnnumberedTagOrAVisiblePar
 
 TEST(EagerSender, ASlotPreMatchesWhatWasSentAndRefusesABadCredit) {
   SenderBook s;
-  s.reset(8);
+  s.reset(true);
+  s.set_slots(8);
   int32_t t1[1] = {1};
   uint32_t big[1] = {1 << 20};
   SlotMatch m;
@@ -77,7 +79,8 @@ TEST(EagerSender, ASlotPreMatchesWhatWasSentAndRefusesABadCredit) {
   EXPECT_NE(st.message().find("did not send eagerly"), std::string::npos) << st.message();
   // A credit that jumps past the ring.
   SenderBook s2;
-  s2.reset(8);
+  s2.reset(true);
+  s2.set_slots(8);
   st = s2.on_slot(t1, big, 1, false, 9, &m);
   EXPECT_EQ(st.code(), Code::kRemoteError);
 }
@@ -229,7 +232,8 @@ struct Sim {
   Sim(uint32_t seed, int nrecv, bool grouped, uint32_t w_slots, bool late)
       : rng(seed), W(w_slots), fixed_late(late) {
     w = make_workload(rng, nrecv, grouped);
-    sb.reset(W);
+    sb.reset(true);
+    sb.set_slots(W);
     rb.reset(W);
     fifo.resize(nrecv);
     fifo_written.assign(nrecv, false);

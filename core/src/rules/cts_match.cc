@@ -27,7 +27,8 @@ bool mix_of(uint64_t v, uint64_t was, uint64_t now) {
 
 // Entry i of the slot is fifo_slot[i * stride] (stride 2: a fused comm's pairs, called with the
 // pair's second cell).
-Status take_strided(const wire::CtsEntry* fifo_slot, int stride, uint64_t want, Snapshot* out) {
+Status take_strided(const wire::CtsEntry* fifo_slot, int stride, uint64_t want, Snapshot* out,
+                    bool eager = false) {
   // The receiver writes the FIFO with RDMA; seq (the last field) is each entry's publication flag.
   auto seq_of = [](const wire::CtsEntry& x) {
     return std::atomic_ref<const uint64_t>(x.seq).load(std::memory_order_acquire);
@@ -47,7 +48,9 @@ Status take_strided(const wire::CtsEntry* fifo_slot, int stride, uint64_t want, 
   }
   wire::CtsEntry first;
   std::memcpy(&first, &fifo_slot[0], sizeof first);
-  const int nreqs = first.nreqs;
+  const uint8_t count_byte = first.nreqs;
+  const bool resolved = eager && (count_byte & wire::kCtsResolved) != 0;
+  const int nreqs = eager ? count_byte & wire::kCtsCountMask : count_byte;
   if (nreqs < 1 || nreqs > wire::kEntriesPerSlot) {
     return Status(Code::kRemoteError,
                   "corrupt clear-to-send entry (" + std::to_string(nreqs) + " receives)");
@@ -63,7 +66,7 @@ Status take_strided(const wire::CtsEntry* fifo_slot, int stride, uint64_t want, 
   for (int i = 0; i < nreqs; ++i) {
     const wire::CtsEntry& x = out->e[i];
     // A rewrite between the seq check and the copy shows here: the copy is what gets used.
-    if (x.seq != want || x.nreqs != nreqs || x.index != i) {
+    if (x.seq != want || x.nreqs != count_byte || x.index != i) {
       out->seq = 0;
       return Status(Code::kRemoteError,
                     "corrupt clear-to-send slot: entry " + std::to_string(i) + " says index " +
@@ -73,15 +76,16 @@ Status take_strided(const wire::CtsEntry* fifo_slot, int stride, uint64_t want, 
     }
   }
   out->nreqs = nreqs;
+  out->resolved = resolved;
   out->seq = want;
   return Status::ok();
 }
 
 }  // namespace
 
-Status take_snapshot(const wire::CtsEntry* fifo_slot, uint64_t want, Snapshot* out) {
+Status take_snapshot(const wire::CtsEntry* fifo_slot, uint64_t want, Snapshot* out, bool eager) {
   out->paths = 1;
-  return take_strided(fifo_slot, 1, want, out);
+  return take_strided(fifo_slot, 1, want, out, eager);
 }
 
 Status take_snapshot_fused(const wire::CtsEntry* fifo_slot, uint64_t want, int npaths, int nrecv,
@@ -140,10 +144,15 @@ Match match(const Snapshot& s, uint8_t matched, int tag, size_t size) {
   return {};
 }
 
-Status check_imm(uint32_t imm, size_t posted0, bool* has_record, size_t* received0) {
+Status check_imm(uint32_t imm, size_t posted0, bool* has_record, size_t* received0, bool eager,
+                 bool* eager_part) {
   if (imm & wire::kImmRecord) {
     *has_record = true;
     return Status::ok();
+  }
+  if (eager && (imm & wire::kImmEager) == wire::kImmEager) {
+    imm &= wire::kImmEagerSizeMask;
+    if (eager_part != nullptr) *eager_part = true;
   }
   if (imm > posted0) {
     return Status(Code::kRemoteError, "peer reported " + std::to_string(imm) +
@@ -155,9 +164,10 @@ Status check_imm(uint32_t imm, size_t posted0, bool* has_record, size_t* receive
 }
 
 Status check_record(const wire::DoneRecord& rec_in, uint64_t seq, int n, const size_t* posted,
-                    const int* tags, size_t* received) {
+                    const int* tags, size_t* received, uint8_t* eager_mask) {
   wire::DoneRecord rec;  // one read of memory the peer writes
   std::memcpy(&rec, &rec_in, sizeof rec);
+  if (eager_mask != nullptr) *eager_mask = 0;
   if (rec.seq != seq + 1) {
     return Status(Code::kRemoteError, "completion record out of sequence (seq " +
                                           std::to_string(rec.seq) + ", expected " +
@@ -183,6 +193,11 @@ Status check_record(const wire::DoneRecord& rec_in, uint64_t seq, int n, const s
   if (rec.status != wire::kRecordOk) {
     return Status(Code::kRemoteError,
                   "completion record has unknown status " + std::to_string(rec.status));
+  }
+  for (int i = 0; i < n && eager_mask != nullptr; ++i) {
+    if ((rec.sizes[i] & wire::kRecordEager) == 0) continue;
+    rec.sizes[i] &= ~wire::kRecordEager;
+    *eager_mask |= static_cast<uint8_t>(1u << i);
   }
   for (int i = 0; i < n; ++i) {
     if (rec.sizes[i] > posted[i]) {

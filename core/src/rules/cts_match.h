@@ -17,6 +17,9 @@ namespace sluice::cts {
 struct Snapshot {
   uint64_t seq = 0;  // receive sequence number + 1 of the slot; 0 = no snapshot held
   int nreqs = 0;     // 1..kEntriesPerSlot
+  // The eager path (wire::kCtsResolved, only where `eager` was passed): every part of the receive
+  // came from the eager ring before its entries were written; the sender posts nothing for it.
+  bool resolved = false;
   wire::CtsEntry e[wire::kEntriesPerSlot] = {};
   // Fused comms (wire::CtsMembers): each entry's rkey per receiver member, and the receive's
   // paths; one path (mask 1, x zero) on a comm of one path.
@@ -31,7 +34,10 @@ struct Snapshot {
 // holds the slot's previous seq, want - kFifoSlots or 0); kRemoteError: the entries are corrupt
 // (entry 0's seq neither `want` nor the previous one, count outside 1..8, an entry whose index or
 // count disagrees).
-Status take_snapshot(const wire::CtsEntry* fifo_slot, uint64_t want, Snapshot* out);
+// `eager`: the comm negotiated the eager path, so nreqs may carry wire::kCtsResolved (the same in
+// every entry); without it that bit makes the count invalid, as before.
+Status take_snapshot(const wire::CtsEntry* fifo_slot, uint64_t want, Snapshot* out,
+                     bool eager = false);
 // The same for a fused comm of `npaths` paths (2..kMaxMetaMembers) whose receiver has `nrecv`
 // members: the slot's entries are cell pairs (wire::cts_cells). Also kRemoteError: a paths mask
 // that is empty, names a path >= npaths or differs between entries, rkey[0] other than the entry's,
@@ -56,14 +62,19 @@ Match match(const Snapshot& s, uint8_t matched, int tag, size_t size);
 // Receive side. `imm` is the host-order immediate of a completion for a receive whose first
 // buffer holds `posted0` bytes: sets *has_record, or *received0 for a single receive. Error: the
 // peer reports more bytes than were posted.
-Status check_imm(uint32_t imm, size_t posted0, bool* has_record, size_t* received0);
+// `eager` (a one-path comm with the eager path): an immediate with wire::kImmEager set says the
+// single message came through the eager ring (*eager_part = true; its size below the bit).
+Status check_imm(uint32_t imm, size_t posted0, bool* has_record, size_t* received0,
+                 bool eager = false, bool* eager_part = nullptr);
 
 // Checks the completion record of receive `seq` (n buffers of posted[i] bytes, tags[i]) and fills
 // received[0..n) on success. kInvalidUsage: the peer's send was larger than the buffer (nothing
 // was written); kRemoteError: the record is out of sequence, has an unknown status or reports more
 // bytes than posted.
+// `eager_mask` (not null on a comm with the eager path): sizes may carry wire::kRecordEager, the
+// part came through the eager ring; bit i set for each such part, its size below the flag.
 Status check_record(const wire::DoneRecord& rec, uint64_t seq, int n, const size_t* posted,
-                    const int* tags, size_t* received);
+                    const int* tags, size_t* received, uint8_t* eager_mask = nullptr);
 
 // How messages are laid over `nqps` QPs. split: every message is cut into 128-byte-aligned chunks,
 // one per QP ("lane" = QP). Otherwise the whole group of receive `seq` travels on QP seq % nqps

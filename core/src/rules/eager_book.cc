@@ -6,13 +6,13 @@ namespace sluice::eager {
 
 // ---- Sender -------------------------------------------------------------------------------------
 
-void SenderBook::reset(uint32_t slots) {
+void SenderBook::reset(bool enabled) {
   *this = SenderBook();
-  slots_ = slots;
+  enabled_ = enabled;
 }
 
 uint32_t SenderBook::send_ordinal(int32_t tag) const {
-  return numbered(tag) ? send_ord_[tag] : kNoOrdinal;
+  return enabled_ && numbered(tag) ? send_ord_[tag] : kNoOrdinal;
 }
 
 bool SenderBook::may_send(int32_t tag, size_t size, size_t max) const {
@@ -34,25 +34,26 @@ uint64_t SenderBook::on_eager(int32_t tag, uint32_t size, uint16_t req) {
 }
 
 void SenderBook::on_rendezvous(int32_t tag) {
-  if (numbered(tag)) ++send_ord_[tag];
+  if (enabled_ && numbered(tag)) ++send_ord_[tag];
 }
 
 Status SenderBook::on_slot(const int32_t* tags, const uint32_t* sizes, int n, bool resolved,
                            uint16_t credit, SlotMatch* out) {
   *out = SlotMatch();
-  if (slots_ > 0) {
-    const uint64_t l = wire::credit_of(limit_, credit);
-    if (l - limit_ > slots_) {
-      return Status(Code::kRemoteError, "eager credit " + std::to_string(credit) +
-                                            " moves the limit from " + std::to_string(limit_) +
-                                            " by more than the ring's " + std::to_string(slots_) +
-                                            " slots");
-    }
-    limit_ = l;
+  if (!enabled_) return Status::ok();
+  // Before the grant is read its W is not known: the largest a grant may have bounds the step.
+  const uint32_t w = slots_ > 0 ? slots_ : wire::kEagerMaxSlots;
+  const uint64_t l = wire::credit_of(limit_, credit);
+  if (l - limit_ > w) {
+    return Status(Code::kRemoteError, "eager credit " + std::to_string(credit) +
+                                          " moves the limit from " + std::to_string(limit_) +
+                                          " by more than the ring's " + std::to_string(w) +
+                                          " slots");
   }
+  limit_ = l;
   for (int i = 0; i < n; ++i) {
     const int32_t t = tags[i];
-    if (!numbered(t) || slots_ == 0) {
+    if (!numbered(t)) {
       if (resolved)
         return Status(Code::kRemoteError,
                       "a receive resolved from the eager ring has a part (tag " +
@@ -65,6 +66,7 @@ Status SenderBook::on_slot(const int32_t* tags, const uint32_t* sizes, int n, bo
       if (s.tag != t || s.ordinal != k) continue;
       out->eager |= static_cast<uint8_t>(1u << i);
       out->req[i] = s.req;
+      out->size[i] = s.size;
       if (s.size > sizes[i] && out->too_large < 0) {
         out->too_large = i;
         out->sent_size = s.size;

@@ -25,14 +25,19 @@ inline constexpr uint32_t kNoOrdinal = UINT32_MAX;
 struct SlotMatch {
   uint8_t eager = 0;                         // bit i: entry i's part was sent eagerly (matched now)
   uint16_t req[wire::kEntriesPerSlot] = {};  // the eager send's request, for each bit
+  uint32_t size[wire::kEntriesPerSlot] = {};  // and its size
   int too_large = -1;      // an entry whose eager send is larger than its buffer (the comm fails)
   uint32_t sent_size = 0;  // that send's size
 };
 
 class SenderBook {
  public:
-  // W ring slots (0: eager off on this comm; else a power of two, wire::kEagerMinSlots..Max).
-  void reset(uint32_t slots);
+  // enabled: the comm negotiated the eager path, so sends and parts are numbered from the first
+  // (whether or not a ring is ever lent). set_slots: the receiver's grant was read (W slots, a
+  // power of two in wire::kEagerMinSlots..Max); nothing goes eagerly before.
+  void reset(bool enabled);
+  void set_slots(uint32_t slots) { slots_ = slots; }
+  bool enabled() const { return enabled_; }
   uint32_t slots() const { return slots_; }
 
   // The ordinal the next send with `tag` takes (numbered tags; kNoOrdinal otherwise).
@@ -64,6 +69,7 @@ class SenderBook {
     uint32_t size = 0;
     uint16_t req = 0;
   };
+  bool enabled_ = false;
   uint32_t slots_ = 0;
   uint64_t next_ = 0;
   uint64_t limit_ = 0;

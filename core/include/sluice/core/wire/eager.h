@@ -21,12 +21,6 @@ inline constexpr size_t kEagerMaxBytes = size_t{64} << 10;
 inline constexpr uint32_t kEagerMinSlots = 4;
 inline constexpr uint32_t kEagerMaxSlots = 64;
 
-// CtsEntry::nreqs bit 7: the receive was completed from the eager ring before its entries were
-// written (every part came eagerly); the sender posts nothing for it. Entries of such a slot carry
-// the same bit. Only with the eager feature negotiated.
-inline constexpr uint8_t kCtsResolved = 0x80;
-inline constexpr uint8_t kCtsCountMask = 0x7f;
-
 // An eager slot: this header, then `size` payload bytes, written by one RDMA WRITE from the
 // sender's staging slot. `seq` = the eager counter + 1 (so a zeroed slot never reads as message 0);
 // `grant` = the grant's generation (a ring re-lent to another comm never shows the previous

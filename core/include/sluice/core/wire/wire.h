@@ -170,6 +170,9 @@ bool meta_ece(const Meta& m, MetaEce* out);
 // A Sluice before the bit ignores it (features bits it does not know are not checked), so the bit
 // never costs a connection.
 inline constexpr uint8_t kMetaFeaturePathSet2 = 0x4;
+// The eager path (docs/eager.md, SLUICE_EAGER_MAX > 0): this side takes eager messages and
+// resolved clear-to-send entries; on a one-path comm where both ends set it.
+inline constexpr uint8_t kMetaFeatureEager = 0x8;
 inline constexpr int kPathMsgSetNewest = 2;
 
 // The private data of each rdma_cm connect request in SLUICE_CM=rdmacm mode: the listener matches
@@ -329,6 +332,12 @@ struct alignas(32) CtsEntry {
 };
 static_assert(sizeof(CtsEntry) == 32);
 static_assert(offsetof(CtsEntry, seq) == 24);
+// The eager path (docs/eager.md, kMetaFeatureEager): nreqs bit 7 says the receive was completed
+// from the eager ring before its entries were written (every part came eagerly; the sender posts
+// nothing for it), in every entry of the slot; `reserved` carries the receiver's eager credit
+// (its limit modulo 2^16, wire/eager.h credit_of). Both zero without the feature.
+inline constexpr uint8_t kCtsResolved = 0x80;
+inline constexpr uint8_t kCtsCountMask = 0x7f;
 
 // NIC fusion (MetaMembers version 2): on a comm of more than one path every clear-to-send entry is
 // a pair of 32-byte cells, this extension first and the CtsEntry second, so one RDMA WRITE still
@@ -378,6 +387,14 @@ inline constexpr size_t kMaxMessageBytes = size_t{1} << 30;
 //  bit 31 clear: single receive, the value is the byte count (< 2^31, we never allow more);
 //  bit 31 set:   read the completion record of slot (value & 0xffff).
 inline constexpr uint32_t kImmRecord = 0x80000000u;
+// The eager path (docs/eager.md; one-path comms only, where bits 30..26 name no slot): bits 30
+// and 29 both set in a single receive's close say its message came through the eager ring (its
+// size in bits 28..0), and bit 31 of a completion record's size says the same of that part. A
+// message is at most 2^30 bytes (kMaxMessageBytes, 0x40000000, bit 29 clear), so neither pattern
+// is ever a size.
+inline constexpr uint32_t kImmEager = 0x60000000u;
+inline constexpr uint32_t kImmEagerSizeMask = 0x1fffffffu;
+inline constexpr uint32_t kRecordEager = 0x80000000u;
 // A fused comm (kMembersVersion 3) names the receive in every close, so that failover can take a
 // close on any QP: a single receive's close carries its slot above the byte count when the whole
 // message is below 64 MiB (bits 30..26 the slot, 25..0 the bytes); a larger one, and a grouped
