@@ -165,6 +165,18 @@ const std::vector<Param>& table() {
     {.name = "SLUICE_CLOSE_TIMEOUT_MS", .type = Type::kInt, .field = &Config::close_timeout_ms,
      .min = 0, .max = 60000,
      .doc = "Bound on draining outstanding work at close in milliseconds"},
+    {.name = "SLUICE_EAGER_MAX", .type = Type::kInt, .field = &Config::eager_max, .min = 0,
+     .max = 65536,
+     .doc = "Largest message in bytes sent eagerly (without waiting for the receiver's "
+            "clear-to-send) on a one-path comm whose peer also has it; 0 = off (docs/eager.md)"},
+    {.name = "SLUICE_EAGER_SLOTS", .type = Type::kInt, .field = &Config::eager_slots, .min = 4,
+     .max = 64,
+     .doc = "Eager ring slots per comm (rounded down to a power of two): eager messages a sender "
+            "may have ahead of the receiver's copies"},
+    {.name = "SLUICE_EAGER_RINGS", .type = Type::kInt, .field = &Config::eager_rings, .min = 0,
+     .max = 4096,
+     .doc = "Eager rings per adapter, shared by its comms: a comm that finds none free sends "
+            "with clear-to-send only; bounds the eager memory whatever the comms open"},
     {.name = "SLUICE_HANDSHAKE_TIMEOUT_MS", .type = Type::kInt,
      .field = &Config::handshake_timeout_ms, .min = 100, .max = 3600000,
      .doc = "Bound in milliseconds on each accepted connection until its metadata shows it a "

@@ -41,8 +41,13 @@ struct Config {
   int mqp_retry_sleep_ms = 100;  // NCCL_IB_MQP_RETRY_SLEEP_MSEC: backoff unit (retry k sleeps k x)
   std::string flow_label = "auto";  // SLUICE_FLOW_LABEL: auto | off | seed (flow_label.h)
   // Connections
-  int connect_timeout_ms = 120000;   // SLUICE_CONNECT_TIMEOUT_MS: bound on connection setup
-  int close_timeout_ms = 2000;       // SLUICE_CLOSE_TIMEOUT_MS: bound on draining at close
+  int connect_timeout_ms = 120000;  // SLUICE_CONNECT_TIMEOUT_MS: bound on connection setup
+  int close_timeout_ms = 2000;      // SLUICE_CLOSE_TIMEOUT_MS: bound on draining at close
+  // The eager path (docs/eager.md): messages up to eager_max bytes go without waiting for a
+  // clear-to-send, into a ring of eager_slots slots lent from a pool of eager_rings per adapter.
+  int eager_max = 0;                 // SLUICE_EAGER_MAX: 0 = off
+  int eager_slots = 16;              // SLUICE_EAGER_SLOTS (a power of two, 4..64)
+  int eager_rings = 64;              // SLUICE_EAGER_RINGS: rings per adapter
   int handshake_timeout_ms = 10000;  // SLUICE_HANDSHAKE_TIMEOUT_MS: bound on one accepted socket
   int liveness_poll_ms = 1000;       // SLUICE_LIVENESS_POLL_MS: period of the peer socket check
   int heartbeat_ms = 10000;          // SLUICE_HEARTBEAT_MS: TCP keepalive period (0 = off)
