@@ -88,3 +88,13 @@ target_link_libraries(core_mr_scale_test PRIVATE sluice_core GTest::gtest_main)
 sluice_add_rdma_test(NAME core_mr_scale COMMAND $<TARGET_FILE:core_mr_scale_test> TIMEOUT 900)
 set_property(TEST core_mr_scale APPEND PROPERTY ENVIRONMENT SLUICE_CM=oob)
 set_property(TEST core_mr_scale APPEND PROPERTY LABELS nosan)
+
+# The eager path (issue 33, docs/eager.md) at SLUICE_EAGER_MAX=4096: sizes across the threshold,
+# sends ahead of their receives, grouped receives mixing both paths, posting order, oversize.
+add_executable(core_eager_test ${CMAKE_CURRENT_LIST_DIR}/core_eager_test.cc)
+target_link_libraries(core_eager_test PRIVATE sluice_core GTest::gtest_main)
+sluice_add_rdma_test(NAME core_eager COMMAND $<TARGET_FILE:core_eager_test> TIMEOUT 600)
+set_property(TEST core_eager APPEND PROPERTY ENVIRONMENT SLUICE_EAGER_MAX=4096)
+# The core data path's own tests with the eager path on.
+sluice_add_rdma_test(NAME core_datapath_eager COMMAND $<TARGET_FILE:core_datapath_test> TIMEOUT 900)
+set_property(TEST core_datapath_eager APPEND PROPERTY ENVIRONMENT SLUICE_CM=oob SLUICE_EAGER_MAX=4096)

@@ -30,10 +30,12 @@
 #include "health/path_failover.h"
 #include "health/progress.h"
 #include "rules/cts_match.h"
+#include "rules/eager_book.h"
 #include "rules/stripe.h"
 #include "sluice/core/api.h"
 #include "sluice/core/base/flow_label.h"
 #include "sluice/core/base/verbs.h"
+#include "sluice/core/wire/eager.h"
 #include "sluice/core/wire/wire.h"
 
 namespace sluice {
@@ -91,6 +93,25 @@ class NumaBuffer {
   size_t n_ = 0;
 };
 
+// The eager path: a ring borrowed from the adapter's EagerPool (comm/eager_pool.h), returned when
+// destroyed. A comm declares it before its Conn, so it is returned after the QPs are gone (no WRITE
+// can land in it later); retire_comm disarms it (finalize: the adapter and its pool go first).
+class EagerPool;
+struct EagerLease {
+  EagerPool* pool = nullptr;
+  int index = -1;
+  char* base = nullptr;
+  uint32_t lkey = 0, rkey = 0;
+  uint32_t slots = 0;
+  size_t stride = 0;
+  EagerLease() = default;
+  EagerLease(const EagerLease&) = delete;
+  EagerLease& operator=(const EagerLease&) = delete;
+  ~EagerLease() { release(); }
+  bool held() const { return base != nullptr; }
+  void release();  // eager_pool.cc
+};
+
 enum class CommKind : uint32_t {
   kListen = 0x4c49534e,  // "LISN"
   kSend = 0x53454e44,    // "SEND"
@@ -112,6 +133,7 @@ struct CommCounters {
   StatCell messages, wrs, doorbells, cts_writes, cts_entries;
   StatCell cts_probes;     // the watchdog's zero-length CTS probes (progress.h), also in wrs
   StatCell ar_imm_writes;  // adaptive routing's separate closing WRITE_WITH_IMMs, also in wrs
+  StatCell eager;          // eager WRITEs posted (send) / eager messages copied out (receive)
   StatCell bytes;          // payload posted (send comm) / received (receive comm)
   StatCell completions;    // completions polled from the comm's CQ
   StatCell latency[kLatencyBuckets];  // post -> completion (api.h MemberStats::latency)
@@ -150,6 +172,13 @@ struct Request {
 
 struct SendReq : Request {
   bool posted = false;  // the group's chain is on the wire
+  // The eager path: `eager` = this send went through the eager ring (done when its WRITE
+  // completes); `shadow` = a request of the sender's own that stands in a group for a part sent
+  // eagerly before its clear-to-send was read (size 0, no data; `eager_size` the part's size, for
+  // the close), freed when the group's close completes, never handed out.
+  bool eager = false;
+  bool shadow = false;
+  uint32_t eager_size = 0;
   uint8_t pending = 0;  // leader: closing completions still expected (one per QP)
   uint8_t group_n = 0;  // leader: members in `group`
   uint16_t index = 0;   // position in the pool (the closing WR's wr_id)
@@ -170,7 +199,19 @@ struct SendReq : Request {
 };
 
 struct RecvReq : Request {
-  uint8_t n = 1;        // buffers in the grouped receive
+  uint8_t n = 1;  // buffers in the grouped receive
+  // The eager path: `resolved` = every part came from the ring at irecv (no clear-to-send WR, no
+  // close); eager_got = parts copied from the ring; eager_want = parts the close says came
+  // eagerly; closed = every close is in (the receive waits for eager_want's copies); host = parts
+  // in host memory (an eager copy needs one).
+  bool resolved = false;
+  bool closed = false;
+  // Every part came eagerly after its clear-to-send was written: done, but the sender's zero-length
+  // close is still owed to its receive WR, so the slot is not reused until it came.
+  bool close_owed = false;
+  uint8_t eager_got = 0;
+  uint8_t eager_want = 0;
+  uint8_t host = 0;
   uint8_t pending = 0;  // immediates still expected (one per QP)
   bool has_record = false;
   uint64_t seq = 0;     // receive sequence number (FIFO slot = seq % kFifoSlots)
@@ -308,6 +349,18 @@ class SendComm : public CommBase {
   SendReq* pool = nullptr;        // kPool requests, in `mem` (on the NIC's NUMA node)
   uint16_t* free_list = nullptr;  // kPool entries, in `mem`
   int free_top = 0;
+  // The eager path (docs/eager.md; datapath/eager.cc). on: negotiated (one path, both ends).
+  struct Eager {
+    bool on = false;
+    bool granted = false;  // the receiver's grant block was read and checked
+    eager::SenderBook book;
+    wire::EagerGrant grant{};           // its copy
+    wire::EagerGrant* block = nullptr;  // where the receiver writes it (in `mem`, registered)
+    size_t max = 0;                     // min(ours, the receiver's)
+    uint64_t busy = 0;                  // staging slots whose WRITE has not completed
+    bool owed = false;                  // the slot at head is complete but not posted yet
+    EagerLease staging;                 // W' slots of our stride, from the adapter's pool
+  } eg;
   Conn c;
 };
 
@@ -342,6 +395,18 @@ class RecvComm : public CommBase {
   RecvReq* pool = nullptr;      // kFifoSlots requests in `mem`; receive k uses k % kFifoSlots
   // SLUICE_TEST_HOLD_RQ (tests only): completions held back with their member (failover_recv.cc).
   std::vector<std::pair<ibv_wc, int>> held;
+  // The eager path (docs/eager.md; datapath/eager.cc). on: negotiated (one path, both ends).
+  struct Eager {
+    bool on = false;
+    eager::ReceiverBook book;
+    EagerLease ring;            // lent at the first receive of host memory, while rings last
+    bool grant_sent = false;    // the grant block is written (before any credit could be used)
+    bool gpu = false;           // a receive of GPU memory came first: no ring for this comm
+    uint32_t grant = 0;         // the grant's generation
+    uint64_t remote_block = 0;  // the sender's grant block
+    wire::EagerGrant* src = nullptr;  // the grant's source (in `mem`, registered)
+    uint64_t held = 0;                // resolved receives staged, not written (<= seq - published)
+  } eg;
   Conn c;
   std::unique_ptr<Flush, FlushDeleter> flush;  // loopback QP for iflush; null until needed
 };

@@ -83,6 +83,11 @@ struct MrEntry {
 
 // One verbs device (adapter): context, PD and registration cache shared by all of its ports and
 // comms.
+class EagerPool;  // comm/eager_pool.h
+struct EagerPoolDeleter {
+  void operator()(EagerPool* p) const;
+};
+
 struct Adapter {
   std::string name;  // ibv device name
   verbs::Context ctx;
@@ -90,7 +95,11 @@ struct Adapter {
   DeviceLocality locality;
   std::mutex mr_mu;
   std::vector<std::unique_ptr<MrEntry>> mrs;  // the registration cache (host and CUDA)
-  DmabufProbe dmabuf;                         // the NIC's answer to ibv_reg_dmabuf_mr(fd -1)
+  // The eager path's rings (comm/eager_pool.h), made when a first comm negotiates it; released
+  // before the PD (member order).
+  std::mutex eager_mu;
+  std::unique_ptr<EagerPool, EagerPoolDeleter> eager;
+  DmabufProbe dmabuf;             // the NIC's answer to ibv_reg_dmabuf_mr(fd -1)
   RoProbe ro_probe;               // a registration with IBV_ACCESS_RELAXED_ORDERING (fabric.h)
   bool relaxed_ordering = false;  // NCCL_IB_PCI_RELAXED_ORDERING's decision for this adapter
   std::atomic<bool> fatal{false};

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <string>
 
+#include "comm/eager_pool.h"
 #include "sluice/core/base/log.h"
 
 namespace sluice {
@@ -29,6 +30,52 @@ void fill_local_meta(const Device& d, uint8_t role, const wire::Nonce& nonce, wi
   std::memcpy(m->gid, d.gid.gid.data(), 16);
   std::snprintf(m->dev_name, sizeof m->dev_name, "%s", d.name.c_str());
   if (local_path_msg_set() >= 2) m->features |= wire::kMetaFeaturePathSet2;
+  const Config& cfg = engine()->config();
+  if (cfg.eager_max > 0 && cfg.eager_rings > 0) m->features |= wire::kMetaFeatureEager;
+}
+
+namespace {
+
+// Whether a comm takes the eager path: both ends offer it and it has one path (docs/eager.md:
+// failover's replay of eager WRITEs is not built), and the adapter's pool exists (made here, on
+// the setup path, at the first such comm).
+Result<EagerPool*> eager_pool_for(Conn& c, uint8_t local_features, uint8_t remote_features) {
+  const bool both = (local_features & remote_features & wire::kMetaFeatureEager) != 0;
+  SLUICE_TRACE(kSubNet, "%s: eager path offered here %d, by the peer %d", c.describe_qp(0).c_str(),
+               (local_features & wire::kMetaFeatureEager) != 0,
+               (remote_features & wire::kMetaFeatureEager) != 0);
+  if (!both) return static_cast<EagerPool*>(nullptr);
+  if (c.npaths > 1) {
+    SLUICE_INFO(kSubNet, "%s: eager path off on a fused comm (NIC fusion): clear-to-send only",
+                c.describe_qp(0).c_str());
+    return static_cast<EagerPool*>(nullptr);
+  }
+  return eager_pool_of(*c.dev->adapter, numa_of(*c.dev));
+}
+
+}  // namespace
+
+Status setup_send_eager(SendComm& s, uint8_t local_features, uint8_t remote_features) {
+  auto pool = eager_pool_for(s.c, local_features, remote_features);
+  if (!pool.is_ok()) return pool.status();
+  s.eg.on = pool.value() != nullptr;
+  s.eg.book.reset(s.eg.on);
+  if (s.eg.on) s.eg.staging.pool = pool.value();  // borrowed at the first eager send
+  return Status::ok();
+}
+
+Status setup_recv_eager(RecvComm& r, uint8_t local_features, uint8_t remote_features) {
+  auto pool = eager_pool_for(r.c, local_features, remote_features);
+  if (!pool.is_ok()) return pool.status();
+  r.eg.on = pool.value() != nullptr;
+  if (!r.eg.on) return Status::ok();
+  r.eg.ring.pool = pool.value();  // borrowed at the first receive of host memory
+  r.eg.book.reset(pool.value()->slots());
+  // The sender's grant block follows its FIFO and records (connect.cc), one-path layout.
+  r.eg.remote_block = r.remote_fifo +
+                      sizeof(wire::CtsEntry) * wire::kFifoSlots * wire::kEntriesPerSlot +
+                      sizeof(wire::DoneRecord) * wire::kFifoSlots;
+  return Status::ok();
 }
 
 int local_path_msg_set() {

@@ -60,4 +60,9 @@ int numa_of(const Device& d);
 // Registers the first `bytes` of the comm's own memory (FIFO / records / staging) with the device.
 Status register_comm_memory(Device& d, NumaBuffer& mem, size_t bytes, verbs::Mr* out);
 
+// The eager path (docs/eager.md), once the peer's metadata is in: on when both ends offer it on a
+// one-path comm; the adapter's pool is made at its first such comm.
+Status setup_send_eager(SendComm& s, uint8_t local_features, uint8_t remote_features);
+Status setup_recv_eager(RecvComm& r, uint8_t local_features, uint8_t remote_features);
+
 }  // namespace sluice

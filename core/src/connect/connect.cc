@@ -165,22 +165,26 @@ Status build_send_comm(ConnectState& s) {
   size_t fifo_bytes = sizeof(wire::CtsEntry) * wire::kFifoSlots * wire::kEntriesPerSlot *
                       static_cast<size_t>(wire::cts_cells(comm->c.npaths));
   size_t rec_bytes = sizeof(wire::DoneRecord) * wire::kFifoSlots;
+  // The eager path's grant block (wire/eager.h), written by the receiver: after the records, at an
+  // address the receiver derives from the FIFO's (eager_grant_offset).
+  const size_t grant_bytes = sizeof(wire::EagerGrant);
   size_t pool_bytes = sizeof(SendReq) * SendComm::kPool;
   size_t free_bytes = sizeof(uint16_t) * SendComm::kPool;
-  auto mem = NumaBuffer::allocate(fifo_bytes + rec_bytes + pool_bytes + free_bytes, numa_of(*d));
+  const size_t reg_bytes = fifo_bytes + rec_bytes + grant_bytes;
+  auto mem = NumaBuffer::allocate(reg_bytes + pool_bytes + free_bytes, numa_of(*d));
   if (!mem.is_ok()) return mem.status();
   comm->mem = std::move(mem).value();
   char* base = static_cast<char*>(comm->mem.data());
   comm->fifo = reinterpret_cast<wire::CtsEntry*>(base);
   comm->records = reinterpret_cast<wire::DoneRecord*>(base + fifo_bytes);
-  comm->pool = reinterpret_cast<SendReq*>(base + fifo_bytes + rec_bytes);
-  comm->free_list = reinterpret_cast<uint16_t*>(base + fifo_bytes + rec_bytes + pool_bytes);
+  comm->eg.block = reinterpret_cast<wire::EagerGrant*>(base + fifo_bytes + rec_bytes);
+  comm->pool = reinterpret_cast<SendReq*>(base + reg_bytes);
+  comm->free_list = reinterpret_cast<uint16_t*>(base + reg_bytes + pool_bytes);
   static_assert(std::is_trivially_destructible_v<SendReq>, "lives in raw comm memory");
   static_assert(sizeof(wire::DoneRecord) % alignof(SendReq) == 0);
-  SLUICE_RETURN_IF_ERROR(
-      register_comm_memory(*d, comm->mem, fifo_bytes + rec_bytes, &comm->mem_mr));
-  SLUICE_RETURN_IF_ERROR(
-      register_member_memory(comm->c, comm->mem, fifo_bytes + rec_bytes, comm->mem_mr));
+  static_assert(sizeof(wire::EagerGrant) % alignof(SendReq) == 0);
+  SLUICE_RETURN_IF_ERROR(register_comm_memory(*d, comm->mem, reg_bytes, &comm->mem_mr));
+  SLUICE_RETURN_IF_ERROR(register_member_memory(comm->c, comm->mem, reg_bytes, comm->mem_mr));
   // Requests are constructed when first handed out (datapath.cc), so pool pages a connection
   // never uses are never touched.
   for (int i = 0; i < SendComm::kPool; ++i)
@@ -449,6 +453,7 @@ Status connect_step(ConnectState& s, SendComm** out) {
         }
         SendComm& c = *s.comm;
         c.remote_records = s.remote.buf_addr;
+        SLUICE_RETURN_IF_ERROR(setup_send_eager(c, s.local.features, s.remote.features));
         s.io = 0;
         if (s.cm.rdmacm) {
           if (s.remote.cm != wire::kMetaCmRdmacm)

@@ -95,19 +95,22 @@ Status build_recv_comm(ListenComm& l, ListenComm::Pending& p) {
   size_t stage_bytes = sizeof(wire::CtsEntry) * wire::kFifoSlots * wire::kEntriesPerSlot *
                        static_cast<size_t>(wire::cts_cells(comm->c.npaths));
   size_t rec_bytes = sizeof(wire::DoneRecord) * wire::kFifoSlots;
+  // The eager path's grant, the source of its one WRITE into the sender's grant block.
+  const size_t grant_bytes = sizeof(wire::EagerGrant);
   size_t pool_bytes = sizeof(RecvReq) * wire::kFifoSlots;
-  auto mem = NumaBuffer::allocate(stage_bytes + rec_bytes + pool_bytes, numa_of(*d));
+  const size_t reg_bytes = stage_bytes + rec_bytes + grant_bytes;
+  auto mem = NumaBuffer::allocate(reg_bytes + pool_bytes, numa_of(*d));
   if (!mem.is_ok()) return mem.status();
   comm->mem = std::move(mem).value();
   char* base = static_cast<char*>(comm->mem.data());
   comm->stage = reinterpret_cast<wire::CtsEntry*>(base);
   comm->records = reinterpret_cast<wire::DoneRecord*>(base + stage_bytes);
-  comm->pool = reinterpret_cast<RecvReq*>(base + stage_bytes + rec_bytes);
+  comm->eg.src = reinterpret_cast<wire::EagerGrant*>(base + stage_bytes + rec_bytes);
+  comm->pool = reinterpret_cast<RecvReq*>(base + reg_bytes);
   static_assert(std::is_trivially_destructible_v<RecvReq>, "lives in raw comm memory");
-  SLUICE_RETURN_IF_ERROR(
-      register_comm_memory(*d, comm->mem, stage_bytes + rec_bytes, &comm->mem_mr));
-  SLUICE_RETURN_IF_ERROR(
-      register_member_memory(comm->c, comm->mem, stage_bytes + rec_bytes, comm->mem_mr));
+  static_assert(sizeof(wire::EagerGrant) % alignof(RecvReq) == 0);
+  SLUICE_RETURN_IF_ERROR(register_comm_memory(*d, comm->mem, reg_bytes, &comm->mem_mr));
+  SLUICE_RETURN_IF_ERROR(register_member_memory(comm->c, comm->mem, reg_bytes, comm->mem_mr));
   // Requests are constructed on first use (datapath.cc).
   fill_local_meta(*d, 1, l.nonce, &p.local);
   p.gid_route.apply(&p.local);
@@ -148,6 +151,7 @@ Status build_recv_comm(ListenComm& l, ListenComm::Pending& p) {
   }
   set_paths(comm->c, p.remote_x, p.local_x, false, p.remote.features);
   comm->remote_fifo = p.remote.buf_addr;
+  SLUICE_RETURN_IF_ERROR(setup_recv_eager(*comm, p.local.features, p.remote.features));
   p.comm = std::move(comm);
   return Status::ok();
 }

@@ -191,6 +191,7 @@ void log_stats(const char* side, const Conn& c) {
 }  // namespace dp
 
 using dp::check_device;
+using dp::eager_poll;
 using dp::poll_recv;
 using dp::poll_send;
 
@@ -218,6 +219,12 @@ Status test(Request* req, int* done, size_t* sizes) {
     auto& s = *static_cast<SendComm*>(r->comm);
     if (!r->done) {
       SLUICE_RETURN_IF_ERROR(check_device(s.c, false));
+      // The eager path: the head's slots are read here too, so a close owed for parts sent
+      // eagerly goes out while the caller only tests (eager.cc).
+      if (s.eg.on) {
+        Status h = dp::eager_read_head(s);
+        if (!h.is_ok() && !h.is_again()) return h;
+      }
       if (r->posted) SLUICE_RETURN_IF_ERROR(poll_send(s));
       if (!r->done) return liveness_verdict(s.c);  // fails once the peer is gone
     }
@@ -234,7 +241,23 @@ Status test(Request* req, int* done, size_t* sizes) {
     SLUICE_RETURN_IF_ERROR(check_device(rc.c, false));
     SLUICE_RETURN_IF_ERROR(dp::publish(rc));  // staged for want of CTS budget at its irecv
     SLUICE_RETURN_IF_ERROR(poll_recv(rc));
+    SLUICE_RETURN_IF_ERROR(eager_poll(rc));
     if (!r->done) return liveness_verdict(rc.c);  // fails once the peer is gone
+  }
+  if (rc.eg.on) {
+    // Receives complete in posting order (docs/eager.md): one completed from the eager ring
+    // waits for every earlier one.
+    for (uint64_t k = 1; k < wire::kFifoSlots && k <= r->seq; ++k) {
+      const RecvReq& e = rc.pool[(r->seq - k) % wire::kFifoSlots];
+      if (e.magic == Request::kMagic && e.in_use && !e.done && e.seq < r->seq) {
+        SLUICE_RETURN_IF_ERROR(check_device(rc.c, false));
+        SLUICE_RETURN_IF_ERROR(dp::publish(rc));
+        SLUICE_RETURN_IF_ERROR(poll_recv(rc));
+        SLUICE_RETURN_IF_ERROR(eager_poll(rc));
+        if (!e.done) return Status::ok();
+      }
+    }
+    rc.eg.book.finish(r->seq);
   }
   if (sizes != nullptr)
     for (int i = 0; i < r->n; ++i) sizes[i] = r->received[i];
@@ -259,6 +282,7 @@ Status comm_stats(void* comm, CommStats* out) {
   out->cts_entries = c->stats.cts_entries.get();
   out->cts_probes = c->stats.cts_probes.get();
   out->ar_imm_writes = c->stats.ar_imm_writes.get();
+  out->eager = c->stats.eager.get();
   return Status::ok();
 }
 
@@ -334,10 +358,14 @@ void retire_comm(Conn& c, const std::string& why) {
   c.cm.reset();  // rdmacm mode: the QPs' rdma_cm ids and event channel
   if (c.fd >= 0) close(c.fd);
   c.fd = -1;
+  // The QPs are gone: nothing lands in an eager ring any more, which goes back to its pool now,
+  // while the adapter (and the pool) still live.
   if (c.owner->kind == CommKind::kSend) {
+    static_cast<SendComm*>(c.owner)->eg.staging.release();
     static_cast<SendComm*>(c.owner)->mem_mr.reset();
   } else {
     auto* r = static_cast<RecvComm*>(c.owner);
+    r->eg.ring.release();
     if (c.prof.start != nullptr) flush_stop_events(*r);
     r->flush.reset();
     r->mem_mr.reset();

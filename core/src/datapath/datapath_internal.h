@@ -19,6 +19,8 @@ inline constexpr uint64_t kWrReject = 1ull << 61;  // oversize notice: one WR on
 inline constexpr uint64_t kWrProgress = 1ull << 59;
 // Failback's check of a fresh QP (failback_dp.cc): | the QP's index.
 inline constexpr uint64_t kWrCheck = 1ull << 58;
+// The eager path's WRITE of staging slot s (datapath/eager.cc): | s << 8 | the request's index.
+inline constexpr uint64_t kWrEager = 1ull << 56;
 inline constexpr int kWrProgressWrsShift = 40;
 inline constexpr uint64_t kWrProgressBytesMask = (1ull << kWrProgressWrsShift) - 1;
 static_assert(cts::kMaxLaneWrs <= 0xffff && wire::kMaxMessageBytes <= kWrProgressBytesMask,
@@ -26,6 +28,10 @@ static_assert(cts::kMaxLaneWrs <= 0xffff && wire::kMaxMessageBytes <= kWrProgres
 static_assert((kWrCheck & (kWrUnsignaled | kWrCts | kWrReject | kWrProgress | kWrDrainMarker)) ==
                   0 &&
               kWrCheck > SendComm::kPool);
+static_assert((kWrEager & (kWrUnsignaled | kWrCts | kWrReject | kWrProgress | kWrCheck |
+                           kWrDrainMarker | kWrDrainRetired)) == 0 &&
+                  kWrEager > (uint64_t{wire::kEagerMaxSlots} << 8 | SendComm::kPool),
+              "an eager WRITE's wr_id is told apart from every other");
 static_assert((kWrDrainMarker & (kWrUnsignaled | kWrCts | kWrReject | kWrProgress)) == 0 &&
                   kWrDrainMarker > SendComm::kPool,
               "close's drain marker (comm.h) is told apart from every data-path wr_id");
@@ -127,5 +133,30 @@ Status publish(RecvComm& r);
 // Caller holds r.mu.
 Status post_plain_credits(RecvComm& r, int q, uint64_t n);
 Status republish_from(RecvComm& r);
+
+// ---- The eager path (eager.cc, docs/eager.md) --------------------------------------------------
+// Receiver. eager_recv_post: irecv's part, once the receive's entries are staged (caller holds
+// r.mu): numbers its parts, borrows the ring at the first receive of host memory, copies what
+// already lies in the ring, and completes the receive when every part did (`resolved`).
+Status eager_recv_post(RecvComm& r, RecvReq& req, const MemHandle* const* mhs, const size_t* sizes);
+// Reads the ring for messages that landed (at most W slots); copies those whose part is posted.
+Status eager_poll(RecvComm& r);
+// Whether publication may wait: every unpublished receive is resolved and no credit is due.
+bool eager_may_hold(const RecvComm& r);
+// The grant's one WRITE, before the first publication that follows the ring's loan (recv.cc
+// accounts it as a clear-to-send write on QP q).
+Status post_eager_grant(RecvComm& r, int q);
+// A receive whose closes are in: done now, or once its eager parts are copied (`closed`).
+Status finish_recv(RecvComm& r, RecvReq& req, int64_t* now);
+// Sender. eager_read_head: reads the FIFO's head slots (resolved ones are passed over, parts sent
+// eagerly are matched); ok with or without a snapshot held; again: the slot at head is complete
+// but not posted yet (no room), or too few requests free to stand in for eager parts.
+Status eager_read_head(SendComm& s);
+// A send that goes eagerly when the book allows (*out set), else again.
+Status eager_send(SendComm& s, const void* data, size_t size, int tag, void* parent, Request** out);
+// A completion of an eager WRITE (poll_send).
+void eager_write_done(SendComm& s, uint64_t wr_id);
+// Posts the group at head when it is complete and fits (*posted); shared with isend (send.cc).
+Status post_group_if_room(SendComm& s, bool* posted);
 
 }  // namespace sluice::dp

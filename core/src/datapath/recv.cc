@@ -82,7 +82,8 @@ Status post_receive_wrs(RecvComm& r) {
     for (uint64_t k = from; k < to; ++k) {
       const uint32_t mask = r.pool[k % wire::kFifoSlots].paths;
       if (!f.on) {
-        if (closes_on(r.c, mask, k, t)) ks[nw++] = k;
+        // A receive completed from the eager ring gets no close: no credit either.
+        if (closes_on(r.c, mask, k, t) && !r.pool[k % wire::kFifoSlots].resolved) ks[nw++] = k;
         continue;
       }
       for (int q = 0; q < r.c.nqps; ++q)
@@ -134,6 +135,14 @@ Status write_cts(RecvComm& r, uint64_t from, uint64_t to) {
   const size_t at = static_cast<size_t>(first) * wire::kEntriesPerSlot * cells;
   wire::CtsEntry* e = &r.stage[at];
   const int q = cts_qp(r, from);
+  if (r.eg.on) {  // every entry carries the eager credit as it stands now (wire/eager.h)
+    const uint16_t credit = r.eg.book.credit();
+    for (uint64_t k = from; k < to; ++k) {
+      const uint32_t sl = static_cast<uint32_t>(k % wire::kFifoSlots);
+      for (uint32_t i = 0; i < r.pool[sl].n; ++i)
+        r.c.entry(r.stage, sl, static_cast<int>(i))->reserved = credit;
+    }
+  }
   ibv_sge sge{reinterpret_cast<uintptr_t>(e), bytes, local_mem_lkey(r.c, q)};
   ibv_send_wr w{};
   w.wr_id = kWrUnsignaled;
@@ -166,6 +175,10 @@ Status write_cts(RecvComm& r, uint64_t from, uint64_t to) {
   r.c.stats.cts_writes.add(1);
   r.c.stats.cts_entries.add(to - from);
   r.published = to;
+  if (r.eg.on) {
+    r.eg.book.on_credit_written();
+    r.eg.held = 0;
+  }
   return Status::ok();
 }
 
@@ -205,6 +218,31 @@ Status post_cts_probe(RecvComm& r, int q) {
   return Status::ok();
 }
 
+Status post_eager_grant(RecvComm& r, int q) {
+  ibv_sge sge{reinterpret_cast<uintptr_t>(r.eg.src), sizeof(wire::EagerGrant),
+              local_mem_lkey(r.c, q)};
+  ibv_send_wr w{};
+  w.wr_id = kWrCts | (static_cast<uint64_t>(q) << 32) | (r.c.qp[q].cts_unsignaled + 1);
+  w.sg_list = &sge;
+  w.num_sge = 1;
+  w.opcode = IBV_WR_RDMA_WRITE;
+  w.send_flags = IBV_SEND_SIGNALED;
+  w.wr.rdma.remote_addr = r.eg.remote_block;
+  w.wr.rdma.rkey = remote_mem_rkey(r.c, q);
+  ibv_send_wr* bad = nullptr;
+  if (int rc = ibv_post_send(r.c.qp[q].get(), &w, &bad); rc != 0) {
+    return fail(r.c,
+                Status(Code::kSystemError, "ibv_post_send (eager grant) on " + r.c.describe_qp(q) +
+                                               " failed: " + std::strerror(rc)));
+  }
+  r.c.qp[q].cts_unsignaled = 0;
+  ++r.c.qp[q].cts_outstanding;
+  r.c.stats.wrs.add(1);
+  r.c.stats.doorbells.add(1);
+  r.eg.grant_sent = true;
+  return Status::ok();
+}
+
 namespace {
 
 Status publish_staged(RecvComm& r) {
@@ -227,6 +265,16 @@ Status publish_staged(RecvComm& r) {
 
 Status publish(RecvComm& r) {
   if (r.published == r.seq) return r.c.failure;
+  // Receives completed from the eager ring wait for the next publication or a credit that is due
+  // (docs/eager.md): the sender needs their entries only to number parts and take its credits.
+  if (eager_may_hold(r)) return r.c.failure;
+  if (r.eg.on && r.eg.ring.held() && !r.eg.grant_sent) {
+    // The grant goes before the first entries that could carry a credit for its ring.
+    bool fits = false;
+    SLUICE_RETURN_IF_ERROR(cts_room(r, r.published, &fits));
+    if (!fits) return r.c.failure;
+    SLUICE_RETURN_IF_ERROR(post_eager_grant(r, cts_qp(r, r.published)));
+  }
   // A failed comm has nothing left to publish: every later call reports its failure.
   return publish_staged(r);
 }
@@ -288,29 +336,43 @@ Status take_recv_wc(RecvComm& r, const ibv_wc& w, int member, int q, int64_t* no
                      Status(Code::kInternalError, "a close for slot " + std::to_string(slot) +
                                                       ", whose receive is not waiting for one")));
   }
-  if (Status st = cts::check_imm(imm, req.posted[0], &req.has_record, &req.received[0]);
+  if (req.close_owed) {  // done already (every part came eagerly): its zero-length close
+    bool eager_part = false;
+    bool rec = false;
+    size_t ignored = 0;
+    if (Status st = cts::check_imm(imm, req.posted[0], &rec, &ignored, true, &eager_part);
+        !st.is_ok() || (!eager_part && !rec)) {
+      return fail(
+          r.c, on_qp(r.c, q,
+                     Status(Code::kRemoteError, "the close of receive " + std::to_string(req.seq) +
+                                                    ", whose parts all came eagerly, names data")));
+    }
+    if (--req.pending == 0) req.close_owed = false;
+    return Status::ok();
+  }
+  if (r.eg.on && !r.c.fo.on &&
+      (req.magic != Request::kMagic || !req.in_use || req.done || req.pending == 0)) {
+    return fail(r.c,
+                on_qp(r.c, q,
+                      Status(Code::kRemoteError, "a close for slot " + std::to_string(slot) +
+                                                     ", whose receive is not waiting for one")));
+  }
+  bool eager_part = false;
+  if (Status st = cts::check_imm(imm, req.posted[0], &req.has_record, &req.received[0], r.eg.on,
+                                 &eager_part);
       !st.is_ok()) {
     return fail(r.c, on_qp(r.c, q, st));
   }
+  if (eager_part) req.eager_want |= 1u;
   if (--req.pending > 0) return Status::ok();
   if (req.has_record) {
+    uint8_t eager_mask = 0;
     Status st = cts::check_record(r.records[req.seq % wire::kFifoSlots], req.seq, req.n, req.posted,
-                                  req.tags, req.received);
+                                  req.tags, req.received, r.eg.on ? &eager_mask : nullptr);
     if (!st.is_ok()) return fail(r.c, on_qp(r.c, q, st));
+    req.eager_want |= eager_mask;
   }
-  req.done = true;
-  ++r.completed;
-  r.completed_hi = std::max(r.completed_hi, req.seq + 1);
-  r.c.stats.messages.add(1);
-  size_t got = 0;
-  for (int i = 0; i < req.n; ++i) got += req.received[i];
-  r.c.stats.bytes.add(got);
-  count_member_bytes(r.c, req.paths, req.shares, req.received, req.n);
-  if (*now == 0) *now = stat_clock_ns();
-  r.c.stats.add_latency(*now - req.posted_ns);
-  if (r.c.prof.start != nullptr) [[unlikely]]
-    prof_recv_done(r, req);
-  return Status::ok();
+  return finish_recv(r, req, now);
 }
 
 Status poll_recv_cq(RecvComm& r, int member) {
@@ -375,7 +437,8 @@ Status irecv(RecvComm* r, int n, void* const* data, const size_t* sizes, const i
     new (&req) RecvReq();
     req.comm = r;
   }
-  if (req.in_use) {  // 32 receives in flight; make sure the peer can complete them
+  if (req.in_use ||
+      req.close_owed) {  // 32 receives in flight; make sure the peer can complete them
     SLUICE_RETURN_IF_ERROR(dp::publish(*r));
     return Status::again();
   }
@@ -428,6 +491,7 @@ Status irecv(RecvComm* r, int n, void* const* data, const size_t* sizes, const i
       std::memcpy(&e - 1, &x, sizeof x);
     }
   }
+  SLUICE_RETURN_IF_ERROR(dp::eager_recv_post(*r, req, mhs, sizes));
   ++r->seq;
   *out = &req;
   SLUICE_RETURN_IF_ERROR(dp::publish(*r));  // at once (or at the comm's next call: no budget)

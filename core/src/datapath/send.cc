@@ -144,7 +144,11 @@ Status post_path_chain(SendComm& s, const cts::Snapshot& snap, SendReq* const* r
     // Every chain states the whole message's size: the receiver checks it against its buffer. A
     // fused comm's names the receive's slot too (wire.h).
     const auto bytes = static_cast<uint32_t>(reqs[0]->size);
-    close->imm_data = htonl(s.c.npaths > 1 ? wire::fused_imm(slot, bytes) : bytes);
+    // A part sent eagerly (eager.cc, a stand-in of 0 bytes here; one-path comms only): the close
+    // says so, with its size.
+    close->imm_data = htonl(s.c.npaths > 1    ? wire::fused_imm(slot, bytes)
+                            : reqs[0]->shadow ? wire::kImmEager | reqs[0]->eager_size
+                                              : bytes);
   } else {
     // ar_of made it a separate WR: the record is its payload, never a data WRITE's.
     sges[nw - 1] = {reinterpret_cast<uintptr_t>(&s.records[slot]), sizeof(wire::DoneRecord),
@@ -202,8 +206,12 @@ Status post_group(SendComm& s) {
   for (int i = 0; i < nreqs; ++i) sizes[i] = s.slot_reqs[i]->size;
   if (record_close(s, sizes, nreqs)) {
     wire::DoneRecord& r = s.records[slot];
-    for (int i = 0; i < wire::kEntriesPerSlot; ++i)
-      r.sizes[i] = i < nreqs ? static_cast<uint32_t>(s.slot_reqs[i]->size) : 0;
+    for (int i = 0; i < wire::kEntriesPerSlot; ++i) {
+      const SendReq* q = i < nreqs ? s.slot_reqs[i] : nullptr;
+      r.sizes[i] = q == nullptr ? 0
+                   : q->shadow  ? wire::kRecordEager | q->eager_size
+                                : static_cast<uint32_t>(q->size);
+    }
     r.status = wire::kRecordOk;
     r.bad_index = 0;
     r.seq = s.head + 1;
@@ -225,6 +233,8 @@ Status post_group(SendComm& s) {
   return Status::ok();
 }
 
+Status group_fits(SendComm& s, const size_t* sizes, int nreqs, bool* fits);
+
 // Room for need[q] more WRs on every QP q, polling completions once if needed.
 Status room_for(SendComm& s, const uint32_t* need, bool* fits) {
   for (int pass = 0; pass < 2; ++pass) {
@@ -234,6 +244,25 @@ Status room_for(SendComm& s, const uint32_t* need, bool* fits) {
     SLUICE_RETURN_IF_ERROR(poll_send(s));
   }
   return Status::ok();
+}
+
+// Whether the group at head (sizes[0..nreqs)) fits every lane's send queue now (polling once), and
+// every chain has a QP (a path of the receive that is fencing waits for its substitute).
+Status group_fits(SendComm& s, const size_t* sizes, int nreqs, bool* fits) {
+  *fits = false;
+  const int nlanes = stripe::lanes_per_path(s.c.split, s.c.qpp);
+  uint32_t need[wire::kMaxQps] = {};
+  bool routed = true;
+  for_each_chain(s, s.snap.paths, s.head, [&](int path, int lane, int q, bool) {
+    const int t = fo_route(s.c.fo, s.c.qpp, q);
+    routed = routed && t >= 0;
+    if (t >= 0)
+      need[t] +=
+          stripe::plan_path(stripe::with_shares(s.c.paths, s.snap.shares), s.snap.paths, sizes,
+                            nreqs, path, lane, nlanes, ar_of(s, sizes, nreqs), nullptr);
+  });
+  if (!routed) return Status::ok();
+  return room_for(s, need, fits);
 }
 
 // A send the receiver cannot take: larger than the posted receive buffer (kRecordTooLarge) or than
@@ -298,6 +327,10 @@ Status isend_impl(SendComm* s, void* data, size_t size, int tag, MemHandle* mh, 
   const bool over_limit = size > kMaxMessage;
   if (!over_limit && size > 0 && (!valid_mh(s->c, mh) || !mh->contains(data, size)))
     return bad_buffer(s->c, "isend", data, size, mh);
+  if (s->eg.on) {  // the eager path (eager.cc): its reading of the head, or the send goes eagerly
+    SLUICE_RETURN_IF_ERROR(eager_read_head(*s));
+    if (s->snap.seq == 0) return eager_send(*s, data, size, tag, parent, out);
+  }
   if (s->snap.seq == 0) {  // first use of the slot at head: validate it once
     const size_t cells = static_cast<size_t>(s->c.cells());
     const wire::CtsEntry* e =
@@ -311,7 +344,10 @@ Status isend_impl(SendComm* s, void* data, size_t size, int tag, MemHandle* mh, 
   }
   const int nreqs = s->snap.nreqs;
   const cts::Match m = cts::match(s->snap, s->matched, tag, over_limit ? 0 : size);
-  if (m.kind == cts::Match::kLater) return Status::again();  // tag of a later receive
+  if (m.kind == cts::Match::kLater) {  // tag of a later receive
+    if (s->eg.on && !over_limit) return eager_send(*s, data, size, tag, parent, out);
+    return Status::again();
+  }
   if (over_limit) return reject_send(*s, m.index, size, tag, wire::kRecordOverLimit);
   if (m.kind == cts::Match::kTooLarge)
     return reject_send(*s, m.index, size, tag, wire::kRecordTooLarge);
@@ -322,22 +358,8 @@ Status isend_impl(SendComm* s, void* data, size_t size, int tag, MemHandle* mh, 
     // Room on every lane's send queue for the whole group, or try again after completions.
     size_t sizes[wire::kEntriesPerSlot];
     for (int i = 0; i < nreqs; ++i) sizes[i] = i == idx ? size : s->slot_reqs[i]->size;
-    const int nlanes = stripe::lanes_per_path(s->c.split, s->c.qpp);
-    uint32_t need[wire::kMaxQps] = {};
-    bool routed = true;
-    for_each_chain(*s, s->snap.paths, s->head, [&](int path, int lane, int q, bool) {
-      const int t = fo_route(s->c.fo, s->c.qpp, q);
-      routed = routed && t >= 0;
-      if (t >= 0)
-        need[t] +=
-            stripe::plan_path(stripe::with_shares(s->c.paths, s->snap.shares), s->snap.paths, sizes,
-                              nreqs, path, lane, nlanes, ar_of(*s, sizes, nreqs), nullptr);
-    });
-    // A path of the receive is fencing (failover): its chains wait for the substitute the
-    // receiver names in its FENCE.
-    if (!routed) return Status::again();
     bool fits = false;
-    SLUICE_RETURN_IF_ERROR(room_for(*s, need, &fits));
+    SLUICE_RETURN_IF_ERROR(group_fits(*s, sizes, nreqs, &fits));
     if (!fits) return Status::again();
   }
   const uint16_t slot_index = s->free_list[--s->free_top];
@@ -353,6 +375,8 @@ Status isend_impl(SendComm* s, void* data, size_t size, int tag, MemHandle* mh, 
   r->posted = false;
   r->pending = 0;
   r->group_n = 0;
+  r->eager = false;
+  r->shadow = false;
   r->data = static_cast<const char*>(data);
   r->size = size;
   r->lkey = size > 0 ? mh->lkey : 0;
@@ -362,6 +386,7 @@ Status isend_impl(SendComm* s, void* data, size_t size, int tag, MemHandle* mh, 
   r->parent = parent;
   s->slot_reqs[idx] = r;
   s->matched |= static_cast<uint8_t>(1u << idx);
+  if (s->eg.on) s->eg.book.on_rendezvous(tag);
   s->c.stats.messages.add(1);
   if (completes_group) SLUICE_RETURN_IF_ERROR(post_group(*s));
   *out = r;
@@ -369,6 +394,18 @@ Status isend_impl(SendComm* s, void* data, size_t size, int tag, MemHandle* mh, 
 }
 
 }  // namespace
+
+Status post_group_if_room(SendComm& s, bool* posted) {
+  *posted = false;
+  size_t sizes[wire::kEntriesPerSlot];
+  for (int i = 0; i < s.snap.nreqs; ++i) sizes[i] = s.slot_reqs[i]->size;
+  bool fits = false;
+  SLUICE_RETURN_IF_ERROR(group_fits(s, sizes, s.snap.nreqs, &fits));
+  if (!fits) return Status::ok();
+  SLUICE_RETURN_IF_ERROR(post_group(s));
+  *posted = true;
+  return Status::ok();
+}
 
 namespace {
 
@@ -408,6 +445,11 @@ Status poll_send_cq(SendComm& s, int member) {
       fo_check_done(s.c, q);
       continue;
     }
+    if (wc[k].wr_id & kWrEager) {  // an eager WRITE (eager.cc): its request is done
+      l.sq_used -= std::min<uint32_t>(1, l.sq_used);
+      eager_write_done(s, wc[k].wr_id);
+      continue;
+    }
     if (wc[k].wr_id >= static_cast<uint64_t>(SendComm::kPool))  // none of ours: never index by it
       return fail(s.c, Status(Code::kInternalError, "completion with unknown wr_id " +
                                                         std::to_string(wc[k].wr_id) + " on " +
@@ -440,7 +482,18 @@ Status poll_send_cq(SendComm& s, int member) {
     if (--leader->pending == 0) {
       if (now == 0) now = stat_clock_ns();
       s.c.stats.add_latency(now - leader->posted_ns);
-      for (int i = 0; i < leader->group_n; ++i) s.pool[leader->group[i]].done = true;
+      uint16_t group[wire::kEntriesPerSlot];
+      const int gn = leader->group_n;
+      for (int i = 0; i < gn; ++i) group[i] = leader->group[i];
+      for (int i = 0; i < gn; ++i) s.pool[group[i]].done = true;
+      // Stand-ins for parts sent eagerly (eager.cc) are ours: back to the pool.
+      for (int i = 0; i < gn; ++i) {
+        SendReq& m = s.pool[group[i]];
+        if (!m.shadow) continue;
+        m.shadow = false;
+        m.in_use = false;
+        s.free_list[s.free_top++] = m.index;
+      }
     }
   }
   return Status::ok();

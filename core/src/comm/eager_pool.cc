@@ -1,0 +1,93 @@
+#include "comm/eager_pool.h"
+
+#include <bit>
+#include <cerrno>
+#include <cstring>
+
+#include "sluice/core/base/log.h"
+
+namespace sluice {
+
+void EagerPoolDeleter::operator()(EagerPool* p) const {
+  delete p;
+}
+
+void EagerLease::release() {
+  if (pool != nullptr && index >= 0) pool->release(index);
+  pool = nullptr;
+  index = -1;
+  base = nullptr;
+}
+
+Result<std::unique_ptr<EagerPool>> EagerPool::create(Adapter& a, uint32_t rings, uint32_t slots,
+                                                     size_t stride, int numa) {
+  std::unique_ptr<EagerPool> p(new EagerPool());
+  p->rings_ = rings;
+  p->slots_ = slots;
+  p->stride_ = stride;
+  p->ring_bytes_ = static_cast<size_t>(slots) * stride;
+  auto mem = NumaBuffer::allocate(p->ring_bytes_ * rings, numa);
+  if (!mem.is_ok()) return mem.status();
+  p->mem_ = std::move(mem).value();
+  p->base_ = static_cast<char*>(p->mem_.data());
+  p->mr_.reset(ibv_reg_mr(a.pd.get(), p->base_, p->ring_bytes_ * rings,
+                          IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE));
+  if (!p->mr_) {
+    return errno_status(Code::kSystemError,
+                        "ibv_reg_mr of the eager pool (" + std::to_string(p->ring_bytes_ * rings) +
+                            " bytes) on " + a.name +
+                            "; set SLUICE_EAGER_MAX=0 or a smaller "
+                            "SLUICE_EAGER_RINGS",
+                        errno);
+  }
+  p->words_ = (rings + 63) / 64;
+  p->free_.reset(new std::atomic<uint64_t>[p->words_]);
+  for (size_t w = 0; w < p->words_; ++w) {
+    const uint32_t left = rings - static_cast<uint32_t>(w * 64);
+    p->free_[w].store(left >= 64 ? ~uint64_t{0} : (uint64_t{1} << left) - 1,
+                      std::memory_order_relaxed);
+  }
+  return p;
+}
+
+int EagerPool::acquire() {
+  for (size_t w = 0; w < words_; ++w) {
+    uint64_t v = free_[w].load(std::memory_order_relaxed);
+    while (v != 0) {
+      const int b = std::countr_zero(v);
+      if (free_[w].compare_exchange_weak(v, v & ~(uint64_t{1} << b), std::memory_order_acquire,
+                                         std::memory_order_relaxed)) {
+        used_.fetch_add(1, std::memory_order_relaxed);
+        return static_cast<int>(w * 64) + b;
+      }
+    }
+  }
+  return -1;
+}
+
+void EagerPool::release(int ring) {
+  if (ring < 0 || static_cast<uint32_t>(ring) >= rings_) return;
+  free_[ring / 64].fetch_or(uint64_t{1} << (ring % 64), std::memory_order_release);
+  used_.fetch_sub(1, std::memory_order_relaxed);
+}
+
+Result<EagerPool*> eager_pool_of(Adapter& a, int numa) {
+  const Config& cfg = engine()->config();
+  if (cfg.eager_max <= 0 || cfg.eager_rings <= 0) return static_cast<EagerPool*>(nullptr);
+  std::lock_guard<std::mutex> lk(a.eager_mu);
+  if (!a.eager) {
+    const uint32_t slots = std::bit_floor(static_cast<uint32_t>(cfg.eager_slots));
+    const size_t stride = wire::eager_stride(static_cast<size_t>(cfg.eager_max));
+    auto p = EagerPool::create(a, static_cast<uint32_t>(cfg.eager_rings), slots, stride, numa);
+    if (!p.is_ok()) return p.status();
+    a.eager.reset(std::move(p).value().release());
+    SLUICE_INFO(kSubNet,
+                "%s: eager pool of %d rings x %u slots x %zu bytes (%zu KiB registered, "
+                "SLUICE_EAGER_MAX=%d)",
+                a.name.c_str(), cfg.eager_rings, slots, stride, a.eager->bytes() / 1024,
+                cfg.eager_max);
+  }
+  return a.eager.get();
+}
+
+}  // namespace sluice

@@ -1,0 +1,363 @@
+// The eager path (docs/eager.md): a message of at most SLUICE_EAGER_MAX bytes whose receive the
+// sender has not seen goes at once into the receiver's ring (one WRITE from a staging slot), and
+// the receiver copies it into the receive buffer when both are there. The books
+// (rules/eager_book.h) decide who pairs with whom; this file moves the bytes and keeps the
+// requests. No allocation, lock or log on the path of a message; every loop is bounded by the
+// ring's slots or a receive's parts.
+#include <arpa/inet.h>
+
+#include <bit>
+#include <cstring>
+#include <new>
+
+#include "comm/eager_pool.h"
+#include "datapath/datapath_internal.h"
+#include "datapath/wr_events.h"
+
+namespace sluice {
+namespace dp {
+
+namespace {
+
+const char* ring_slot(const RecvComm& r, uint64_t counter) {
+  const EagerLease& l = r.eg.ring;
+  return l.base + (counter % l.slots) * l.stride;
+}
+
+// Copies eager message `counter` (validated when it landed) into part i of `req`, and frees its
+// ring slot. A part larger than its buffer, or in GPU memory, fails the comm (the sender's send was
+// legal for it: it is told by the failure notice).
+Status copy_part(RecvComm& r, RecvReq& req, int i, uint64_t counter) {
+  wire::EagerHeader h;
+  const char* slot = ring_slot(r, counter);
+  std::memcpy(&h, slot, sizeof h);
+  const uint32_t bit = 1u << i;
+  if (h.size > req.posted[i]) {
+    return fail(
+        r.c, Status(Code::kInvalidUsage,
+                    "peer sent " + std::to_string(h.size) +
+                        " bytes (eagerly) into receive buffer " + std::to_string(i) + " (tag " +
+                        std::to_string(req.tags[i]) + ") of only " + std::to_string(req.posted[i]) +
+                        " bytes on " + r.c.describe_qp(0) + "; nothing was written"));
+  }
+  if (h.size > 0 && (req.host & bit) == 0) {
+    return fail(r.c, Status(Code::kInvalidUsage,
+                            "an eager message for receive buffer " + std::to_string(i) +
+                                " in GPU memory on " + r.c.describe_qp(0) +
+                                ": this comm's first receives were in host memory; set "
+                                "SLUICE_EAGER_MAX=0 where a comm mixes host and GPU receives"));
+  }
+  if (h.size > 0) {
+    void* dst = reinterpret_cast<void*>(
+        r.c.entry(r.stage, static_cast<uint32_t>(req.seq % wire::kFifoSlots), i)->addr);
+    std::memcpy(dst, slot + wire::kEagerHeaderBytes, h.size);
+  }
+  req.received[i] = h.size;
+  req.eager_got |= static_cast<uint8_t>(bit);
+  r.eg.book.consume(counter);
+  r.c.stats.eager.add(1);
+  return Status::ok();
+}
+
+}  // namespace
+
+Status finish_recv(RecvComm& r, RecvReq& req, int64_t* now) {
+  if ((req.eager_got & ~req.eager_want) != 0 && !req.resolved) {
+    return fail(r.c, Status(Code::kRemoteError,
+                            "receive " + std::to_string(req.seq) +
+                                ": a part came through the eager ring that its close says was "
+                                "written into the buffer, on " +
+                                r.c.describe_qp(0)));
+  }
+  if ((req.eager_want & ~req.eager_got) != 0) {
+    req.closed = true;  // its eager parts are still on their way: eager_poll finishes it
+    return Status::ok();
+  }
+  req.done = true;
+  ++r.completed;
+  r.completed_hi = std::max(r.completed_hi, req.seq + 1);
+  r.c.stats.messages.add(1);
+  size_t got = 0;
+  for (int i = 0; i < req.n; ++i) got += req.received[i];
+  r.c.stats.bytes.add(got);
+  count_member_bytes(r.c, req.paths, req.shares, req.received, req.n);
+  if (*now == 0) *now = stat_clock_ns();
+  r.c.stats.add_latency(*now - req.posted_ns);
+  if (r.c.prof.start != nullptr) [[unlikely]]
+    prof_recv_done(r, req);
+  return Status::ok();
+}
+
+Status eager_recv_post(RecvComm& r, RecvReq& req, const MemHandle* const* mhs,
+                       const size_t* sizes) {
+  req.resolved = req.closed = false;
+  req.eager_got = req.eager_want = req.host = 0;
+  if (!r.eg.on) return Status::ok();
+  const int n = req.n;
+  for (int i = 0; i < n; ++i)
+    if (sizes[i] == 0 || mhs[i]->type == MemType::kHost) req.host |= static_cast<uint8_t>(1u << i);
+  const uint8_t all = static_cast<uint8_t>((1u << n) - 1);
+  EagerLease& ring = r.eg.ring;
+  if (!ring.held() && !r.eg.gpu && ring.pool != nullptr) {
+    if (req.host != all) {
+      r.eg.gpu = true;  // NCCL keeps a comm's buffers in one kind of memory
+      SLUICE_INFO(kSubNet, "%s: eager path off for this comm: its first receive is in GPU memory",
+                  r.c.describe_qp(0).c_str());
+    } else if (const int i = ring.pool->acquire(); i >= 0) {
+      EagerPool& p = *ring.pool;
+      ring.index = i;
+      ring.base = p.ring(i);
+      ring.lkey = p.lkey();
+      ring.rkey = p.rkey();
+      ring.slots = p.slots();
+      ring.stride = p.stride();
+      std::memset(ring.base, 0, ring.slots * ring.stride);  // once per loan
+      r.eg.grant = p.next_grant();
+      wire::encode_grant(r.eg.src, reinterpret_cast<uintptr_t>(ring.base), ring.rkey, r.eg.grant,
+                         static_cast<uint32_t>(p.max_bytes()), ring.slots);
+      r.eg.grant_sent = false;  // written before the next publication (recv.cc)
+    }
+  }
+  uint32_t ord[wire::kEntriesPerSlot];
+  r.eg.book.post(req.seq, req.tags, n, ord);
+  if (!ring.held()) return Status::ok();
+  uint64_t c[wire::kEntriesPerSlot];
+  const uint8_t mask = r.eg.book.fill_from_ring(req.seq, c);
+  for (int i = 0; i < n; ++i)
+    if (mask >> i & 1u) SLUICE_RETURN_IF_ERROR(copy_part(r, req, i, c[i]));
+  // What landed since the ring was last read (for this receive's parts too).
+  SLUICE_RETURN_IF_ERROR(eager_poll(r));
+  if (req.eager_got != all) return Status::ok();
+  // Every part is here: the receive is done, and its entries say so (written later, held).
+  req.resolved = true;
+  req.pending = 0;
+  req.eager_want = all;
+  const uint32_t slot = static_cast<uint32_t>(req.seq % wire::kFifoSlots);
+  for (int i = 0; i < n; ++i) r.c.entry(r.stage, slot, i)->nreqs |= wire::kCtsResolved;
+  ++r.eg.held;
+  int64_t now = 0;
+  return finish_recv(r, req, &now);
+}
+
+Status eager_poll(RecvComm& r) {
+  if (!r.eg.on || !r.eg.ring.held()) return Status::ok();
+  eager::ReceiverBook& b = r.eg.book;
+  const size_t max = r.eg.ring.stride - wire::kEagerHeaderBytes;
+  for (uint64_t c = b.prefix(); c < b.credited(); ++c) {
+    if (b.arrived(c)) continue;
+    wire::EagerHeader h;
+    std::string why;
+    const wire::SlotRead rd = wire::read_eager_slot(ring_slot(r, c), c, r.eg.grant, max, &h, &why);
+    if (rd == wire::SlotRead::kNotYet) continue;
+    if (rd == wire::SlotRead::kCorrupt)
+      return fail(r.c, Status(Code::kRemoteError, why + " on " + r.c.describe_qp(0)));
+    bool posted = false;
+    uint64_t seq = 0;
+    int index = -1;
+    if (Status st = b.arrive(c, h.tag, h.ordinal, h.size, &posted, &seq, &index); !st.is_ok())
+      return fail(r.c, Status(Code::kRemoteError, st.message() + " on " + r.c.describe_qp(0)));
+    if (!posted) continue;  // held in the ring until its receive is posted
+    RecvReq& req = r.pool[seq % wire::kFifoSlots];
+    SLUICE_RETURN_IF_ERROR(copy_part(r, req, index, c));
+    int64_t now = 0;
+    if (req.closed && (req.eager_want & ~req.eager_got) == 0) {
+      SLUICE_RETURN_IF_ERROR(finish_recv(r, req, &now));
+    } else if (!req.done && req.seq < r.rq_posted &&
+               req.eager_got == static_cast<uint8_t>((1u << req.n) - 1)) {
+      // Every part came eagerly though its clear-to-send went out: done now (its sender may be
+      // idle); the zero-length close it owes the receive WR is taken when it comes (recv.cc).
+      req.close_owed = true;
+      req.eager_want = req.eager_got;
+      SLUICE_RETURN_IF_ERROR(finish_recv(r, req, &now));
+    }
+  }
+  return Status::ok();
+}
+
+bool eager_may_hold(const RecvComm& r) {
+  if (!r.eg.on || r.published == r.seq) return false;
+  if (r.eg.book.credit_due() || r.seq - r.published >= wire::kEntriesPerSlot) return false;
+  for (uint64_t k = r.published; k < r.seq; ++k)
+    if (!r.pool[k % wire::kFifoSlots].resolved) return false;
+  return true;
+}
+
+// ---- Sender
+// --------------------------------------------------------------------------------------
+
+namespace {
+
+// A request of our own standing in the group at head for part i, sent eagerly before its
+// clear-to-send was read (send.cc posts the group as if it had 0 bytes; the close names its size).
+void stand_in(SendComm& s, int i, uint32_t size) {
+  const uint16_t index = s.free_list[--s.free_top];
+  SendReq* r = &s.pool[index];
+  if (r->magic != Request::kMagic) {
+    new (r) SendReq();
+    r->index = index;
+    r->comm = &s;
+    r->is_send = true;
+  }
+  r->in_use = true;
+  r->done = false;
+  r->posted = false;
+  r->pending = 0;
+  r->group_n = 0;
+  r->eager = false;
+  r->shadow = true;
+  r->eager_size = size;
+  r->data = nullptr;
+  r->size = 0;
+  r->lkey = 0;
+  for (uint32_t& k : r->lkeys) k = 0;
+  r->parent = nullptr;
+  s.slot_reqs[i] = r;
+  s.matched |= static_cast<uint8_t>(1u << i);
+}
+
+}  // namespace
+
+Status eager_read_head(SendComm& s) {
+  for (;;) {
+    if (s.snap.seq != 0) {
+      if (!s.eg.owed) return Status::ok();
+      bool posted = false;
+      SLUICE_RETURN_IF_ERROR(post_group_if_room(s, &posted));
+      if (!posted) return Status::again();
+      s.eg.owed = false;
+      continue;
+    }
+    // Stand-ins for the slot's eager parts come from the pool: make sure a whole slot's fit
+    // before the book matches (it cannot take a match back).
+    if (s.free_top < wire::kEntriesPerSlot) return Status::ok();
+    const wire::CtsEntry* e = &s.fifo[(s.head % wire::kFifoSlots) * wire::kEntriesPerSlot];
+    Status st = cts::take_snapshot(e, s.head + 1, &s.snap, true);
+    if (st.is_again()) return Status::ok();
+    if (!st.is_ok()) return fail(s.c, on_qp(s.c, 0, st));
+    int32_t tags[wire::kEntriesPerSlot];
+    uint32_t sizes[wire::kEntriesPerSlot];
+    for (int i = 0; i < s.snap.nreqs; ++i) {
+      tags[i] = s.snap.e[i].tag;
+      sizes[i] = s.snap.e[i].size;
+    }
+    eager::SlotMatch m;
+    if (Status b =
+            s.eg.book.on_slot(tags, sizes, s.snap.nreqs, s.snap.resolved, s.snap.e[0].reserved, &m);
+        !b.is_ok()) {
+      return fail(s.c, on_qp(s.c, 0, b));
+    }
+    if (m.too_large >= 0) {
+      return fail(s.c, Status(Code::kInvalidUsage,
+                              "isend of " + std::to_string(m.sent_size) + " bytes (tag " +
+                                  std::to_string(tags[m.too_large]) +
+                                  ", sent eagerly) is larger than the receive buffer of " +
+                                  std::to_string(sizes[m.too_large]) +
+                                  " bytes posted by the peer on " + s.c.describe_qp(0)));
+    }
+    if (s.snap.resolved) {  // completed from the ring: nothing to post
+      ++s.head;
+      s.snap.seq = 0;
+      s.matched = 0;
+      continue;
+    }
+    for (int i = 0; i < s.snap.nreqs; ++i)
+      if (m.eager >> i & 1u) stand_in(s, i, m.size[i]);
+    if (std::popcount(static_cast<unsigned>(s.matched)) < s.snap.nreqs) return Status::ok();
+    s.eg.owed = true;  // every part went eagerly: its close is owed (next turn of the loop)
+  }
+}
+
+Status eager_send(SendComm& s, const void* data, size_t size, int tag, void* parent,
+                  Request** out) {
+  if (!s.eg.on || s.eg.owed) return Status::again();
+  SendComm::Eager& g = s.eg;
+  if (!g.granted) {
+    std::string why;
+    const wire::SlotRead rd = wire::read_grant(g.block, &g.grant, &why);
+    if (rd == wire::SlotRead::kNotYet) return Status::again();
+    if (rd == wire::SlotRead::kCorrupt)
+      return fail(s.c, Status(Code::kRemoteError, why + " on " + s.c.describe_qp(0)));
+    g.granted = true;
+    g.book.set_slots(g.grant.slots);
+  }
+  EagerLease& st = g.staging;
+  if (!st.held()) {
+    if (st.pool == nullptr) return Status::again();
+    const int i = st.pool->acquire();
+    if (i < 0) return Status::again();  // none free now: clear-to-send for this one
+    EagerPool& p = *st.pool;
+    st.index = i;
+    st.base = p.ring(i);
+    st.lkey = p.lkey();
+    st.slots = p.slots();
+    st.stride = p.stride();
+    g.max = std::min<size_t>(p.max_bytes(), g.grant.max_bytes);
+  }
+  if (!g.book.may_send(tag, size, g.max)) return Status::again();
+  const uint64_t counter = g.book.counter();
+  const uint32_t ss = static_cast<uint32_t>(counter % st.slots);
+  const int q = 0;
+  if ((g.busy >> ss & 1u) != 0 || s.c.qp[q].sq_used + 1 > kSendSqDepth) {
+    SLUICE_RETURN_IF_ERROR(poll_send(s));
+    if ((g.busy >> ss & 1u) != 0 || s.c.qp[q].sq_used + 1 > kSendSqDepth) return Status::again();
+  }
+  if (s.free_top == 0) return Status::again();
+  const uint16_t index = s.free_list[--s.free_top];
+  SendReq* r = &s.pool[index];
+  if (r->magic != Request::kMagic) {
+    new (r) SendReq();
+    r->index = index;
+    r->comm = &s;
+    r->is_send = true;
+  }
+  r->in_use = true;
+  r->done = false;
+  r->posted = true;
+  r->pending = 0;
+  r->group_n = 0;
+  r->eager = true;
+  r->shadow = false;
+  r->eager_size = static_cast<uint32_t>(size);
+  r->data = static_cast<const char*>(data);
+  r->size = size;
+  r->lkey = 0;
+  r->parent = parent;
+  char* src = st.base + static_cast<size_t>(ss) * st.stride;
+  const size_t bytes =
+      wire::encode_eager_slot(src, counter, g.grant.grant, tag, g.book.send_ordinal(tag), data,
+                              static_cast<uint32_t>(size));
+  ibv_sge sge{reinterpret_cast<uintptr_t>(src), static_cast<uint32_t>(bytes), st.lkey};
+  ibv_send_wr w{};
+  w.wr_id = kWrEager | static_cast<uint64_t>(ss) << 8 | index;
+  w.sg_list = &sge;
+  w.num_sge = 1;
+  w.opcode = IBV_WR_RDMA_WRITE;
+  w.send_flags = IBV_SEND_SIGNALED;
+  w.wr.rdma.remote_addr = g.grant.ring_addr + (counter % g.grant.slots) * (g.grant.stride64 * 64u);
+  w.wr.rdma.rkey = g.grant.rkey;
+  ibv_send_wr* bad = nullptr;
+  if (int rc = ibv_post_send(s.c.qp[q].get(), &w, &bad); rc != 0) {
+    return fail(s.c, Status(Code::kSystemError, "ibv_post_send (eager) on " + s.c.describe_qp(q) +
+                                                    " failed: " + std::strerror(rc)));
+  }
+  s.c.qp[q].sq_used += 1;
+  g.busy |= uint64_t{1} << ss;
+  g.book.on_eager(tag, static_cast<uint32_t>(size), index);
+  s.c.stats.wrs.add(1);
+  s.c.stats.doorbells.add(1);
+  s.c.stats.messages.add(1);
+  s.c.stats.bytes.add(size);
+  s.c.stats.eager.add(1);
+  *out = r;
+  return Status::ok();
+}
+
+void eager_write_done(SendComm& s, uint64_t wr_id) {
+  const uint32_t ss = static_cast<uint32_t>(wr_id >> 8 & 0xff);
+  const uint32_t index = static_cast<uint32_t>(wr_id & 0xff);
+  s.eg.busy &= ~(uint64_t{1} << ss);
+  if (index < static_cast<uint32_t>(SendComm::kPool)) s.pool[index].done = true;
+}
+
+}  // namespace dp
+}  // namespace sluice

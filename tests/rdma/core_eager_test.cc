@@ -1,0 +1,329 @@
+// The eager path on real verbs (issue 33, docs/eager.md), through core's API: SLUICE_EAGER_MAX is
+// set by core.cmake (4096). Sizes across the threshold in one stream, every byte checked; sends
+// ahead of their receives (the ring holds them, the receives complete at irecv, their entries
+// batched); grouped receives mixing eager and rendezvous parts in any order; a message larger than
+// its receive buffer failing both sides; completion in posting order; and the counters that show
+// which path each message took.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "rdma_env.h"
+#include "sluice/core/api.h"
+
+namespace {
+
+using namespace sluice;
+using Clock = std::chrono::steady_clock;
+
+constexpr size_t kEagerMax = 4096;  // core.cmake's SLUICE_EAGER_MAX for this test
+
+void test_sink(int level, unsigned long, const char* file, int line, const char* fmt, ...) {
+  if (level > kLogWarn) return;
+  char msg[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  std::fprintf(stderr, "%ssluice WARN %s:%d %s\n", rdmatest::warn_prefix(), file, line, msg);
+}
+
+class CoreEager : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto pair = rdmatest::test_pair();
+    SLUICE_REQUIRE_PAIR(pair);
+    ASSERT_TRUE(engine_acquire(test_sink).is_ok());
+    acquired_ = true;
+    dev_a_ = dev_b_ = -1;
+    for (int d = 0; d < device_count(); ++d) {
+      DeviceProperties p;
+      ASSERT_TRUE(device_properties(d, &p).is_ok());
+      if (dev_a_ < 0 && pair.a().matches(p.name)) dev_a_ = d;
+      if (dev_b_ < 0 && pair.b().matches(p.name)) dev_b_ = d;
+    }
+    ASSERT_GE(dev_a_, 0);
+    ASSERT_GE(dev_b_, 0);
+    ASSERT_NO_FATAL_FAILURE(open_pair());
+    src_.resize(kBuf);
+    dst_.resize(kBuf);
+    for (size_t i = 0; i < kBuf; ++i) src_[i] = static_cast<uint8_t>((i * 2654435761u) >> 9);
+    ASSERT_TRUE(reg_mr(s_, src_.data(), src_.size(), MemType::kHost, &ms_).is_ok());
+    ASSERT_TRUE(reg_mr(r_, dst_.data(), dst_.size(), MemType::kHost, &mr_).is_ok());
+  }
+  void TearDown() override {
+    if (ms_ != nullptr) {
+      EXPECT_TRUE(dereg_mr(s_, ms_).is_ok());
+    }
+    if (mr_ != nullptr) {
+      EXPECT_TRUE(dereg_mr(r_, mr_).is_ok());
+    }
+    if (s_ != nullptr) {
+      EXPECT_TRUE(close_send(s_).is_ok());
+    }
+    if (r_ != nullptr) {
+      EXPECT_TRUE(close_recv(r_).is_ok());
+    }
+    if (acquired_) engine_release();
+  }
+  void open_pair() {
+    char handle[kHandleSize];
+    ListenComm* l = nullptr;
+    ASSERT_TRUE(listen(dev_b_, handle, &l).is_ok());
+    auto deadline = Clock::now() + std::chrono::seconds(60);
+    while (s_ == nullptr || r_ == nullptr) {
+      ASSERT_LT(Clock::now(), deadline);
+      if (s_ == nullptr) {
+        ASSERT_TRUE(connect(dev_a_, handle, CommConfig{}, &s_).is_ok());
+      }
+      if (r_ == nullptr) {
+        ASSERT_TRUE(accept(l, &r_).is_ok());
+      }
+    }
+    ASSERT_TRUE(close_listen(l).is_ok());
+  }
+  // An isend retried while it says "again" (the receive comm is tested meanwhile, as NCCL's proxy
+  // would progress it); returns the final status.
+  Status send(size_t off, size_t n, int tag, Request** out, Request* progress = nullptr) {
+    auto deadline = Clock::now() + std::chrono::seconds(30);
+    for (;;) {
+      Status st = isend(s_, src_.data() + off, n, tag, ms_, out);
+      if (!st.is_again()) return st;
+      if (progress != nullptr) {
+        int done = 0;
+        size_t sz[8];
+        (void)test(progress, &done, sz);
+        if (done) progress = nullptr;
+      }
+      if (Clock::now() > deadline) return Status(Code::kInternalError, "isend timed out");
+    }
+  }
+  Status wait(Request* req, size_t* sizes) {
+    auto deadline = Clock::now() + std::chrono::seconds(60);
+    int done = 0;
+    while (!done) {
+      if (Clock::now() > deadline) return Status(Code::kInternalError, "request timed out");
+      Status st = test(req, &done, sizes);
+      if (!st.is_ok()) return st;
+    }
+    return Status::ok();
+  }
+  Status recv1(size_t off, size_t cap, int tag, Request** out) {
+    void* d = dst_.data() + off;
+    return irecv(r_, 1, &d, &cap, &tag, &mr_, out);
+  }
+  CommStats stats(void* c) {
+    CommStats st;
+    EXPECT_TRUE(comm_stats(c, &st).is_ok());
+    return st;
+  }
+
+  static constexpr size_t kBuf = 16u << 20;
+  bool acquired_ = false;
+  int dev_a_ = -1, dev_b_ = -1;
+  SendComm* s_ = nullptr;
+  RecvComm* r_ = nullptr;
+  MemHandle *ms_ = nullptr, *mr_ = nullptr;
+  std::vector<uint8_t> src_, dst_;
+};
+
+// One stream of sizes across the threshold, each receive posted when the previous one completed
+// (NCCL's steady state), every byte and size checked; small messages go eagerly.
+TEST_F(CoreEager, SizesAcrossTheThresholdInOneStream) {
+  std::vector<size_t> sizes = {0, 1, kEagerMax - 1, kEagerMax, kEagerMax + 1, (4u << 20) + 3, 16,
+                               0, 8, kEagerMax};
+  std::mt19937 rng(3);
+  for (int i = 0; i < 200; ++i)
+    sizes.push_back(rng() % 3 == 0 ? kEagerMax + rng() % 100000 : rng() % (kEagerMax + 1));
+  const CommStats s0 = stats(s_), r0 = stats(r_);
+  size_t small = 0;
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    const size_t n = sizes[k];
+    const size_t off = (k * 4099) % (kBuf / 2);
+    std::memset(dst_.data(), 0xee, n + 64);
+    Request *rq = nullptr, *sq = nullptr;
+    ASSERT_TRUE(recv1(0, kBuf / 2, 7, &rq).is_ok());
+    ASSERT_TRUE(send(off, n, 7, &sq, rq).is_ok()) << "message " << k << " of " << n;
+    size_t got = SIZE_MAX;
+    ASSERT_TRUE(wait(rq, &got).is_ok()) << k;
+    ASSERT_TRUE(wait(sq, nullptr).is_ok()) << k;
+    ASSERT_EQ(got, n) << "message " << k;
+    ASSERT_EQ(std::memcmp(dst_.data(), src_.data() + off, n), 0) << "message " << k;
+    ASSERT_EQ(dst_[n], 0xee) << "message " << k << ": a byte past its size was written";
+    small += n <= kEagerMax ? 1 : 0;
+  }
+  const CommStats s1 = stats(s_), r1 = stats(r_);
+  std::printf("%zu messages (%zu small): %llu eager WRITEs, %llu eager copies, %llu CTS writes\n",
+              sizes.size(), small, static_cast<unsigned long long>(s1.eager - s0.eager),
+              static_cast<unsigned long long>(r1.eager - r0.eager),
+              static_cast<unsigned long long>(r1.cts_writes - r0.cts_writes));
+  // Receives posted one at a time before their send: most small ones find the clear-to-send
+  // first (zero-copy, same packets); the eager path is taken where the send came first.
+  EXPECT_EQ(s1.eager - s0.eager, r1.eager - r0.eager);
+  EXPECT_LE(s1.eager - s0.eager, small);
+}
+
+// Sends ahead of their receives: after the first receive (which carries the grant and the credit),
+// W small sends go before any receive is posted; each receive then completes at irecv from the
+// ring, and their entries go out together.
+TEST_F(CoreEager, SendsAheadOfTheirReceivesCompleteFromTheRing) {
+  Request *rq = nullptr, *sq = nullptr;
+  ASSERT_TRUE(recv1(0, 64, 1, &rq).is_ok());
+  ASSERT_TRUE(send(0, 64, 1, &sq, rq).is_ok());
+  ASSERT_TRUE(wait(rq, nullptr).is_ok());
+  ASSERT_TRUE(wait(sq, nullptr).is_ok());
+  for (int round = 0; round < 20; ++round) {
+    const CommStats s0 = stats(s_), r0 = stats(r_);
+    std::vector<Request*> sends;
+    for (int i = 0; i < 8; ++i) {
+      Request* q = nullptr;
+      Status st = send(static_cast<size_t>(round * 8 + i) * 500, 100 + i * 37, 1, &q);
+      ASSERT_TRUE(st.is_ok()) << st.message();
+      sends.push_back(q);
+    }
+    // The eager WRITEs complete with no receive posted.
+    for (Request* q : sends) ASSERT_TRUE(wait(q, nullptr).is_ok());
+    EXPECT_EQ(stats(s_).eager - s0.eager, 8u) << "round " << round;
+    for (int i = 0; i < 8; ++i) {
+      Request* q = nullptr;
+      std::memset(dst_.data() + i * 1000, 0, 1000);
+      ASSERT_TRUE(recv1(i * 1000, 1000, 1, &q).is_ok());
+      size_t got = 0;
+      ASSERT_TRUE(wait(q, &got).is_ok());
+      ASSERT_EQ(got, 100u + i * 37);
+      ASSERT_EQ(std::memcmp(dst_.data() + i * 1000,
+                            src_.data() + static_cast<size_t>(round * 8 + i) * 500, got),
+                0);
+    }
+    const CommStats r1 = stats(r_);
+    EXPECT_EQ(r1.eager - r0.eager, 8u);
+    // Eight receives completed from the ring: their entries went out in at most two writes (held
+    // until W/2 slots were freed), not eight.
+    EXPECT_LE(r1.cts_writes - r0.cts_writes, 2u) << "round " << round;
+  }
+}
+
+// Grouped receives whose parts come eagerly and by rendezvous, the sends in any order, some before
+// the receive and some after.
+TEST_F(CoreEager, GroupedReceivesMixEagerAndRendezvousParts) {
+  std::mt19937 rng(11);
+  uint64_t eager_before = stats(s_).eager;
+  for (int round = 0; round < 60; ++round) {
+    const int n = 1 + static_cast<int>(rng() % 4);
+    void* d[8];
+    size_t cap[8], want[8];
+    int tags[8];
+    MemHandle* mhs[8];
+    for (int i = 0; i < n; ++i) {
+      d[i] = dst_.data() + static_cast<size_t>(i) * 300000;
+      cap[i] = 300000;
+      tags[i] = 3 + i;
+      mhs[i] = mr_;
+      want[i] = rng() % 2 == 0 ? rng() % 2000 : kEagerMax + rng() % 200000;
+      std::memset(d[i], 0, want[i] + 8);
+    }
+    std::vector<int> order(n);
+    for (int i = 0; i < n; ++i) order[i] = i;
+    std::shuffle(order.begin(), order.end(), rng);
+    const int before = static_cast<int>(rng() % (n + 1));  // sends that go before the receive
+    std::vector<Request*> sqs;
+    Request* rq = nullptr;
+    for (int k = 0; k < n; ++k) {
+      if (k == before && rq == nullptr) {
+        ASSERT_TRUE(irecv(r_, n, d, cap, tags, mhs, &rq).is_ok());
+      }
+      const int i = order[k];
+      Request* q = nullptr;
+      if (k < before && want[i] > kEagerMax) {
+        // A large send cannot go before its receive: post the receive first.
+        if (rq == nullptr) {
+          ASSERT_TRUE(irecv(r_, n, d, cap, tags, mhs, &rq).is_ok());
+        }
+      }
+      ASSERT_TRUE(send(static_cast<size_t>(i) * 7777, want[i], tags[i], &q, rq).is_ok());
+      sqs.push_back(q);
+    }
+    if (rq == nullptr) {
+      ASSERT_TRUE(irecv(r_, n, d, cap, tags, mhs, &rq).is_ok());
+    }
+    size_t got[8] = {};
+    ASSERT_TRUE(wait(rq, got).is_ok()) << "round " << round;
+    for (Request* q : sqs) ASSERT_TRUE(wait(q, nullptr).is_ok());
+    for (int i = 0; i < n; ++i) {
+      ASSERT_EQ(got[i], want[i]) << "round " << round << " part " << i;
+      ASSERT_EQ(std::memcmp(d[i], src_.data() + static_cast<size_t>(i) * 7777, want[i]), 0)
+          << "round " << round << " part " << i;
+    }
+  }
+  EXPECT_GT(stats(s_).eager, eager_before);
+}
+
+// A receive completed from the ring is reported only after every earlier receive.
+TEST_F(CoreEager, CompletionInPostingOrder) {
+  Request *r1 = nullptr, *r2 = nullptr, *s1 = nullptr, *s2 = nullptr;
+  ASSERT_TRUE(recv1(0, 64, 2, &r1).is_ok());  // the grant and a credit
+  ASSERT_TRUE(send(0, 8, 2, &s1, r1).is_ok());
+  ASSERT_TRUE(wait(r1, nullptr).is_ok());
+  ASSERT_TRUE(wait(s1, nullptr).is_ok());
+  // A large receive first (its send comes last), then a small message that arrives before its
+  // receive: the small receive completes at irecv, but is reported after the large one.
+  Request* big = nullptr;
+  ASSERT_TRUE(recv1(0, 1 << 20, 2, &big).is_ok());
+  // Send the large one later: first the small one must not be able to go before it (NCCL's order).
+  ASSERT_TRUE(send(0, 1 << 20, 2, &s1).is_ok());
+  ASSERT_TRUE(send(2 << 20, 16, 2, &s2).is_ok());
+  ASSERT_TRUE(recv1(2 << 20, 64, 2, &r2).is_ok());
+  size_t got = 0;
+  ASSERT_TRUE(wait(r2, &got).is_ok());
+  EXPECT_EQ(got, 16u);
+  // r2 was reported done: so was big before it.
+  int done = 0;
+  size_t bsz = 0;
+  ASSERT_TRUE(test(big, &done, &bsz).is_ok());
+  EXPECT_EQ(done, 1);
+  EXPECT_EQ(bsz, size_t{1} << 20);
+  ASSERT_TRUE(wait(s1, nullptr).is_ok());
+  ASSERT_TRUE(wait(s2, nullptr).is_ok());
+}
+
+// An eager message larger than the receive buffer posted after it landed: the receive fails with
+// the sizes, nothing is written, and the sender's next call fails too.
+TEST_F(CoreEager, EagerMessageLargerThanItsReceiveFailsBothSides) {
+  Request *rq = nullptr, *sq = nullptr;
+  ASSERT_TRUE(recv1(0, 64, 4, &rq).is_ok());
+  ASSERT_TRUE(send(0, 8, 4, &sq, rq).is_ok());
+  ASSERT_TRUE(wait(rq, nullptr).is_ok());
+  ASSERT_TRUE(wait(sq, nullptr).is_ok());
+  const uint64_t e0 = stats(s_).eager;
+  ASSERT_TRUE(send(0, 1000, 4, &sq).is_ok());
+  ASSERT_TRUE(wait(sq, nullptr).is_ok());
+  ASSERT_EQ(stats(s_).eager, e0 + 1) << "the 1000-byte send went eagerly";
+  rdmatest::ExpectWarns expected;
+  std::memset(dst_.data(), 0x5c, 4096);
+  Status st = recv1(0, 100, 4, &rq);
+  if (st.is_ok()) st = wait(rq, nullptr);
+  ASSERT_EQ(st.code(), Code::kInvalidUsage) << st.message();
+  EXPECT_NE(st.message().find("1000 bytes"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("only 100 bytes"), std::string::npos) << st.message();
+  for (int i = 0; i < 4096; ++i) ASSERT_EQ(dst_[i], 0x5c);
+  // The sender learns it (the failure notice) and fails fast from then on.
+  auto deadline = Clock::now() + std::chrono::seconds(30);
+  Status ss;
+  do {
+    ASSERT_LT(Clock::now(), deadline);
+    ss = isend(s_, src_.data(), 8, 4, ms_, &sq);
+    if (ss.is_ok()) {
+      int done = 0;
+      while (ss.is_ok() && !done && Clock::now() < deadline) ss = test(sq, &done, nullptr);
+    }
+  } while (ss.is_ok() || ss.is_again());
+  EXPECT_NE(ss.message().find("1000 bytes"), std::string::npos) << ss.message();
+}
+
+}  // namespace
