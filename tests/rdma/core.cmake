@@ -98,3 +98,4 @@ set_property(TEST core_eager APPEND PROPERTY ENVIRONMENT SLUICE_EAGER_MAX=4096)
 # The core data path's own tests with the eager path on.
 sluice_add_rdma_test(NAME core_datapath_eager COMMAND $<TARGET_FILE:core_datapath_test> TIMEOUT 900)
 set_property(TEST core_datapath_eager APPEND PROPERTY ENVIRONMENT SLUICE_CM=oob SLUICE_EAGER_MAX=4096)
+set_property(TEST core_datapath_eager APPEND PROPERTY LABELS nosan)

@@ -59,6 +59,15 @@ sluice_add_rdma_test(NAME plugin_rdma_qps1
 # rdmacm.cmake runs it through rdma_cm.
 set_property(TEST plugin_rdma_qps1 APPEND PROPERTY ENVIRONMENT NCCL_IB_QPS_PER_CONNECTION=1
                                                               SLUICE_CM=oob)
+# The eager path on (SLUICE_EAGER_MAX=4096, docs/eager.md): the whole matrix but CtsPublish, whose
+# accounting (receive WRs + clear-to-send writes = WRs) does not count the eager grant's one WRITE
+# per comm. Label nosan: core_eager runs the eager code sanitized.
+sluice_add_rdma_test(NAME plugin_rdma_eager
+                     COMMAND $<TARGET_FILE:plugin_rdma_test>
+                             --gtest_filter=-Stress*:Lifecycle*:CtsPublish*)
+set_property(TEST plugin_rdma_eager APPEND PROPERTY ENVIRONMENT NCCL_IB_QPS_PER_CONNECTION=1
+                                                               SLUICE_CM=oob SLUICE_EAGER_MAX=4096)
+set_property(TEST plugin_rdma_eager APPEND PROPERTY LABELS nosan)
 sluice_add_rdma_test(NAME plugin_rdma_qps4
                      COMMAND $<TARGET_FILE:plugin_rdma_test>
                              --gtest_filter=${SLUICE_PLUGIN_DATA_TESTS})

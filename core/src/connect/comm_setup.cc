@@ -61,6 +61,9 @@ Status setup_send_eager(SendComm& s, uint8_t local_features, uint8_t remote_feat
   s.eg.on = pool.value() != nullptr;
   s.eg.book.reset(s.eg.on);
   if (s.eg.on) s.eg.staging.pool = pool.value();  // borrowed at the first eager send
+  // The receiver's head cell follows its records and grant source (listener.cc).
+  s.eg.remote_head =
+      s.remote_records + sizeof(wire::DoneRecord) * wire::kFifoSlots + sizeof(wire::EagerGrant);
   return Status::ok();
 }
 

@@ -19,6 +19,9 @@ namespace dp {
 
 namespace {
 
+// The staging slot field of an eager wr_id that marks a head report (staging slots are < 64).
+constexpr uint32_t kHeadReport = 0xff;
+
 const char* ring_slot(const RecvComm& r, uint64_t counter) {
   const EagerLease& l = r.eg.ring;
   return l.base + (counter % l.slots) * l.stride;
@@ -174,8 +177,21 @@ Status eager_poll(RecvComm& r) {
   return Status::ok();
 }
 
+bool eager_slot_free(RecvComm& r, uint64_t seq) {
+  if (!r.eg.on || seq < wire::kFifoSlots) return true;
+  // The sender's head moves by at most kFifoSlots past what this side knows (it reads only what
+  // was published, and this side publishes at most kFifoSlots beyond the known head): one byte,
+  // which a WRITE cannot tear, names it.
+  const uint8_t b = std::atomic_ref<const uint8_t>(*r.eg.head_cell).load(std::memory_order_acquire);
+  const uint64_t h = r.eg.head + static_cast<uint8_t>(b - static_cast<uint8_t>(r.eg.head));
+  if (h - r.eg.head <= wire::kFifoSlots) r.eg.head = h;
+  if (seq - wire::kFifoSlots < r.eg.head) return true;
+  r.eg.flush = true;  // held entries go out: the sender cannot read them otherwise
+  return false;
+}
+
 bool eager_may_hold(const RecvComm& r) {
-  if (!r.eg.on || r.published == r.seq) return false;
+  if (!r.eg.on || r.published == r.seq || r.eg.flush) return false;
   if (r.eg.book.credit_due() || r.seq - r.published >= wire::kEntriesPerSlot) return false;
   for (uint64_t k = r.published; k < r.seq; ++k)
     if (!r.pool[k % wire::kFifoSlots].resolved) return false;
@@ -217,7 +233,9 @@ void stand_in(SendComm& s, int i, uint32_t size) {
 
 }  // namespace
 
-Status eager_read_head(SendComm& s) {
+namespace {
+
+Status read_head(SendComm& s) {
   for (;;) {
     if (s.snap.seq != 0) {
       if (!s.eg.owed) return Status::ok();
@@ -254,7 +272,8 @@ Status eager_read_head(SendComm& s) {
                                   std::to_string(sizes[m.too_large]) +
                                   " bytes posted by the peer on " + s.c.describe_qp(0)));
     }
-    if (s.snap.resolved) {  // completed from the ring: nothing to post
+    if (s.snap.resolved) {     // completed from the ring: nothing to post
+      s.eg.unreported = true;  // no close will tell the receiver this slot was read
       ++s.head;
       s.snap.seq = 0;
       s.matched = 0;
@@ -265,6 +284,15 @@ Status eager_read_head(SendComm& s) {
     if (std::popcount(static_cast<unsigned>(s.matched)) < s.snap.nreqs) return Status::ok();
     s.eg.owed = true;  // every part went eagerly: its close is owed (next turn of the loop)
   }
+}
+
+}  // namespace
+
+Status eager_read_head(SendComm& s) {
+  Status st = read_head(s);
+  if (!st.is_ok() && !st.is_again()) return st;
+  SLUICE_RETURN_IF_ERROR(eager_report_head(s, false));
+  return st;
 }
 
 Status eager_send(SendComm& s, const void* data, size_t size, int tag, void* parent,
@@ -352,9 +380,48 @@ Status eager_send(SendComm& s, const void* data, size_t size, int tag, void* par
   return Status::ok();
 }
 
+Status eager_report_head(SendComm& s, bool force) {
+  SendComm::Eager& g = s.eg;
+  // Only slots of receives completed from the ring need it: the close of any other receive tells
+  // the receiver that its slot (and every one before) was read.
+  if (!g.on || !g.unreported || s.head == g.reported || (!force && s.head - g.reported < 16))
+    return Status::ok();
+  const int q = 0;
+  if (s.c.qp[q].sq_used + 1 > kSendSqDepth) return Status::ok();  // a later call reports it
+  // The source byte is rewritten only once the previous report completed (the NIC reads it late).
+  if (g.report_busy) return Status::ok();
+  *g.head_src = static_cast<uint8_t>(s.head);
+  ibv_sge sge{reinterpret_cast<uintptr_t>(g.head_src), 1, local_mem_lkey(s.c, q)};
+  ibv_send_wr w{};
+  w.wr_id = kWrEager | uint64_t{kHeadReport} << 8;
+  w.sg_list = &sge;
+  w.num_sge = 1;
+  w.opcode = IBV_WR_RDMA_WRITE;
+  w.send_flags = IBV_SEND_SIGNALED;
+  w.wr.rdma.remote_addr = g.remote_head;
+  w.wr.rdma.rkey = remote_mem_rkey(s.c, q);
+  ibv_send_wr* bad = nullptr;
+  if (int rc = ibv_post_send(s.c.qp[q].get(), &w, &bad); rc != 0) {
+    return fail(
+        s.c, Status(Code::kSystemError, "ibv_post_send (eager head report) on " +
+                                            s.c.describe_qp(q) + " failed: " + std::strerror(rc)));
+  }
+  s.c.qp[q].sq_used += 1;
+  g.report_busy = true;
+  g.reported = s.head;
+  g.unreported = false;
+  s.c.stats.wrs.add(1);
+  s.c.stats.doorbells.add(1);
+  return Status::ok();
+}
+
 void eager_write_done(SendComm& s, uint64_t wr_id) {
   const uint32_t ss = static_cast<uint32_t>(wr_id >> 8 & 0xff);
   const uint32_t index = static_cast<uint32_t>(wr_id & 0xff);
+  if (ss == kHeadReport) {
+    s.eg.report_busy = false;
+    return;
+  }
   s.eg.busy &= ~(uint64_t{1} << ss);
   if (index < static_cast<uint32_t>(SendComm::kPool)) s.pool[index].done = true;
 }

@@ -178,6 +178,7 @@ Status write_cts(RecvComm& r, uint64_t from, uint64_t to) {
   if (r.eg.on) {
     r.eg.book.on_credit_written();
     r.eg.held = 0;
+    r.eg.flush = false;
   }
   return Status::ok();
 }
@@ -364,6 +365,7 @@ Status take_recv_wc(RecvComm& r, const ibv_wc& w, int member, int q, int64_t* no
     return fail(r.c, on_qp(r.c, q, st));
   }
   if (eager_part) req.eager_want |= 1u;
+  if (r.eg.on) r.eg.head = std::max(r.eg.head, req.seq + 1);  // the sender read its slot
   if (--req.pending > 0) return Status::ok();
   if (req.has_record) {
     uint8_t eager_mask = 0;
@@ -437,8 +439,9 @@ Status irecv(RecvComm* r, int n, void* const* data, const size_t* sizes, const i
     new (&req) RecvReq();
     req.comm = r;
   }
-  if (req.in_use ||
-      req.close_owed) {  // 32 receives in flight; make sure the peer can complete them
+  if (req.in_use || req.close_owed || !dp::eager_slot_free(*r, seq)) {
+    // 32 receives in flight (or, eager: the sender has not read the slot's previous use yet);
+    // make sure the peer can complete them
     SLUICE_RETURN_IF_ERROR(dp::publish(*r));
     return Status::again();
   }

@@ -329,7 +329,13 @@ Status isend_impl(SendComm* s, void* data, size_t size, int tag, MemHandle* mh, 
     return bad_buffer(s->c, "isend", data, size, mh);
   if (s->eg.on) {  // the eager path (eager.cc): its reading of the head, or the send goes eagerly
     SLUICE_RETURN_IF_ERROR(eager_read_head(*s));
-    if (s->snap.seq == 0) return eager_send(*s, data, size, tag, parent, out);
+    if (s->snap.seq == 0) {
+      Status st = eager_send(*s, data, size, tag, parent, out);
+      // Waiting for a clear-to-send: the receiver must know which slots were read, or it may be
+      // waiting to reuse one (eager_slot_free) before it can post the receive this send needs.
+      if (st.is_again()) SLUICE_RETURN_IF_ERROR(eager_report_head(*s, true));
+      return st;
+    }
   }
   if (s->snap.seq == 0) {  // first use of the slot at head: validate it once
     const size_t cells = static_cast<size_t>(s->c.cells());
@@ -345,7 +351,11 @@ Status isend_impl(SendComm* s, void* data, size_t size, int tag, MemHandle* mh, 
   const int nreqs = s->snap.nreqs;
   const cts::Match m = cts::match(s->snap, s->matched, tag, over_limit ? 0 : size);
   if (m.kind == cts::Match::kLater) {  // tag of a later receive
-    if (s->eg.on && !over_limit) return eager_send(*s, data, size, tag, parent, out);
+    if (s->eg.on && !over_limit) {
+      Status st = eager_send(*s, data, size, tag, parent, out);
+      if (st.is_again()) SLUICE_RETURN_IF_ERROR(eager_report_head(*s, true));
+      return st;
+    }
     return Status::again();
   }
   if (over_limit) return reject_send(*s, m.index, size, tag, wire::kRecordOverLimit);
