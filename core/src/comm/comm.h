@@ -359,14 +359,14 @@ class SendComm : public CommBase {
     size_t max = 0;                     // min(ours, the receiver's)
     uint64_t busy = 0;                  // staging slots whose WRITE has not completed
     bool owed = false;                  // the slot at head is complete but not posted yet
-    // The head report (eager.cc): slots read so far, modulo 256, written into the receiver's
-    // head cell; it frees FIFO slots of receives completed from the ring.
-    uint8_t* head_src = nullptr;  // its source (in `mem`, registered)
-    uint64_t remote_head = 0;     // the receiver's head cell
-    uint64_t reported = 0;        // the head last reported
-    bool report_busy = false;     // a report is on the wire (its source byte must stay)
-    bool unreported = false;      // a resolved slot was read since the last report
-    EagerLease staging;           // W' slots of our stride, from the adapter's pool
+    // The head report (eager.cc): slots read so far, twice (16 bytes), written into the
+    // receiver's head cell; it frees FIFO slots of receives completed from the ring.
+    uint64_t* head_src = nullptr;  // its source (in `mem`, registered)
+    uint64_t remote_head = 0;      // the receiver's head cell
+    uint64_t reported = 0;         // the head last reported
+    bool report_busy = false;      // a report is on the wire (its source byte must stay)
+    bool unreported = false;       // a resolved slot was read since the last report
+    EagerLease staging;            // W' slots of our stride, from the adapter's pool
   } eg;
   Conn c;
 };
@@ -416,7 +416,7 @@ class RecvComm : public CommBase {
     // The sender's FIFO head as far as this side knows (its head reports, and every close: the
     // sender read the slot of the receive it closes). A receive's slot is reused only once the
     // sender read its previous use: a receive completed from the ring proves nothing of that.
-    uint8_t* head_cell = nullptr;  // written by the sender (one byte: its head modulo 256)
+    uint64_t* head_cell = nullptr;  // written by the sender: its head, twice
     uint64_t head = 0;
     bool flush = false;  // publish held entries now (irecv waits for the sender to read them)
   } eg;

@@ -96,7 +96,7 @@ Status build_recv_comm(ListenComm& l, ListenComm::Pending& p) {
                        static_cast<size_t>(wire::cts_cells(comm->c.npaths));
   size_t rec_bytes = sizeof(wire::DoneRecord) * wire::kFifoSlots;
   // The eager path's grant, the source of its one WRITE into the sender's grant block.
-  // Then a 64-byte cell whose first byte the sender writes: its FIFO head (eager.cc).
+  // Then a 64-byte cell whose first 16 bytes the sender writes: its FIFO head, twice (eager.cc).
   const size_t grant_bytes = sizeof(wire::EagerGrant) + 64;
   size_t pool_bytes = sizeof(RecvReq) * wire::kFifoSlots;
   const size_t reg_bytes = stage_bytes + rec_bytes + grant_bytes;
@@ -107,7 +107,7 @@ Status build_recv_comm(ListenComm& l, ListenComm::Pending& p) {
   comm->stage = reinterpret_cast<wire::CtsEntry*>(base);
   comm->records = reinterpret_cast<wire::DoneRecord*>(base + stage_bytes);
   comm->eg.src = reinterpret_cast<wire::EagerGrant*>(base + stage_bytes + rec_bytes);
-  comm->eg.head_cell = reinterpret_cast<uint8_t*>(comm->eg.src + 1);
+  comm->eg.head_cell = reinterpret_cast<uint64_t*>(comm->eg.src + 1);
   comm->pool = reinterpret_cast<RecvReq*>(base + reg_bytes);
   static_assert(std::is_trivially_destructible_v<RecvReq>, "lives in raw comm memory");
   static_assert(sizeof(wire::EagerGrant) % alignof(RecvReq) == 0);

@@ -146,7 +146,7 @@ bool eager_may_hold(const RecvComm& r);
 // Whether receive `seq` may take its FIFO slot: the sender read the slot's previous use (its head
 // report or a close says so). Otherwise held entries go out now and irecv says "again".
 bool eager_slot_free(RecvComm& r, uint64_t seq);
-// The sender: reports its FIFO head to the receiver (one byte, one WRITE) when it moved by 16 since
+// The sender: reports its FIFO head to the receiver (16 bytes, one WRITE) when it moved by 16 since
 // the last report, or, with `force`, by any (isend is about to say "again").
 Status eager_report_head(SendComm& s, bool force);
 // The grant's one WRITE, before the first publication that follows the ring's loan (recv.cc

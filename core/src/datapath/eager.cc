@@ -147,7 +147,9 @@ Status eager_poll(RecvComm& r) {
   eager::ReceiverBook& b = r.eg.book;
   const size_t max = r.eg.ring.stride - wire::kEagerHeaderBytes;
   for (uint64_t c = b.prefix(); c < b.credited(); ++c) {
-    if (b.arrived(c)) continue;
+    // A copy below may move the prefix past later counters (those copied earlier): their slots
+    // still hold their messages, which must never be taken twice.
+    if (c < b.prefix() || b.arrived(c)) continue;
     wire::EagerHeader h;
     std::string why;
     const wire::SlotRead rd = wire::read_eager_slot(ring_slot(r, c), c, r.eg.grant, max, &h, &why);
@@ -179,12 +181,15 @@ Status eager_poll(RecvComm& r) {
 
 bool eager_slot_free(RecvComm& r, uint64_t seq) {
   if (!r.eg.on || seq < wire::kFifoSlots) return true;
-  // The sender's head moves by at most kFifoSlots past what this side knows (it reads only what
-  // was published, and this side publishes at most kFifoSlots beyond the known head): one byte,
-  // which a WRITE cannot tear, names it.
-  const uint8_t b = std::atomic_ref<const uint8_t>(*r.eg.head_cell).load(std::memory_order_acquire);
-  const uint64_t h = r.eg.head + static_cast<uint8_t>(b - static_cast<uint8_t>(r.eg.head));
-  if (h - r.eg.head <= wire::kFifoSlots) r.eg.head = h;
+  // The sender's head report: the same 8-byte value twice, written by one WRITE, which lands in
+  // order (the clear-to-send FIFO's rule, wire.h CtsEntry): once the second copy reads equal to
+  // the first, the first is complete. A value never wraps, so a report read late is only stale,
+  // never wrong; and none can exceed what this side published.
+  const uint64_t c =
+      std::atomic_ref<const uint64_t>(r.eg.head_cell[1]).load(std::memory_order_acquire);
+  const uint64_t v =
+      std::atomic_ref<const uint64_t>(r.eg.head_cell[0]).load(std::memory_order_acquire);
+  if (v == c && v > r.eg.head && v <= r.published) r.eg.head = v;
   if (seq - wire::kFifoSlots < r.eg.head) return true;
   r.eg.flush = true;  // held entries go out: the sender cannot read them otherwise
   return false;
@@ -390,8 +395,9 @@ Status eager_report_head(SendComm& s, bool force) {
   if (s.c.qp[q].sq_used + 1 > kSendSqDepth) return Status::ok();  // a later call reports it
   // The source byte is rewritten only once the previous report completed (the NIC reads it late).
   if (g.report_busy) return Status::ok();
-  *g.head_src = static_cast<uint8_t>(s.head);
-  ibv_sge sge{reinterpret_cast<uintptr_t>(g.head_src), 1, local_mem_lkey(s.c, q)};
+  g.head_src[0] = g.head_src[1] = s.head;
+  ibv_sge sge{reinterpret_cast<uintptr_t>(g.head_src), 2 * sizeof(uint64_t),
+              local_mem_lkey(s.c, q)};
   ibv_send_wr w{};
   w.wr_id = kWrEager | uint64_t{kHeadReport} << 8;
   w.sg_list = &sge;
