@@ -51,7 +51,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const auto n = static_cast<uint32_t>(std::min<size_t>(body, max));
     std::vector<uint8_t> payload(slot.begin() + wire::kEagerHeaderBytes,
                                  slot.begin() + wire::kEagerHeaderBytes + n);
-    const int32_t tag = static_cast<int32_t>(take<uint8_t>(data, size, 15) % wire::kEagerTags);
+    const int32_t tag = take<int32_t>(data, size, 15);
     wire::encode_eager_slot(slot.data(), counter, grant, tag, take<uint32_t>(data, size, 16),
                             payload.data(), n);
     const size_t bits = (wire::kEagerHeaderBytes + n) * 8;
@@ -71,10 +71,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_CHECK(std::memcmp(&x, &h, sizeof x) == 0, "the header returned is the slot's");
     FUZZ_CHECK(h.seq == counter + 1, "seq %llu for counter %llu",
                static_cast<unsigned long long>(h.seq), static_cast<unsigned long long>(counter));
-    FUZZ_CHECK(h.grant == grant && h.size <= max && h.tag >= 0 && h.tag < wire::kEagerTags,
-               "fields in range");
+    // An ask (wire::kEagerAsk) has no payload; a message's payload is within the limit.
+    const uint32_t payload = (h.size & wire::kEagerAsk) != 0 ? 0 : h.size;
+    FUZZ_CHECK(h.grant == grant && payload <= max, "fields in range");
     FUZZ_CHECK(wire::crc32c(0, &h, 28) == h.hcrc, "header CRC");
-    FUZZ_CHECK(wire::crc32c(0, slot.data() + wire::kEagerHeaderBytes, h.size) == h.pcrc,
+    FUZZ_CHECK(wire::crc32c(0, slot.data() + wire::kEagerHeaderBytes, payload) == h.pcrc,
                "payload CRC");
   } else if (r == wire::SlotRead::kCorrupt) {
     FUZZ_CHECK(!why.empty(), "a corrupt slot says why");

@@ -209,6 +209,82 @@ TEST_F(CoreEager, SendsAheadOfTheirReceivesCompleteFromTheRing) {
   }
 }
 
+// NCCL's steady state for small messages: receives posted ahead (4 here), each re-posted as one
+// completes. Once the comm's traffic is eager the receiver holds each receive's clear-to-send back
+// and the message comes through the ring: one WRITE per message on the sender, and the receiver's
+// CTS writes are batched (W/2 = 8 receives per write), not one per receive. Then a large send asks
+// for its clear-to-send and goes by rendezvous, and small ones go eagerly again.
+TEST_F(CoreEager, HeldClearToSendForStreamsOfSmallMessages) {
+  constexpr int kAhead = 4, kMsgs = 400;
+  std::vector<Request*> rq(kMsgs, nullptr);
+  int posted = 0;
+  auto post = [&]() {
+    const int k = posted++;
+    ASSERT_TRUE(recv1(static_cast<size_t>(k % kAhead) * 64, 64, 5, &rq[k]).is_ok());
+  };
+  for (int i = 0; i < kAhead; ++i) ASSERT_NO_FATAL_FAILURE(post());
+  const CommStats s0 = stats(s_), r0 = stats(r_);
+  int warm = 0;
+  CommStats sw{}, rw{};
+  for (int k = 0; k < kMsgs; ++k) {
+    Request* sq = nullptr;
+    ASSERT_TRUE(send(static_cast<size_t>(k) * 16, 16, 5, &sq, rq[k]).is_ok()) << k;
+    size_t got = 0;
+    ASSERT_TRUE(wait(rq[k], &got).is_ok()) << k;
+    ASSERT_EQ(got, 16u);
+    ASSERT_EQ(std::memcmp(dst_.data() + static_cast<size_t>(k % kAhead) * 64,
+                          src_.data() + static_cast<size_t>(k) * 16, 16),
+              0)
+        << k;
+    ASSERT_TRUE(wait(sq, nullptr).is_ok()) << k;
+    if (posted < kMsgs) {
+      ASSERT_NO_FATAL_FAILURE(post());
+    }
+    if (k == 2 * kAhead) {  // past the receives published before the traffic was eager
+      warm = k;
+      sw = stats(s_);
+      rw = stats(r_);
+    }
+  }
+  const CommStats s1 = stats(s_), r1 = stats(r_);
+  const uint64_t n = static_cast<uint64_t>(kMsgs - warm);
+  std::printf(
+      "%d messages of 16 B, %d ahead: %llu eager, %llu CTS writes, %llu sender WRs (%llu "
+      "from message %d on)\n",
+      kMsgs, kAhead, static_cast<unsigned long long>(s1.eager - s0.eager),
+      static_cast<unsigned long long>(r1.cts_writes - r0.cts_writes),
+      static_cast<unsigned long long>(s1.wrs - s0.wrs),
+      static_cast<unsigned long long>(s1.wrs - sw.wrs), warm);
+  // Nearly every one: a receive that waits for the sender to pass its FIFO slot publishes what it
+  // holds, and a message may then find its clear-to-send.
+  EXPECT_GE(s1.eager - sw.eager, n - n / 32) << "messages after the first few go eagerly";
+  // Batches of W/2 = 8, some cut short by such a wait: far from one write per receive.
+  EXPECT_LE(r1.cts_writes - rw.cts_writes, n / 4) << "clear-to-send writes are batched";
+  EXPECT_LE(s1.wrs - sw.wrs, n + n / 8 + 2) << "one WRITE per message, and head reports";
+  // A large message now: its receive's clear-to-send is held, the send asks for it.
+  Request *big = nullptr, *sq = nullptr;
+  ASSERT_TRUE(recv1(0, 1 << 20, 5, &big).is_ok());
+  const uint64_t cts_before = stats(r_).cts_writes;
+  ASSERT_TRUE(send(4096, 100000, 5, &sq, big).is_ok());
+  size_t got = 0;
+  ASSERT_TRUE(wait(big, &got).is_ok());
+  ASSERT_TRUE(wait(sq, nullptr).is_ok());
+  ASSERT_EQ(got, 100000u);
+  ASSERT_EQ(std::memcmp(dst_.data(), src_.data() + 4096, got), 0);
+  EXPECT_GE(stats(r_).cts_writes, cts_before + 1) << "published when asked";
+  // Small again: eager once a small message completed.
+  const uint64_t e0 = stats(s_).eager;
+  for (int k = 0; k < 20; ++k) {
+    Request* r = nullptr;
+    ASSERT_TRUE(recv1(0, 64, 5, &r).is_ok());
+    ASSERT_TRUE(send(static_cast<size_t>(k) * 8, 8, 5, &sq, r).is_ok());
+    ASSERT_TRUE(wait(r, &got).is_ok());
+    ASSERT_EQ(got, 8u);
+    ASSERT_TRUE(wait(sq, nullptr).is_ok());
+  }
+  EXPECT_GE(stats(s_).eager - e0, 18u);
+}
+
 // Grouped receives whose parts come eagerly and by rendezvous, the sends in any order, some before
 // the receive and some after.
 TEST_F(CoreEager, GroupedReceivesMixEagerAndRendezvousParts) {
@@ -276,7 +352,9 @@ TEST_F(CoreEager, CompletionInPostingOrder) {
   Request* big = nullptr;
   ASSERT_TRUE(recv1(0, 1 << 20, 2, &big).is_ok());
   // Send the large one later: first the small one must not be able to go before it (NCCL's order).
-  ASSERT_TRUE(send(0, 1 << 20, 2, &s1).is_ok());
+  // The comm's traffic was eager, so the large receive's clear-to-send is held back: the send asks
+  // for it, and the receiver (tested meanwhile, as NCCL's proxy does) publishes it.
+  ASSERT_TRUE(send(0, 1 << 20, 2, &s1, big).is_ok());
   ASSERT_TRUE(send(2 << 20, 16, 2, &s2).is_ok());
   ASSERT_TRUE(recv1(2 << 20, 64, 2, &r2).is_ok());
   size_t got = 0;

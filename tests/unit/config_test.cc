@@ -106,6 +106,7 @@ TEST(Config, EveryParameterReachesItsField) {
       {"SLUICE_CLOSE_TIMEOUT_MS", "0"},
       {"SLUICE_EAGER_MAX", "2048"},
       {"SLUICE_EAGER_SLOTS", "32"},
+      {"SLUICE_EAGER_HOLD", "0"},
       {"SLUICE_EAGER_RINGS", "7"},
       {"SLUICE_HANDSHAKE_TIMEOUT_MS", "1500"},
       {"SLUICE_LIVENESS_POLL_MS", "250"},
@@ -172,6 +173,7 @@ TEST(Config, EveryParameterReachesItsField) {
   EXPECT_EQ(c.close_timeout_ms, 0);
   EXPECT_EQ(c.eager_max, 2048);
   EXPECT_EQ(c.eager_slots, 32);
+  EXPECT_FALSE(c.eager_hold);
   EXPECT_EQ(c.eager_rings, 7);
   EXPECT_EQ(c.handshake_timeout_ms, 1500);
   EXPECT_EQ(c.liveness_poll_ms, 250);
@@ -504,7 +506,7 @@ TEST(Config, LogLevelForTheLoggerUsesTheTableRow) {
 
 TEST(ParamDocs, OneRowPerParameterWithEverythingFilledIn) {
   const auto& docs = param_docs();
-  EXPECT_EQ(docs.size(), 62u);
+  EXPECT_EQ(docs.size(), 63u);
   std::set<std::string> names;
   for (const ParamDoc& d : docs) {
     SCOPED_TRACE(d.name);

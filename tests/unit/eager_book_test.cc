@@ -33,14 +33,15 @@ TEST(EagerSender, NothingGoesEagerBeforeACreditOrForAnUnnumberedTagOrAVisiblePar
   int32_t tags[1] = {0};
   uint32_t sizes[1] = {4096};
   SlotMatch m;
-  ASSERT_TRUE(s.on_slot(tags, sizes, 1, false, 8, &m).is_ok());
+  ASSERT_TRUE(s.on_slot(tags, sizes, 0xff, 1, false, 8, &m).is_ok());
   EXPECT_EQ(s.limit(), 8u);
   // Tag 0's first part is in the slot read: its send takes the clear-to-send.
   EXPECT_FALSE(s.may_send(0, 8, 4096));
   s.on_rendezvous(0);
   EXPECT_TRUE(s.may_send(0, 8, 4096));
-  EXPECT_FALSE(s.may_send(0, 4097, 4096));              // too large
-  EXPECT_FALSE(s.may_send(wire::kEagerTags, 8, 4096));  // not numbered
+  EXPECT_FALSE(s.may_send(0, 4097, 4096));  // too large
+  // Tags the receiver has not said it numbers (no entry with them read yet), any value.
+  EXPECT_FALSE(s.may_send(1000, 8, 4096));
   EXPECT_FALSE(s.may_send(-1, 8, 4096));
   for (int i = 0; i < 8; ++i) {
     ASSERT_TRUE(s.may_send(0, 8, 4096)) << i;
@@ -57,14 +58,14 @@ TEST(EagerSender, ASlotPreMatchesWhatWasSentAndRefusesABadCredit) {
   int32_t t1[1] = {1};
   uint32_t big[1] = {1 << 20};
   SlotMatch m;
-  ASSERT_TRUE(s.on_slot(t1, big, 1, false, 8, &m).is_ok());
+  ASSERT_TRUE(s.on_slot(t1, big, 0xff, 1, false, 8, &m).is_ok());
   s.on_rendezvous(1);
   s.on_eager(1, 100, 5);  // tag 1, ordinal 1
   s.on_eager(2, 50, 6);   // tag 2, ordinal 0
   // A grouped receive {2, 1}: both parts were sent eagerly; entry 0's buffer is too small.
   int32_t t21[2] = {2, 1};
   uint32_t sz[2] = {40, 100};
-  ASSERT_TRUE(s.on_slot(t21, sz, 2, false, 8, &m).is_ok());
+  ASSERT_TRUE(s.on_slot(t21, sz, 0xff, 2, false, 8, &m).is_ok());
   EXPECT_EQ(m.eager, 0x3);
   EXPECT_EQ(m.req[0], 6);
   EXPECT_EQ(m.req[1], 5);
@@ -74,15 +75,129 @@ TEST(EagerSender, ASlotPreMatchesWhatWasSentAndRefusesABadCredit) {
   // A resolved slot with a part never sent eagerly is the receiver's error.
   int32_t t3[1] = {3};
   uint32_t one[1] = {8};
-  Status st = s.on_slot(t3, one, 1, true, 8, &m);
+  Status st = s.on_slot(t3, one, 0xff, 1, true, 8, &m);
   EXPECT_EQ(st.code(), Code::kRemoteError);
   EXPECT_NE(st.message().find("did not send eagerly"), std::string::npos) << st.message();
   // A credit that jumps past the ring.
   SenderBook s2;
   s2.reset(true);
   s2.set_slots(8);
-  st = s2.on_slot(t1, big, 1, false, 9, &m);
+  st = s2.on_slot(t1, big, 0xff, 1, false, 9, &m);
   EXPECT_EQ(st.code(), Code::kRemoteError);
+}
+
+// A send that may not go eagerly asks once for its clear-to-send (a counter, no waiting part), and
+// never goes eagerly after asking; the next send may go eagerly again.
+TEST(EagerSender, ASendAsksOnceAndThenWaitsForItsClearToSend) {
+  SenderBook s;
+  s.reset(true);
+  s.set_slots(4);
+  EXPECT_FALSE(s.may_ask(0));  // no credit yet
+  int32_t t0[1] = {0};
+  uint32_t sz[1] = {64};
+  SlotMatch m;
+  ASSERT_TRUE(s.on_slot(t0, sz, 0xff, 1, false, 4, &m).is_ok());
+  EXPECT_FALSE(s.may_ask(0));  // its part is in the slot read: the clear-to-send is here
+  s.on_rendezvous(0);
+  ASSERT_TRUE(s.may_ask(0));
+  EXPECT_EQ(s.on_ask(0), 0u);
+  EXPECT_EQ(s.waiting(), 0);
+  EXPECT_FALSE(s.may_ask(0));            // asked already
+  EXPECT_FALSE(s.may_send(0, 8, 4096));  // and it waits for its clear-to-send
+  EXPECT_FALSE(s.may_send(1, 8, 4096));  // tag 1: the receiver has not said it numbers it
+  // Its clear-to-send is read (receive 1, tag 0): it goes by rendezvous; the next may go eagerly.
+  ASSERT_TRUE(s.on_slot(t0, sz, 0xff, 1, false, 5, &m).is_ok());
+  EXPECT_EQ(m.eager, 0);
+  s.on_rendezvous(0);
+  EXPECT_TRUE(s.may_send(0, 8, 4096));
+  EXPECT_EQ(s.on_eager(0, 8, 1), 1u);
+  EXPECT_TRUE(s.may_ask(0));
+}
+
+// An ask frees its ring slot at once; it names a posted receive (published now) or is kept until
+// its part is posted.
+TEST(EagerReceiver, AnAskNamesItsReceiveOrIsKeptUntilItIsPosted) {
+  ReceiverBook r;
+  r.reset(4);
+  r.on_credit_written();
+  int32_t tags[2] = {3, 4};
+  EXPECT_EQ(r.post(0, tags, 2), 0x3);  // parts (3, 0) and (4, 0), both numbered
+  uint64_t seq = 0;
+  ASSERT_TRUE(r.arrive_ask(0, 4, 0, false, &seq).is_ok());
+  EXPECT_EQ(seq, 0u);
+  EXPECT_EQ(r.prefix(), 1u);  // the ask's slot is free
+  // An ask for a part not posted yet: kept, and the receive that has it takes it.
+  ASSERT_TRUE(r.arrive_ask(1, 3, 1, false, &seq).is_ok());
+  EXPECT_EQ(seq, UINT64_MAX);
+  int32_t t4[1] = {4};
+  r.post(1, t4, 1);
+  EXPECT_FALSE(r.take_ask(1));
+  int32_t t3[1] = {3};
+  r.post(2, t3, 1);
+  EXPECT_TRUE(r.take_ask(2));
+  EXPECT_FALSE(r.take_ask(2));  // used
+  // An ask for a part whose receive finished already (its rendezvous was seen first): nothing.
+  r.finish(1);
+  ASSERT_TRUE(r.arrive_ask(2, 4, 1, false, &seq).is_ok());
+  EXPECT_EQ(seq, UINT64_MAX);
+  // Outside the credits, or a tag that is not numbered: the peer's error.
+  EXPECT_EQ(r.arrive_ask(9, 3, 5, false, &seq).code(), Code::kRemoteError);
+  // A tag this end never met (so never holds), and an ask-all: the slot is freed, nothing named.
+  ASSERT_TRUE(r.arrive_ask(3, 777, 0, false, &seq).is_ok());
+  EXPECT_EQ(seq, UINT64_MAX);
+  EXPECT_EQ(r.prefix(), 4u);
+}
+
+// Each end numbers the first kEagerTags distinct tags it meets, any values. A tag the receiver
+// does not number (its entries say so) never goes eagerly; a tag the sender cannot number asks
+// once with kEagerAskAll, and the receiver's parts of a tag it cannot number are not numbered.
+TEST(EagerTags, TheFirstSixtyFourDistinctTagsAreNumberedOnEachEnd) {
+  ReceiverBook r;
+  r.reset(8);
+  for (int32_t t = 0; t < wire::kEagerTags; ++t) {
+    const int32_t tag = 5000 + t * 7;
+    EXPECT_EQ(r.post(static_cast<uint64_t>(t), &tag, 1), 1) << t;
+    r.finish(static_cast<uint64_t>(t));
+  }
+  const int32_t late[2] = {5000, 99};  // met before, and the 65th distinct tag
+  EXPECT_EQ(r.post(64, late, 2), 0x1);
+  EXPECT_FALSE(r.all_numbered(64));
+  const int32_t again[1] = {5000};
+  EXPECT_EQ(r.post(65, again, 1), 0x1);
+  EXPECT_TRUE(r.all_numbered(65));
+
+  SenderBook s;
+  s.reset(true);
+  s.set_slots(8);
+  int32_t tag[1] = {123456};
+  uint32_t size[1] = {64};
+  SlotMatch m;
+  // The receiver's entry does not mark tag 123456: it never goes eagerly.
+  ASSERT_TRUE(s.on_slot(tag, size, 0x0, 1, false, 8, &m).is_ok());
+  s.on_rendezvous(123456);
+  EXPECT_FALSE(s.may_send(123456, 8, 4096));
+  // Marked: it may.
+  ASSERT_TRUE(s.on_slot(tag, size, 0x1, 1, false, 8, &m).is_ok());
+  s.on_rendezvous(123456);
+  EXPECT_TRUE(s.may_send(123456, 8, 4096));
+  // The sender's table fills (62 more tags met by rendezvous); the next tag asks once, for all.
+  for (int32_t t = 0; t < wire::kEagerTags - 1; ++t) s.on_rendezvous(-t - 1);
+  EXPECT_FALSE(s.numbers(42));
+  EXPECT_FALSE(s.may_send(42, 8, 4096));
+  ASSERT_TRUE(s.may_ask(42));
+  s.on_ask(42);
+  EXPECT_FALSE(s.may_ask(42));
+  EXPECT_FALSE(s.may_ask(43));
+  EXPECT_TRUE(s.may_ask(123456));  // a numbered tag still asks for its own part
+}
+
+// Ordinals wrap after 2^32 sends of a tag: the order of two ordinals stays right across the wrap.
+TEST(EagerOrdinals, OrderHoldsAcrossTheWrap) {
+  EXPECT_TRUE(eager::ord_before(0xfffffffeu, 0xffffffffu));
+  EXPECT_TRUE(eager::ord_before(0xffffffffu, 0u));
+  EXPECT_TRUE(eager::ord_before(0xfffffff0u, 5u));
+  EXPECT_FALSE(eager::ord_before(5u, 0xfffffff0u));
+  EXPECT_FALSE(eager::ord_before(7u, 7u));
 }
 
 TEST(EagerReceiver, HeldMessagesFillTheirPartWhenItIsPostedAndTheCreditFollowsTheCopies) {
@@ -93,15 +208,16 @@ TEST(EagerReceiver, HeldMessagesFillTheirPartWhenItIsPostedAndTheCreditFollowsTh
   bool posted = false;
   uint64_t seq = 0;
   int index = -1;
-  // Messages 0 (tag 0, ordinal 0) and 1 (tag 0, ordinal 1) land before any receive.
-  ASSERT_TRUE(r.arrive(0, 0, 0, 8, &posted, &seq, &index).is_ok());
-  EXPECT_FALSE(posted);
-  ASSERT_TRUE(r.arrive(1, 0, 1, 8, &posted, &seq, &index).is_ok());
-  // Receive 0 (tag 0) takes message 0.
+  // Tag 0 was met (a receive completed by rendezvous: its part took ordinal 0), so the sender may
+  // send it eagerly: messages 0 (tag 0, ordinal 1) and 1 (ordinal 2) land before any receive.
   int32_t tags[1] = {0};
-  uint32_t ord[1];
-  r.post(0, tags, 1, ord);
-  EXPECT_EQ(ord[0], 0u);
+  EXPECT_EQ(r.post(50, tags, 1), 1);
+  r.finish(50);
+  ASSERT_TRUE(r.arrive(0, 0, 1, 8, &posted, &seq, &index).is_ok());
+  EXPECT_FALSE(posted);
+  ASSERT_TRUE(r.arrive(1, 0, 2, 8, &posted, &seq, &index).is_ok());
+  // Receive 0 (tag 0) takes message 0.
+  EXPECT_EQ(r.post(0, tags, 1), 1);
   uint64_t c[wire::kEntriesPerSlot];
   EXPECT_EQ(r.fill_from_ring(0, c), 1);
   EXPECT_EQ(c[0], 0u);
@@ -109,23 +225,23 @@ TEST(EagerReceiver, HeldMessagesFillTheirPartWhenItIsPostedAndTheCreditFollowsTh
   r.finish(0);
   EXPECT_EQ(r.prefix(), 1u);
   EXPECT_FALSE(r.credit_due());  // one slot freed of 4: not yet
-  r.post(1, tags, 1, ord);
+  r.post(1, tags, 1);
   EXPECT_EQ(r.fill_from_ring(1, c), 1);
   EXPECT_EQ(c[0], 1u);
   r.consume(1);
   EXPECT_TRUE(r.credit_due());
   EXPECT_EQ(r.limit(), 6u);
   // Beyond the credit written (4): the sender could not have written it.
-  Status st = r.arrive(4, 0, 2, 8, &posted, &seq, &index);
+  Status st = r.arrive(4, 0, 3, 8, &posted, &seq, &index);
   EXPECT_EQ(st.code(), Code::kRemoteError);
   // A posted part that arrives fills it at once.
-  r.post(2, tags, 1, ord);
-  ASSERT_TRUE(r.arrive(2, 0, 2, 8, &posted, &seq, &index).is_ok());
+  r.post(2, tags, 1);
+  ASSERT_TRUE(r.arrive(2, 0, 3, 8, &posted, &seq, &index).is_ok());
   EXPECT_TRUE(posted);
   EXPECT_EQ(seq, 2u);
   EXPECT_EQ(index, 0);
   // The same part again is the peer's error.
-  st = r.arrive(3, 0, 2, 8, &posted, &seq, &index);
+  st = r.arrive(3, 0, 3, 8, &posted, &seq, &index);
   EXPECT_EQ(st.code(), Code::kRemoteError);
 }
 
@@ -153,9 +269,10 @@ struct Workload {
   std::vector<Send> sends;  // in the sender's order
 };
 
-// Receives of 1..3 parts with distinct tags (now and then one that is not numbered), and the
-// sends in NCCL's order: a receive's sends (in any order) before the next receive's.
-Workload make_workload(std::mt19937& rng, int nrecv, bool grouped) {
+// Receives of 1..3 parts with distinct tags, and the sends in NCCL's order: a receive's sends (in
+// any order) before the next receive's. `many`: tags from 100 values, so both ends' tables of 64
+// fill, each in its own order of meeting them.
+Workload make_workload(std::mt19937& rng, int nrecv, bool grouped, bool many) {
   Workload w;
   std::uniform_int_distribution<int> ntags(1, grouped ? 3 : 1);
   for (int j = 0; j < nrecv; ++j) {
@@ -165,6 +282,7 @@ Workload make_workload(std::mt19937& rng, int nrecv, bool grouped) {
     const int n = ntags(rng);
     for (int i = 0; i < n; ++i) {
       int32_t t = grouped ? pool[i] : (rng() % 8 == 0 ? 100 : 0);
+      if (many) t = 1000 + static_cast<int32_t>(rng() % 100) * 3 + i * 1000;  // distinct in a group
       r.parts.push_back(Part{t, static_cast<uint32_t>(rng() % 3 == 0 ? 1 << 16 : kMax)});
     }
     std::vector<int> order(n);
@@ -186,6 +304,7 @@ struct Entry {
 struct FifoSlot {
   int recv = -1;
   std::vector<Entry> e;
+  uint8_t marks = 0;  // wire::kCtsNumbered per entry
   bool resolved = false;
   uint16_t credit = 0;
 };
@@ -193,6 +312,8 @@ struct EagerMsg {
   uint64_t counter;
   int send;
   uint32_t ordinal;
+  bool ask = false;  // wire::kEagerAsk: the send asks for its clear-to-send
+  bool all = false;  // wire::kEagerAskAll
 };
 
 struct Sim {
@@ -200,6 +321,8 @@ struct Sim {
   Workload w;
   uint32_t W;
   bool fixed_late;  // receives posted only after their data could land
+  bool lazy;        // the receiver holds clear-to-send back whenever it may (the data path does
+                    // while the comm's traffic is eager): sends that cannot go eagerly ask
 
   SenderBook sb;
   ReceiverBook rb;
@@ -221,7 +344,12 @@ struct Sim {
   std::vector<std::vector<int>> got;  // per receive, per part: the send that filled it (-1)
   std::vector<bool> published;        // normal publication (a close will come)
   std::vector<bool> closed;
-  std::vector<int> staged;  // resolved receives not written yet
+  std::vector<bool> resolved;  // completed from the ring before its entries were written
+  std::vector<uint8_t> marks;  // per receive: the parts the receiver numbers
+  bool hold_off = false;       // an ask-all came: nothing is held any more
+  int pub = 0;                 // receives whose entries are written (in order)
+  uint64_t flush_to = 0;       // receives below it were asked for: never held
+  int asks = 0;
   std::map<uint64_t, int>
       ring_owner;                  // ring slot index -> counter now in it (landed, not consumed)
   std::map<uint64_t, int> landed;  // counter -> send
@@ -229,9 +357,10 @@ struct Sim {
   int steps = 0;
   std::string failure;
 
-  Sim(uint32_t seed, int nrecv, bool grouped, uint32_t w_slots, bool late)
-      : rng(seed), W(w_slots), fixed_late(late) {
-    w = make_workload(rng, nrecv, grouped);
+  Sim(uint32_t seed, int nrecv, bool grouped, uint32_t w_slots, bool late, bool hold, bool many)
+      : rng(seed), W(w_slots), fixed_late(late), lazy(hold) {
+    w = make_workload(rng, nrecv, grouped, many);
+    marks.assign(nrecv, 0);
     sb.reset(true);
     sb.set_slots(W);
     rb.reset(W);
@@ -240,6 +369,7 @@ struct Sim {
     got.assign(nrecv, {});
     for (int j = 0; j < nrecv; ++j) got[j].assign(w.recvs[j].parts.size(), -1);
     published.assign(nrecv, false);
+    resolved.assign(nrecv, false);
     closed.assign(nrecv, false);
     eager_req_send.assign(1 << 16, -1);
   }
@@ -254,14 +384,28 @@ struct Sim {
     f.recv = j;
     for (const Part& p : w.recvs[j].parts) f.e.push_back(Entry{p.tag, p.size});
     f.resolved = resolved;
+    f.marks = marks[j];
     f.credit = rb.credit();
     fifo[j] = f;
     fifo_written[j] = true;
     rb.on_credit_written();
   }
-  void flush_staged() {
-    for (int j : staged) write_slot(j, true);
-    staged.clear();
+  // The data path's publication (eager_publish_end): the rule in rules/eager_book.h.
+  void publish(bool all = false) {
+    auto at = [&](uint64_t k) {
+      if (resolved[k]) return eager::Pending::kResolved;
+      const uint8_t all = static_cast<uint8_t>((1u << w.recvs[k].parts.size()) - 1);
+      if (!lazy || hold_off || k < flush_to || marks[k] != all) return eager::Pending::kNeeded;
+      return eager::Pending::kHeld;
+    };
+    const uint64_t end =
+        all ? static_cast<uint64_t>(posted)
+            : eager::publish_end(static_cast<uint64_t>(pub), static_cast<uint64_t>(posted),
+                                 rb.credit_due(), at);
+    for (; static_cast<uint64_t>(pub) < end; ++pub) {
+      published[pub] = !resolved[pub];
+      write_slot(pub, resolved[pub]);
+    }
   }
 
   void fill(int j, int i, int send) {
@@ -277,8 +421,8 @@ struct Sim {
     const Recv& r = w.recvs[j];
     std::vector<int32_t> tags;
     for (const Part& p : r.parts) tags.push_back(p.tag);
-    uint32_t ord[wire::kEntriesPerSlot];
-    rb.post(j, tags.data(), static_cast<int>(tags.size()), ord);
+    marks[j] = rb.post(j, tags.data(), static_cast<int>(tags.size()));
+    if (rb.take_ask(static_cast<uint64_t>(j))) flush_to = std::max<uint64_t>(flush_to, j + 1);
     uint64_t c[wire::kEntriesPerSlot];
     const uint8_t mask = rb.fill_from_ring(j, c);
     for (size_t i = 0; i < r.parts.size(); ++i) {
@@ -288,14 +432,8 @@ struct Sim {
       rb.consume(c[i]);
     }
     const uint8_t all = static_cast<uint8_t>((1u << r.parts.size()) - 1);
-    if (mask == all) {
-      staged.push_back(j);
-      if (rb.credit_due()) flush_staged();
-    } else {
-      flush_staged();
-      published[j] = true;
-      write_slot(j, false);
-    }
+    resolved[j] = mask == all;
+    publish();
     return true;
   }
 
@@ -323,20 +461,34 @@ struct Sim {
                   std::to_string(slot) + " before message " + std::to_string(ring_owner[slot]) +
                   " was copied out");
     if (m.counter >= max_written_limit) return fail("eager message beyond every credit written");
+    const Send& s = w.sends[m.send];
+    if (m.ask) {
+      uint64_t asked = UINT64_MAX;
+      Status st = rb.arrive_ask(m.counter, s.tag, m.ordinal, m.all, &asked);
+      if (m.all) hold_off = true;  // the data path stops holding (take_ask)
+      if (!st.is_ok()) return fail("arrive_ask: " + st.message());
+      if (asked != UINT64_MAX) flush_to = std::max(flush_to, asked + 1);
+      publish();
+      return true;
+    }
     ring_owner[slot] = static_cast<int>(m.counter);
     landed[m.counter] = m.send;
     bool is_posted = false;
     uint64_t seq = 0;
     int index = -1;
-    const Send& s = w.sends[m.send];
     Status st = rb.arrive(m.counter, s.tag, m.ordinal, s.size, &is_posted, &seq, &index);
     if (!st.is_ok()) return fail("arrive: " + st.message());
     if (is_posted) {
-      fill(static_cast<int>(seq), index, m.send);
+      const int j = static_cast<int>(seq);
+      fill(j, index, m.send);
       ring_owner.erase(slot);
       rb.consume(m.counter);
-      if (!staged.empty() && rb.credit_due()) flush_staged();
+      // A held receive (nothing written) whose parts are all in: resolved.
+      bool all = true;
+      for (int g : got[j]) all = all && g >= 0;
+      if (all && j >= pub) resolved[j] = true;
     }
+    publish();
     return true;
   }
 
@@ -362,8 +514,8 @@ struct Sim {
         sizes.push_back(e.size);
       }
       SlotMatch m;
-      Status st = sb.on_slot(tags.data(), sizes.data(), static_cast<int>(tags.size()), f.resolved,
-                             f.credit, &m);
+      Status st = sb.on_slot(tags.data(), sizes.data(), f.marks, static_cast<int>(tags.size()),
+                             f.resolved, f.credit, &m);
       if (!st.is_ok()) return fail("on_slot: " + st.message());
       if (m.too_large >= 0) return fail("oversize in a workload without oversize");
       snap_match.assign(f.e.size(), -1);
@@ -405,6 +557,13 @@ struct Sim {
       ++next_send;
       return true;
     }
+    if (lazy && sb.may_ask(s.tag)) {  // the data path's eager_ask
+      const bool all = !sb.numbers(s.tag);
+      const uint32_t ord = all ? 0 : sb.send_ordinal(s.tag);
+      inflight.push_back(EagerMsg{sb.on_ask(s.tag), next_send, ord, true, all});
+      ++asks;
+      return true;
+    }
     return moved;
   }
 
@@ -421,7 +580,7 @@ struct Sim {
       for (const auto& kv : landed)
         if (kv.second == snap_match[i]) eager_part = true;
       for (const EagerMsg& m : inflight)
-        if (m.send == snap_match[i]) eager_part = true;
+        if (m.send == snap_match[i] && !m.ask) eager_part = true;
       if (!eager_part && got[head][i] < 0) got[head][i] = snap_match[i];
     }
     if (!f.resolved) closes.push_back(head);
@@ -469,9 +628,15 @@ struct Sim {
         return fail("deadlock: sends " + std::to_string(next_send) + "/" +
                     std::to_string(w.sends.size()) + ", posted " + std::to_string(posted) +
                     ", finished " + std::to_string(finished) + ", head " + std::to_string(head) +
-                    ", staged " + std::to_string(staged.size()) + ", sender limit " +
+                    ", published " + std::to_string(pub) + ", sender limit " +
                     std::to_string(sb.limit()) + " counter " + std::to_string(sb.counter()) +
-                    " waiting " + std::to_string(sb.waiting()) + ", receiver prefix " +
+                    " waiting " + std::to_string(sb.waiting()) + ", next send " +
+                    (next_send < static_cast<int>(w.sends.size())
+                         ? "tag " + std::to_string(w.sends[next_send].tag) + " size " +
+                               std::to_string(w.sends[next_send].size) + " may_ask " +
+                               std::to_string(sb.may_ask(w.sends[next_send].tag))
+                         : std::string("-")) +
+                    ", first unfinished: " + unfinished() + ", receiver prefix " +
                     std::to_string(rb.prefix()) + " credited " + std::to_string(rb.credited()));
       }
     }
@@ -479,7 +644,9 @@ struct Sim {
     if (finished != static_cast<int>(w.recvs.size())) return fail("did not finish");
     // Resolved entries still held go out with the next publication; write them now and let the
     // sender read them, so that both books can be checked to the end.
-    flush_staged();
+    for (int j = pub; j < posted; ++j)
+      if (!resolved[j]) return fail("receive " + std::to_string(j) + " finished but not resolved");
+    publish(true);
     while (sender_step()) {
     }
     for (size_t j = 0; j < w.recvs.size(); ++j)
@@ -489,10 +656,24 @@ struct Sim {
           return fail("receive " + std::to_string(j) + " part " + std::to_string(i) + " got send " +
                       std::to_string(got[j][i]));
       }
+    // An ask may still be on its way (its send found its clear-to-send first): it lands harmlessly.
+    while (!inflight.empty() &&
+           std::all_of(inflight.begin(), inflight.end(), [](const EagerMsg& m) { return m.ask; })) {
+      if (!land_one()) return false;
+    }
     if (!inflight.empty() || !closes.empty() || !ring_owner.empty())
       return fail("left over: eager in flight, closes or ring slots");
     if (sb.waiting() != 0) return fail("sender still waits for parts");
     return true;
+  }
+
+  std::string unfinished() const {
+    if (finished >= posted) return "none posted";
+    const int j = finished;
+    std::string m = "receive " + std::to_string(j) + (published[j] ? " published" : "") +
+                    (closed[j] ? " closed" : "") + (resolved[j] ? " resolved" : "") + ", parts";
+    for (int g : got[j]) m += " " + std::to_string(g);
+    return m;
   }
 
   int eager_sent() const { return static_cast<int>(sb.counter()); }
@@ -507,28 +688,43 @@ struct Case {
   bool grouped;
   uint32_t W;
   bool late;
+  bool hold;
+  bool many = false;
 };
 
 class EagerModel : public ::testing::TestWithParam<Case> {};
 
 TEST_P(EagerModel, BothBooksPairEverySendWithNcclsPartUnderRandomTiming) {
   const Case c = GetParam();
-  int eager = 0, total = 0, pubs = 0, recvs = 0;
+  int eager = 0, total = 0, pubs = 0, recvs = 0, asks = 0;
   for (uint32_t seed = 1; seed <= 300; ++seed) {
-    Sim sim(seed, 60, c.grouped, c.W, c.late);
+    Sim sim(seed, 60, c.grouped, c.W, c.late, c.hold, c.many);
     ASSERT_TRUE(sim.run()) << "seed " << seed << ": " << sim.failure;
     eager += sim.eager_sent();
     total += static_cast<int>(sim.w.sends.size());
     pubs += sim.publications();
     recvs += static_cast<int>(sim.w.recvs.size());
+    asks += sim.asks;
   }
-  std::printf("eager %d of %d sends; %d of %d receives published a clear-to-send\n", eager, total,
-              pubs, recvs);
+  std::printf("eager %d (asks %d) of %d sends; %d of %d receives published a clear-to-send\n",
+              eager, asks, total, pubs, recvs);
   // The path is taken: a book that never let a send go eagerly would pass the pairing trivially.
   // Receives posted ahead of their data take the clear-to-send (the same packets, no copy), so
   // when the scheduler posts early most sends are rendezvous; some still go eagerly and some
   // receives complete from the ring alone.
-  if (c.late) {
+  if (c.many) {
+    // Tables full on both ends (in different orders of meeting): fewer sends go eagerly, and an
+    // ask-all ends the holding; what matters here is the pairing and no deadlock.
+    EXPECT_GT(eager, 0);
+  } else if (c.hold) {
+    // Held clear-to-send: sends go eagerly though their receives were posted early (without the
+    // hold, 1-12 % do here); the others ask. Receives with a tag that is not numbered (about
+    // half of the grouped ones), asked for, or whose hold a due credit broke (often, with W = 4)
+    // publish one.
+    EXPECT_GT(eager - asks, total / 6);
+    EXPECT_GT(asks, 0);
+    EXPECT_LT(pubs, c.grouped ? recvs * 9 / 10 : recvs / 2);
+  } else if (c.late) {
     EXPECT_GT(eager, total / 4);
     EXPECT_LT(pubs, recvs / 2);
   } else {
@@ -537,9 +733,15 @@ TEST_P(EagerModel, BothBooksPairEverySendWithNcclsPartUnderRandomTiming) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Eager, EagerModel,
-                         ::testing::Values(Case{false, 4, false}, Case{false, 16, false},
-                                           Case{true, 4, false}, Case{true, 16, false},
-                                           Case{false, 16, true}, Case{true, 8, true}));
+INSTANTIATE_TEST_SUITE_P(
+    Eager, EagerModel,
+    ::testing::Values(Case{false, 4, false, false}, Case{false, 16, false, false},
+                      Case{true, 4, false, false}, Case{true, 16, false, false},
+                      Case{false, 16, true, false}, Case{true, 8, true, false},
+                      Case{false, 4, false, true}, Case{false, 16, false, true},
+                      Case{true, 4, false, true}, Case{true, 16, false, true},
+                      Case{true, 8, true, true}, Case{false, 16, false, true, true},
+                      Case{true, 8, false, true, true}, Case{true, 16, true, true, true},
+                      Case{true, 8, true, false, true}));
 
 }  // namespace

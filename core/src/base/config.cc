@@ -173,6 +173,10 @@ const std::vector<Param>& table() {
      .max = 64,
      .doc = "Eager ring slots per comm (rounded down to a power of two): eager messages a sender "
             "may have ahead of the receiver's copies"},
+    {.name = "SLUICE_EAGER_HOLD", .type = Type::kBool, .field = &Config::eager_hold,
+     .doc = "With eager on, a receiver whose traffic is eager holds each receive's clear-to-send "
+            "back until its message lands in the ring or the sender asks for it (1 message, 1 "
+            "WRITE); needs the receiver's requests tested while a send waits, as NCCL's proxy does"},
     {.name = "SLUICE_EAGER_RINGS", .type = Type::kInt, .field = &Config::eager_rings, .min = 0,
      .max = 4096,
      .doc = "Eager rings per adapter, shared by its comms: a comm that finds none free sends "

@@ -366,7 +366,11 @@ class SendComm : public CommBase {
     uint64_t reported = 0;         // the head last reported
     bool report_busy = false;      // a report is on the wire (its source byte must stay)
     bool unreported = false;       // a resolved slot was read since the last report
-    EagerLease staging;            // W' slots of our stride, from the adapter's pool
+    // The ask (wire::kEagerAsk) of a send that cannot go eagerly: its 32-byte source, after the
+    // head report's in the same cell, rewritten only once the previous ask's WRITE completed.
+    char* ask_src = nullptr;
+    bool ask_busy = false;
+    EagerLease staging;  // W' slots of our stride, from the adapter's pool
   } eg;
   Conn c;
 };
@@ -419,6 +423,13 @@ class RecvComm : public CommBase {
     uint64_t* head_cell = nullptr;  // written by the sender: its head, twice
     uint64_t head = 0;
     bool flush = false;  // publish held entries now (irecv waits for the sender to read them)
+    // Held clear-to-send (eager_publish_end): while `lazy` (the last receive completed from the
+    // ring, or with sizes up to lazy_max), a receive's entries wait for its message in the ring;
+    // receives below flush_to (an ask named them) are published at once.
+    bool hold = true;  // SLUICE_EAGER_HOLD
+    bool lazy = false;
+    int64_t lazy_max = -1;
+    uint64_t flush_to = 0;
   } eg;
   Conn c;
   std::unique_ptr<Flush, FlushDeleter> flush;  // loopback QP for iflush; null until needed

@@ -74,6 +74,7 @@ Status setup_recv_eager(RecvComm& r, uint8_t local_features, uint8_t remote_feat
   if (!r.eg.on) return Status::ok();
   r.eg.ring.pool = pool.value();  // borrowed at the first receive of host memory
   r.eg.book.reset(pool.value()->slots());
+  r.eg.hold = engine()->config().eager_hold;
   // The sender's grant block follows its FIFO and records (connect.cc), one-path layout.
   r.eg.remote_block = r.remote_fifo +
                       sizeof(wire::CtsEntry) * wire::kFifoSlots * wire::kEntriesPerSlot +

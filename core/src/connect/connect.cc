@@ -167,7 +167,7 @@ Status build_send_comm(ConnectState& s) {
   size_t rec_bytes = sizeof(wire::DoneRecord) * wire::kFifoSlots;
   // The eager path's grant block (wire/eager.h), written by the receiver: after the records, at an
   // address the receiver derives from the FIFO's (eager_grant_offset).
-  // Then a 64-byte cell whose first 16 bytes are the source of the eager head report (eager.cc).
+  // Then a 64-byte cell: the source of the eager head report (16 bytes) and of an ask (32 bytes).
   const size_t grant_bytes = sizeof(wire::EagerGrant) + 64;
   size_t pool_bytes = sizeof(SendReq) * SendComm::kPool;
   size_t free_bytes = sizeof(uint16_t) * SendComm::kPool;
@@ -180,6 +180,7 @@ Status build_send_comm(ConnectState& s) {
   comm->records = reinterpret_cast<wire::DoneRecord*>(base + fifo_bytes);
   comm->eg.block = reinterpret_cast<wire::EagerGrant*>(base + fifo_bytes + rec_bytes);
   comm->eg.head_src = reinterpret_cast<uint64_t*>(comm->eg.block + 1);
+  comm->eg.ask_src = reinterpret_cast<char*>(comm->eg.head_src + 2);  // 32 bytes of the cell's 48
   comm->pool = reinterpret_cast<SendReq*>(base + reg_bytes);
   comm->free_list = reinterpret_cast<uint16_t*>(base + reg_bytes + pool_bytes);
   static_assert(std::is_trivially_destructible_v<SendReq>, "lives in raw comm memory");

@@ -141,8 +141,10 @@ Status republish_from(RecvComm& r);
 Status eager_recv_post(RecvComm& r, RecvReq& req, const MemHandle* const* mhs, const size_t* sizes);
 // Reads the ring for messages that landed (at most W slots); copies those whose part is posted.
 Status eager_poll(RecvComm& r);
-// Whether publication may wait: every unpublished receive is resolved and no credit is due.
-bool eager_may_hold(const RecvComm& r);
+// How far publication goes now: receives [published, end). Held back: entries of receives
+// completed from the ring (until a batch or a credit is due) and of receives whose message is
+// expected in the ring (a lazy comm's, until it lands, an ask names it, or a credit is due).
+uint64_t eager_publish_end(const RecvComm& r);
 // Whether receive `seq` may take its FIFO slot: the sender read the slot's previous use (its head
 // report or a close says so). Otherwise held entries go out now and irecv says "again".
 bool eager_slot_free(RecvComm& r, uint64_t seq);
@@ -160,6 +162,9 @@ Status finish_recv(RecvComm& r, RecvReq& req, int64_t* now);
 Status eager_read_head(SendComm& s);
 // A send that goes eagerly when the book allows (*out set), else again.
 Status eager_send(SendComm& s, const void* data, size_t size, int tag, void* parent, Request** out);
+// A send that may not go eagerly (eager_send said again): asks for its clear-to-send through the
+// ring when the book says so (the receiver may be holding it back), once per send.
+Status eager_ask(SendComm& s, size_t size, int tag);
 // A completion of an eager WRITE (poll_send).
 void eager_write_done(SendComm& s, uint64_t wr_id);
 // Posts the group at head when it is complete and fits (*posted); shared with isend (send.cc).

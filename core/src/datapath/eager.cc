@@ -19,8 +19,10 @@ namespace dp {
 
 namespace {
 
-// The staging slot field of an eager wr_id that marks a head report (staging slots are < 64).
+// The staging slot field of an eager wr_id that marks a head report or an ask (staging slots are
+// < 64).
 constexpr uint32_t kHeadReport = 0xff;
+constexpr uint32_t kAskWrite = 0xfe;
 
 const char* ring_slot(const RecvComm& r, uint64_t counter) {
   const EagerLease& l = r.eg.ring;
@@ -64,6 +66,42 @@ Status copy_part(RecvComm& r, RecvReq& req, int i, uint64_t counter) {
 
 }  // namespace
 
+namespace {
+
+// Receive `req`, not published, got every part from the ring: done, and its entries say so
+// (written later, in a batch: eager_publish_end).
+Status resolve(RecvComm& r, RecvReq& req, int64_t* now) {
+  req.resolved = true;
+  req.pending = 0;
+  req.eager_want = req.eager_got;
+  const uint32_t slot = static_cast<uint32_t>(req.seq % wire::kFifoSlots);
+  for (int i = 0; i < req.n; ++i) r.c.entry(r.stage, slot, i)->nreqs |= wire::kCtsResolved;
+  ++r.eg.held;
+  return finish_recv(r, req, now);
+}
+
+// Ask `counter` (wire::kEagerAsk): the sender waits for the clear-to-send of a part it will send by
+// rendezvous. The comm's traffic is not eager any more; sizes up to the asked one are not taken
+// for eager ones (the sender could not send it eagerly: a smaller SLUICE_EAGER_MAX, no staging).
+Status take_ask(RecvComm& r, uint64_t counter, const wire::EagerHeader& h) {
+  uint64_t seq = UINT64_MAX;
+  const bool all = (h.size & wire::kEagerAskAll) != 0;
+  if (Status st = r.eg.book.arrive_ask(counter, h.tag, h.ordinal, all, &seq); !st.is_ok())
+    return fail(r.c, Status(Code::kRemoteError, st.message() + " on " + r.c.describe_qp(0)));
+  r.eg.lazy = false;
+  if (all) {  // the sender cannot number a tag it sends: nothing is held on this comm any more
+    r.eg.lazy_max = -1;
+    r.eg.flush_to = UINT64_MAX;
+    return Status::ok();
+  }
+  const int64_t size = h.size & wire::kEagerAskSize;
+  if (size <= r.eg.lazy_max) r.eg.lazy_max = size - 1;
+  if (seq != UINT64_MAX) r.eg.flush_to = std::max(r.eg.flush_to, seq + 1);
+  return Status::ok();
+}
+
+}  // namespace
+
 Status finish_recv(RecvComm& r, RecvReq& req, int64_t* now) {
   if ((req.eager_got & ~req.eager_want) != 0 && !req.resolved) {
     return fail(r.c, Status(Code::kRemoteError,
@@ -79,6 +117,14 @@ Status finish_recv(RecvComm& r, RecvReq& req, int64_t* now) {
   req.done = true;
   ++r.completed;
   r.completed_hi = std::max(r.completed_hi, req.seq + 1);
+  if (r.eg.on) {
+    // The comm's traffic is eager while its receives complete from the ring, or by rendezvous with
+    // sizes the sender could have sent eagerly: then later receives hold their clear-to-send back.
+    bool small = true;
+    for (int i = 0; i < req.n; ++i)
+      small = small && static_cast<int64_t>(req.received[i]) <= r.eg.lazy_max;
+    r.eg.lazy = req.eager_got != 0 || small;
+  }
   r.c.stats.messages.add(1);
   size_t got = 0;
   for (int i = 0; i < req.n; ++i) got += req.received[i];
@@ -116,30 +162,30 @@ Status eager_recv_post(RecvComm& r, RecvReq& req, const MemHandle* const* mhs,
       ring.stride = p.stride();
       std::memset(ring.base, 0, ring.slots * ring.stride);  // once per loan
       r.eg.grant = p.next_grant();
+      r.eg.lazy_max = static_cast<int64_t>(p.max_bytes());
       wire::encode_grant(r.eg.src, reinterpret_cast<uintptr_t>(ring.base), ring.rkey, r.eg.grant,
                          static_cast<uint32_t>(p.max_bytes()), ring.slots);
       r.eg.grant_sent = false;  // written before the next publication (recv.cc)
     }
   }
-  uint32_t ord[wire::kEntriesPerSlot];
-  r.eg.book.post(req.seq, req.tags, n, ord);
+  // Parts whose tag this end numbers say so in their entries (the sender sends eagerly only those).
+  const uint8_t numbered = r.eg.book.post(req.seq, req.tags, n);
+  const uint32_t at = static_cast<uint32_t>(req.seq % wire::kFifoSlots);
+  for (int i = 0; i < n; ++i)
+    if (numbered >> i & 1u) r.c.entry(r.stage, at, i)->index |= wire::kCtsNumbered;
   if (!ring.held()) return Status::ok();
+  // An ask came before this receive was posted: its clear-to-send goes now.
+  if (r.eg.book.take_ask(req.seq)) r.eg.flush_to = req.seq + 1;
   uint64_t c[wire::kEntriesPerSlot];
   const uint8_t mask = r.eg.book.fill_from_ring(req.seq, c);
   for (int i = 0; i < n; ++i)
     if (mask >> i & 1u) SLUICE_RETURN_IF_ERROR(copy_part(r, req, i, c[i]));
   // What landed since the ring was last read (for this receive's parts too).
   SLUICE_RETURN_IF_ERROR(eager_poll(r));
-  if (req.eager_got != all) return Status::ok();
+  if (req.done || req.eager_got != all) return Status::ok();  // done: by eager_poll
   // Every part is here: the receive is done, and its entries say so (written later, held).
-  req.resolved = true;
-  req.pending = 0;
-  req.eager_want = all;
-  const uint32_t slot = static_cast<uint32_t>(req.seq % wire::kFifoSlots);
-  for (int i = 0; i < n; ++i) r.c.entry(r.stage, slot, i)->nreqs |= wire::kCtsResolved;
-  ++r.eg.held;
   int64_t now = 0;
-  return finish_recv(r, req, &now);
+  return resolve(r, req, &now);
 }
 
 Status eager_poll(RecvComm& r) {
@@ -156,6 +202,10 @@ Status eager_poll(RecvComm& r) {
     if (rd == wire::SlotRead::kNotYet) continue;
     if (rd == wire::SlotRead::kCorrupt)
       return fail(r.c, Status(Code::kRemoteError, why + " on " + r.c.describe_qp(0)));
+    if ((h.size & wire::kEagerAsk) != 0) {
+      SLUICE_RETURN_IF_ERROR(take_ask(r, c, h));
+      continue;
+    }
     bool posted = false;
     uint64_t seq = 0;
     int index = -1;
@@ -174,8 +224,14 @@ Status eager_poll(RecvComm& r) {
       req.close_owed = true;
       req.eager_want = req.eager_got;
       SLUICE_RETURN_IF_ERROR(finish_recv(r, req, &now));
+    } else if (!req.done && req.seq >= r.rq_posted &&
+               req.eager_got == static_cast<uint8_t>((1u << req.n) - 1)) {
+      // A receive whose clear-to-send was held back (no receive WR, nothing published): done from
+      // the ring, its entries marked resolved (eager_publish_end writes them later).
+      SLUICE_RETURN_IF_ERROR(resolve(r, req, &now));
     }
   }
+  if (r.eg.flush_to > r.published) return publish(r);  // an ask names a held receive
   return Status::ok();
 }
 
@@ -195,12 +251,21 @@ bool eager_slot_free(RecvComm& r, uint64_t seq) {
   return false;
 }
 
-bool eager_may_hold(const RecvComm& r) {
-  if (!r.eg.on || r.published == r.seq || r.eg.flush) return false;
-  if (r.eg.book.credit_due() || r.seq - r.published >= wire::kEntriesPerSlot) return false;
-  for (uint64_t k = r.published; k < r.seq; ++k)
-    if (!r.pool[k % wire::kFifoSlots].resolved) return false;
-  return true;
+uint64_t eager_publish_end(const RecvComm& r) {
+  if (!r.eg.on || r.published == r.seq) return r.seq;
+  // Held back while its message is expected in the ring: a lazy comm's receive (its traffic is
+  // eager), every part a numbered tag in host memory, no ask for it.
+  const bool lazy =
+      r.eg.hold && r.eg.lazy && r.eg.ring.held() && r.eg.grant_sent && r.eg.book.credited() > 0;
+  auto at = [&](uint64_t k) {
+    const RecvReq& q = r.pool[k % wire::kFifoSlots];
+    if (q.resolved) return eager::Pending::kResolved;
+    if (!lazy || k < r.eg.flush_to || q.host != static_cast<uint8_t>((1u << q.n) - 1) ||
+        !r.eg.book.all_numbered(k))
+      return eager::Pending::kNeeded;
+    return eager::Pending::kHeld;
+  };
+  return eager::publish_end(r.published, r.seq, r.eg.flush || r.eg.book.credit_due(), at);
 }
 
 // ---- Sender
@@ -259,13 +324,15 @@ Status read_head(SendComm& s) {
     if (!st.is_ok()) return fail(s.c, on_qp(s.c, 0, st));
     int32_t tags[wire::kEntriesPerSlot];
     uint32_t sizes[wire::kEntriesPerSlot];
+    uint8_t marks = 0;
     for (int i = 0; i < s.snap.nreqs; ++i) {
       tags[i] = s.snap.e[i].tag;
       sizes[i] = s.snap.e[i].size;
+      if ((s.snap.e[i].index & wire::kCtsNumbered) != 0) marks |= static_cast<uint8_t>(1u << i);
     }
     eager::SlotMatch m;
-    if (Status b =
-            s.eg.book.on_slot(tags, sizes, s.snap.nreqs, s.snap.resolved, s.snap.e[0].reserved, &m);
+    if (Status b = s.eg.book.on_slot(tags, sizes, marks, s.snap.nreqs, s.snap.resolved,
+                                     s.snap.e[0].reserved, &m);
         !b.is_ok()) {
       return fail(s.c, on_qp(s.c, 0, b));
     }
@@ -385,6 +452,54 @@ Status eager_send(SendComm& s, const void* data, size_t size, int tag, void* par
   return Status::ok();
 }
 
+namespace {
+
+// One signaled RDMA WRITE of `bytes` from the sender's registered comm memory (`src`) to `remote`
+// (the receiver's comm memory, or its ring with `rkey`) on QP 0, counted. `what` names it in
+// errors.
+Status post_small_write(SendComm& s, const void* src, uint32_t bytes, uint64_t remote,
+                        uint32_t rkey, uint64_t wr_id, const char* what) {
+  const int q = 0;
+  ibv_sge sge{reinterpret_cast<uintptr_t>(src), bytes, local_mem_lkey(s.c, q)};
+  ibv_send_wr w{};
+  w.wr_id = wr_id;
+  w.sg_list = &sge;
+  w.num_sge = 1;
+  w.opcode = IBV_WR_RDMA_WRITE;
+  w.send_flags = IBV_SEND_SIGNALED;
+  w.wr.rdma.remote_addr = remote;
+  w.wr.rdma.rkey = rkey;
+  ibv_send_wr* bad = nullptr;
+  if (int rc = ibv_post_send(s.c.qp[q].get(), &w, &bad); rc != 0) {
+    return fail(
+        s.c, Status(Code::kSystemError, std::string("ibv_post_send (") + what + ") on " +
+                                            s.c.describe_qp(q) + " failed: " + std::strerror(rc)));
+  }
+  s.c.qp[q].sq_used += 1;
+  s.c.stats.wrs.add(1);
+  s.c.stats.doorbells.add(1);
+  return Status::ok();
+}
+
+}  // namespace
+
+Status eager_ask(SendComm& s, size_t size, int tag) {
+  SendComm::Eager& g = s.eg;
+  if (!g.on || !g.granted || g.ask_busy || !g.book.may_ask(tag)) return Status::ok();
+  if (s.c.qp[0].sq_used + 1 > kSendSqDepth) return Status::ok();  // a later call asks
+  const uint64_t counter = g.book.counter();
+  const bool all = !g.book.numbers(tag);
+  const size_t bytes = wire::encode_eager_ask(g.ask_src, counter, g.grant.grant, tag,
+                                              all ? 0 : g.book.send_ordinal(tag), size, all);
+  SLUICE_RETURN_IF_ERROR(
+      post_small_write(s, g.ask_src, static_cast<uint32_t>(bytes),
+                       g.grant.ring_addr + (counter % g.grant.slots) * (g.grant.stride64 * 64u),
+                       g.grant.rkey, kWrEager | uint64_t{kAskWrite} << 8, "eager ask"));
+  g.ask_busy = true;
+  g.book.on_ask(tag);
+  return Status::ok();
+}
+
 Status eager_report_head(SendComm& s, bool force) {
   SendComm::Eager& g = s.eg;
   // Only slots of receives completed from the ring need it: the close of any other receive tells
@@ -396,28 +511,12 @@ Status eager_report_head(SendComm& s, bool force) {
   // The source byte is rewritten only once the previous report completed (the NIC reads it late).
   if (g.report_busy) return Status::ok();
   g.head_src[0] = g.head_src[1] = s.head;
-  ibv_sge sge{reinterpret_cast<uintptr_t>(g.head_src), 2 * sizeof(uint64_t),
-              local_mem_lkey(s.c, q)};
-  ibv_send_wr w{};
-  w.wr_id = kWrEager | uint64_t{kHeadReport} << 8;
-  w.sg_list = &sge;
-  w.num_sge = 1;
-  w.opcode = IBV_WR_RDMA_WRITE;
-  w.send_flags = IBV_SEND_SIGNALED;
-  w.wr.rdma.remote_addr = g.remote_head;
-  w.wr.rdma.rkey = remote_mem_rkey(s.c, q);
-  ibv_send_wr* bad = nullptr;
-  if (int rc = ibv_post_send(s.c.qp[q].get(), &w, &bad); rc != 0) {
-    return fail(
-        s.c, Status(Code::kSystemError, "ibv_post_send (eager head report) on " +
-                                            s.c.describe_qp(q) + " failed: " + std::strerror(rc)));
-  }
-  s.c.qp[q].sq_used += 1;
+  SLUICE_RETURN_IF_ERROR(
+      post_small_write(s, g.head_src, 2 * sizeof(uint64_t), g.remote_head, remote_mem_rkey(s.c, q),
+                       kWrEager | uint64_t{kHeadReport} << 8, "eager head report"));
   g.report_busy = true;
   g.reported = s.head;
   g.unreported = false;
-  s.c.stats.wrs.add(1);
-  s.c.stats.doorbells.add(1);
   return Status::ok();
 }
 
@@ -426,6 +525,10 @@ void eager_write_done(SendComm& s, uint64_t wr_id) {
   const uint32_t index = static_cast<uint32_t>(wr_id & 0xff);
   if (ss == kHeadReport) {
     s.eg.report_busy = false;
+    return;
+  }
+  if (ss == kAskWrite) {
+    s.eg.ask_busy = false;
     return;
   }
   s.eg.busy &= ~(uint64_t{1} << ss);

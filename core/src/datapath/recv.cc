@@ -66,12 +66,12 @@ Status post_plain_credits(RecvComm& r, int q, uint64_t n) {
 
 namespace {
 
-// Receive WRs for receives [rq_posted, seq): one chained ibv_post_recv per QP that gets any. A
+// Receive WRs for receives [rq_posted, to): one chained ibv_post_recv per QP that gets any. A
 // failover comm posts each chain's credit where fo_route sends the chain; one whose path is
 // fencing is only counted (credits), and moved to the substitute once the fence is done.
-Status post_receive_wrs(RecvComm& r) {
-  const uint64_t from = r.rq_posted, to = r.seq;
-  if (from == to) return Status::ok();
+Status post_receive_wrs(RecvComm& r, uint64_t to) {
+  const uint64_t from = r.rq_posted;
+  if (from >= to) return Status::ok();
   PathFailover& f = r.c.fo;
   for (int t = 0; t < r.c.nqps; ++t) {
     // rxe (Debian's 6.1) never flushes a receive WR posted to a QP already in ERROR: a fenced
@@ -246,14 +246,15 @@ Status post_eager_grant(RecvComm& r, int q) {
 
 namespace {
 
-Status publish_staged(RecvComm& r) {
+// Receives [published, end) go out.
+Status publish_staged(RecvComm& r, uint64_t end) {
   SLUICE_RETURN_IF_ERROR(r.c.failure);
-  SLUICE_RETURN_IF_ERROR(post_receive_wrs(r));
-  while (r.published < r.seq) {
+  SLUICE_RETURN_IF_ERROR(post_receive_wrs(r, end));
+  while (r.published < end) {
     const uint64_t from = r.published;
     // Up to the FIFO's wrap: slots must be contiguous in the peer's FIFO.
     const uint64_t wrap = (from / wire::kFifoSlots + 1) * wire::kFifoSlots;
-    const uint64_t to = std::min<uint64_t>(r.seq, wrap);
+    const uint64_t to = std::min<uint64_t>(end, wrap);
     bool fits = false;
     SLUICE_RETURN_IF_ERROR(cts_room(r, from, &fits));
     if (!fits) break;  // stays staged: the next call of any comm tries again
@@ -266,9 +267,10 @@ Status publish_staged(RecvComm& r) {
 
 Status publish(RecvComm& r) {
   if (r.published == r.seq) return r.c.failure;
-  // Receives completed from the eager ring wait for the next publication or a credit that is due
-  // (docs/eager.md): the sender needs their entries only to number parts and take its credits.
-  if (eager_may_hold(r)) return r.c.failure;
+  // The eager path holds back entries (docs/eager.md): of receives completed from the ring, until a
+  // batch or a credit is due, and of receives whose message is expected in the ring.
+  const uint64_t end = eager_publish_end(r);
+  if (end == r.published) return r.c.failure;
   if (r.eg.on && r.eg.ring.held() && !r.eg.grant_sent) {
     // The grant goes before the first entries that could carry a credit for its ring.
     bool fits = false;
@@ -277,7 +279,7 @@ Status publish(RecvComm& r) {
     SLUICE_RETURN_IF_ERROR(post_eager_grant(r, cts_qp(r, r.published)));
   }
   // A failed comm has nothing left to publish: every later call reports its failure.
-  return publish_staged(r);
+  return publish_staged(r, end);
 }
 
 Status republish_from(RecvComm& r) {

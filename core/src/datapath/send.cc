@@ -332,8 +332,12 @@ Status isend_impl(SendComm* s, void* data, size_t size, int tag, MemHandle* mh, 
     if (s->snap.seq == 0) {
       Status st = eager_send(*s, data, size, tag, parent, out);
       // Waiting for a clear-to-send: the receiver must know which slots were read, or it may be
-      // waiting to reuse one (eager_slot_free) before it can post the receive this send needs.
-      if (st.is_again()) SLUICE_RETURN_IF_ERROR(eager_report_head(*s, true));
+      // waiting to reuse one (eager_slot_free) before it can post the receive this send needs;
+      // and it may be holding the clear-to-send back, expecting this send eagerly: it is asked.
+      if (st.is_again()) {
+        SLUICE_RETURN_IF_ERROR(eager_report_head(*s, true));
+        SLUICE_RETURN_IF_ERROR(eager_ask(*s, size, tag));
+      }
       return st;
     }
   }
@@ -353,7 +357,10 @@ Status isend_impl(SendComm* s, void* data, size_t size, int tag, MemHandle* mh, 
   if (m.kind == cts::Match::kLater) {  // tag of a later receive
     if (s->eg.on && !over_limit) {
       Status st = eager_send(*s, data, size, tag, parent, out);
-      if (st.is_again()) SLUICE_RETURN_IF_ERROR(eager_report_head(*s, true));
+      if (st.is_again()) {
+        SLUICE_RETURN_IF_ERROR(eager_report_head(*s, true));
+        SLUICE_RETURN_IF_ERROR(eager_ask(*s, size, tag));
+      }
       return st;
     }
     return Status::again();

@@ -66,7 +66,8 @@ Status take_strided(const wire::CtsEntry* fifo_slot, int stride, uint64_t want, 
   for (int i = 0; i < nreqs; ++i) {
     const wire::CtsEntry& x = out->e[i];
     // A rewrite between the seq check and the copy shows here: the copy is what gets used.
-    if (x.seq != want || x.nreqs != count_byte || x.index != i) {
+    const int index = eager ? x.index & wire::kCtsIndexMask : x.index;
+    if (x.seq != want || x.nreqs != count_byte || index != i) {
       out->seq = 0;
       return Status(Code::kRemoteError,
                     "corrupt clear-to-send slot: entry " + std::to_string(i) + " says index " +

@@ -12,33 +12,60 @@ void SenderBook::reset(bool enabled) {
 }
 
 uint32_t SenderBook::send_ordinal(int32_t tag) const {
-  return enabled_ && numbered(tag) ? send_ord_[tag] : kNoOrdinal;
+  const int i = tags_.find(tag);
+  return enabled_ && i >= 0 ? send_ord_[i] : kNoOrdinal;
 }
 
-bool SenderBook::may_send(int32_t tag, size_t size, size_t max) const {
-  if (slots_ == 0 || !numbered(tag) || size > max) return false;
-  if (next_ >= limit_ || waiting_ >= static_cast<int>(slots_)) return false;
+bool SenderBook::may_send(int32_t tag, size_t size, size_t max) {
+  if (slots_ == 0 || size > max || !numbers(tag)) return false;
+  const int i = tags_.find(tag);
+  if (!confirmed_[i] || next_ >= limit_ || waiting_ >= static_cast<int>(slots_)) return false;
   // The part of this send is in a slot already read (the head's): its clear-to-send is here.
-  return part_ord_[tag] <= send_ord_[tag];
+  return !ord_before(send_ord_[i], part_ord_[i]) && !asked(i);
+}
+
+bool SenderBook::may_ask(int32_t tag) {
+  if (slots_ == 0 || next_ >= limit_) return false;
+  if (!numbers(tag)) return enabled_ && !ask_all_;
+  const int i = tags_.find(tag);
+  return !ord_before(send_ord_[i], part_ord_[i]) && !asked(i);
+}
+
+uint64_t SenderBook::on_ask(int32_t tag) {
+  const int i = tags_.find(tag);
+  if (i < 0) {
+    ask_all_ = true;
+  } else {
+    ask_ = i;
+    ask_ord_ = send_ord_[i];
+  }
+  return next_++;
+}
+
+void SenderBook::sent(int i) {
+  if (asked(i)) ask_ = -1;
+  ++send_ord_[i];
 }
 
 uint64_t SenderBook::on_eager(int32_t tag, uint32_t size, uint16_t req) {
+  const int i = tags_.find(tag);  // may_send said yes: numbered
   for (Sent& s : sent_) {
-    if (s.tag >= 0) continue;
-    s = Sent{tag, send_ord_[tag], size, req};
+    if (s.used) continue;
+    s = Sent{true, tag, send_ord_[i], size, req};
     break;
   }
-  ++send_ord_[tag];
+  sent(i);
   ++waiting_;
   return next_++;
 }
 
 void SenderBook::on_rendezvous(int32_t tag) {
-  if (enabled_ && numbered(tag)) ++send_ord_[tag];
+  if (!numbers(tag)) return;
+  sent(tags_.find(tag));
 }
 
-Status SenderBook::on_slot(const int32_t* tags, const uint32_t* sizes, int n, bool resolved,
-                           uint16_t credit, SlotMatch* out) {
+Status SenderBook::on_slot(const int32_t* tags, const uint32_t* sizes, uint8_t marks, int n,
+                           bool resolved, uint16_t credit, SlotMatch* out) {
   *out = SlotMatch();
   if (!enabled_) return Status::ok();
   // Before the grant is read its W is not known: the largest a grant may have bounds the step.
@@ -53,17 +80,19 @@ Status SenderBook::on_slot(const int32_t* tags, const uint32_t* sizes, int n, bo
   limit_ = l;
   for (int i = 0; i < n; ++i) {
     const int32_t t = tags[i];
-    if (!numbered(t)) {
+    if (!numbers(t)) {
       if (resolved)
         return Status(Code::kRemoteError,
                       "a receive resolved from the eager ring has a part (tag " +
-                          std::to_string(t) + ") that cannot go eagerly");
+                          std::to_string(t) + ") that this sender never sends eagerly");
       continue;
     }
-    const uint32_t k = part_ord_[t]++;
+    const int x = tags_.find(t);
+    if ((marks >> i & 1u) != 0) confirmed_[x] = true;
+    const uint32_t k = part_ord_[x]++;
     bool found = false;
     for (Sent& s : sent_) {
-      if (s.tag != t || s.ordinal != k) continue;
+      if (!s.used || s.tag != t || s.ordinal != k) continue;
       out->eager |= static_cast<uint8_t>(1u << i);
       out->req[i] = s.req;
       out->size[i] = s.size;
@@ -71,7 +100,7 @@ Status SenderBook::on_slot(const int32_t* tags, const uint32_t* sizes, int n, bo
         out->too_large = i;
         out->sent_size = s.size;
       }
-      s.tag = -1;
+      s.used = false;
       --waiting_;
       found = true;
       break;
@@ -92,16 +121,26 @@ void ReceiverBook::reset(uint32_t slots) {
   slots_ = slots;
 }
 
-void ReceiverBook::post(uint64_t seq, const int32_t* tags, int n, uint32_t* ordinals) {
+uint8_t ReceiverBook::post(uint64_t seq, const int32_t* tags, int n) {
   Open& o = open_[seq % wire::kFifoSlots];
   o.seq = seq;
   o.n = n;
+  uint8_t mask = 0;
   for (int i = 0; i < n; ++i) {
     const int32_t t = tags[i];
-    const uint32_t k = numbered(t) && slots_ > 0 ? part_ord_[t]++ : kNoOrdinal;
-    o.part[i] = Part{t, k, false};
-    if (ordinals != nullptr) ordinals[i] = k;
+    const int x = slots_ > 0 ? tags_.add(t) : -1;
+    o.part[i] = Part{x >= 0, false, t, x >= 0 ? part_ord_[x]++ : 0};
+    if (x >= 0) mask |= static_cast<uint8_t>(1u << i);
   }
+  return mask;
+}
+
+bool ReceiverBook::all_numbered(uint64_t seq) const {
+  const Open& o = open_[seq % wire::kFifoSlots];
+  if (o.seq != seq) return false;
+  for (int i = 0; i < o.n; ++i)
+    if (!o.part[i].numbered) return false;
+  return true;
 }
 
 uint8_t ReceiverBook::fill_from_ring(uint64_t seq, uint64_t* counters) const {
@@ -109,11 +148,10 @@ uint8_t ReceiverBook::fill_from_ring(uint64_t seq, uint64_t* counters) const {
   uint8_t mask = 0;
   for (int i = 0; i < o.n; ++i) {
     counters[i] = UINT64_MAX;
-    if (o.seq != seq || o.part[i].ordinal == kNoOrdinal) continue;
+    if (o.seq != seq || !o.part[i].numbered) continue;
     for (uint64_t c = prefix_; c < prefix_ + slots_; ++c) {
       const Slot& s = ring_[c % slots_];
-      if (!s.arrived || s.consumed || s.tag != o.part[i].tag || s.ordinal != o.part[i].ordinal)
-        continue;
+      if (!s.arrived || s.consumed || !s.message || !o.part[i].is(s.tag, s.ordinal)) continue;
       counters[i] = c;
       mask |= static_cast<uint8_t>(1u << i);
       break;
@@ -130,15 +168,18 @@ Status ReceiverBook::arrive(uint64_t counter, int32_t tag, uint32_t ordinal, uin
                                           " outside the credits given (" + std::to_string(prefix_) +
                                           " to " + std::to_string(credited_) + ")");
   }
-  if (!numbered(tag))
-    return Status(Code::kRemoteError, "eager message with tag " + std::to_string(tag));
-  ring_[counter % slots_] = Slot{true, false, tag, ordinal, size};
-  if (ordinal >= part_ord_[tag]) return Status::ok();  // its receive is not posted yet: held
+  const int x = tags_.find(tag);
+  if (x < 0)
+    return Status(Code::kRemoteError, "eager message with tag " + std::to_string(tag) +
+                                          ", which this receiver does not number (its entries "
+                                          "said so)");
+  ring_[counter % slots_] = Slot{true, false, true, tag, ordinal, size};
+  if (!ord_before(ordinal, part_ord_[x])) return Status::ok();  // not posted yet: held
   for (Open& o : open_) {
     if (o.seq == UINT64_MAX) continue;
     for (int i = 0; i < o.n; ++i) {
       Part& p = o.part[i];
-      if (p.tag != tag || p.ordinal != ordinal) continue;
+      if (!p.is(tag, ordinal)) continue;
       if (p.filled) break;
       p.filled = true;
       *posted = true;
@@ -159,15 +200,62 @@ void ReceiverBook::consume(uint64_t counter) {
   // A part filled from a held message is marked by its caller's copy: mark the open part too.
   const Slot& s = ring_[counter % slots_];
   for (Open& o : open_) {
-    if (o.seq == UINT64_MAX) continue;
+    if (o.seq == UINT64_MAX || !s.message) continue;
     for (int i = 0; i < o.n; ++i)
-      if (o.part[i].tag == s.tag && o.part[i].ordinal == s.ordinal) o.part[i].filled = true;
+      if (o.part[i].is(s.tag, s.ordinal)) o.part[i].filled = true;
   }
+  advance();
+}
+
+void ReceiverBook::advance() {
   while (prefix_ < credited_ && ring_[prefix_ % slots_].arrived &&
          ring_[prefix_ % slots_].consumed) {
     ring_[prefix_ % slots_] = Slot();
     ++prefix_;
   }
+}
+
+Status ReceiverBook::arrive_ask(uint64_t counter, int32_t tag, uint32_t ordinal, bool all,
+                                uint64_t* asked_seq) {
+  *asked_seq = UINT64_MAX;
+  if (slots_ == 0 || counter < prefix_ || counter >= credited_ || arrived(counter)) {
+    return Status(Code::kRemoteError, "eager ask " + std::to_string(counter) +
+                                          " outside the credits given (" + std::to_string(prefix_) +
+                                          " to " + std::to_string(credited_) + ")");
+  }
+  ring_[counter % slots_] = Slot{true, true, false, 0, 0, 0};  // nothing to copy: free now
+  advance();
+  if (all) return Status::ok();
+  // A tag met first in an ask (its parts not posted yet) is numbered from here, if there is room:
+  // its first part will be the one asked for. With no room its parts are never held.
+  const int x = tags_.add(tag);
+  if (x < 0) return Status::ok();
+  if (!ord_before(ordinal, part_ord_[x])) {  // its part is not posted yet: kept for post()
+    asked_ = true;
+    ask_tag_ = tag;
+    ask_ord_ = ordinal;
+    return Status::ok();
+  }
+  // Posted: its receive's clear-to-send must go, unless it went and the receive finished already
+  // (the ask and the rendezvous that followed it can be seen in either order).
+  for (const Open& o : open_) {
+    if (o.seq == UINT64_MAX) continue;
+    for (int i = 0; i < o.n; ++i)
+      if (o.part[i].is(tag, ordinal) && !o.part[i].filled) *asked_seq = o.seq;
+  }
+  return Status::ok();
+}
+
+bool ReceiverBook::take_ask(uint64_t seq) {
+  const Open& o = open_[seq % wire::kFifoSlots];
+  if (!asked_ || o.seq != seq) return false;
+  for (int i = 0; i < o.n; ++i) {
+    if (o.part[i].is(ask_tag_, ask_ord_)) {
+      asked_ = false;
+      return true;
+    }
+  }
+  return false;
 }
 
 void ReceiverBook::finish(uint64_t seq) {

@@ -15,10 +15,35 @@
 
 namespace sluice::eager {
 
-inline bool numbered(int32_t tag) {
-  return tag >= 0 && tag < wire::kEagerTags;
-}
 inline constexpr uint32_t kNoOrdinal = UINT32_MAX;
+
+// The tags one end of a comm numbers: the first wire::kEagerTags distinct values it meets, each for
+// the comm's life (NCCL's tag is the sending rank, any value; a comm sees one, or a few on shared
+// comms). A lookup is a scan of the tags met so far.
+class TagTable {
+ public:
+  int find(int32_t tag) const {
+    for (int i = 0; i < n_; ++i)
+      if (tag_[i] == tag) return i;
+    return -1;
+  }
+  // Its index, added if new and there is room; -1: the table is full (never numbered).
+  int add(int32_t tag) {
+    const int i = find(tag);
+    if (i >= 0 || n_ == wire::kEagerTags) return i;
+    tag_[n_] = tag;
+    return n_++;
+  }
+
+ private:
+  int n_ = 0;
+  int32_t tag_[wire::kEagerTags] = {};
+};
+// Ordinals are 32-bit counters that wrap (a tag can see 2^32 sends in a long job): a before b in
+// the order of one tag, for ordinals less than 2^31 apart (at most 32 receives are open).
+inline bool ord_before(uint32_t a, uint32_t b) {
+  return static_cast<int32_t>(a - b) < 0;
+}
 
 // ---- Sender -------------------------------------------------------------------------------------
 
@@ -40,23 +65,33 @@ class SenderBook {
   bool enabled() const { return enabled_; }
   uint32_t slots() const { return slots_; }
 
-  // The ordinal the next send with `tag` takes (numbered tags; kNoOrdinal otherwise).
+  // Whether this end numbers `tag` (meeting it here if new), and the ordinal its next send takes.
+  bool numbers(int32_t tag) { return enabled_ && tags_.add(tag) >= 0; }
   uint32_t send_ordinal(int32_t tag) const;
-  // Whether the next send with `tag` of `size` bytes may go eagerly now: eager on, a numbered tag,
-  // size <= max, a credit (counter < limit), fewer than W sends waiting for their part, and its
-  // part not in the slot the sender read last (then the clear-to-send is there: rendezvous).
-  bool may_send(int32_t tag, size_t size, size_t max) const;
+  // Whether the next send with `tag` of `size` bytes may go eagerly now: eager on, a tag numbered
+  // on both ends (the receiver says so in its entries: wire::kCtsNumbered), size <= max, a credit
+  // (counter < limit), fewer than W sends waiting for their part, and its part not in the slot the
+  // sender read last (then the clear-to-send is there: rendezvous).
+  bool may_send(int32_t tag, size_t size, size_t max);
   // An eager send was posted: takes the send ordinal and the next counter (returned).
   uint64_t on_eager(int32_t tag, uint32_t size, uint16_t req);
+  // Whether the next send with `tag`, which may not go eagerly, should ask for its clear-to-send
+  // through the ring (wire::kEagerAsk): a grant and a credit, its part not read yet, and not asked
+  // already. A tag this end cannot number (its table is full) asks once for good
+  // (wire::kEagerAskAll: the receiver stops holding). on_ask: the ask was posted; returns its
+  // counter. A send that asked waits for its clear-to-send (it never goes eagerly after asking).
+  bool may_ask(int32_t tag);
+  uint64_t on_ask(int32_t tag);
   // A send matched an entry of the slot read (rendezvous): its tag's next send ordinal.
   void on_rendezvous(int32_t tag);
 
   // The slot at the FIFO's head, read once (cts::take_snapshot), with n entries of tags[i] and
-  // sizes[i], `resolved` (wire::kCtsResolved) and its credit (CtsEntry::reserved). Numbers its
-  // parts per tag and matches those already sent eagerly (*out). kRemoteError: a resolved slot
-  // with a part this sender did not send eagerly, or a credit that moved back or further than W.
-  Status on_slot(const int32_t* tags, const uint32_t* sizes, int n, bool resolved, uint16_t credit,
-                 SlotMatch* out);
+  // sizes[i], bit i of `marks` (wire::kCtsNumbered: the receiver numbers that tag), `resolved`
+  // (wire::kCtsResolved) and its credit (CtsEntry::reserved). Numbers its parts per tag and
+  // matches those already sent eagerly (*out). kRemoteError: a resolved slot with a part this
+  // sender did not send eagerly, or a credit that moved back or further than W.
+  Status on_slot(const int32_t* tags, const uint32_t* sizes, uint8_t marks, int n, bool resolved,
+                 uint16_t credit, SlotMatch* out);
 
   uint64_t limit() const { return limit_; }   // eager counters below it have a free ring slot
   uint64_t counter() const { return next_; }  // eager messages sent
@@ -64,7 +99,8 @@ class SenderBook {
 
  private:
   struct Sent {
-    int32_t tag = -1;  // -1: free
+    bool used = false;
+    int32_t tag = 0;
     uint32_t ordinal = 0;
     uint32_t size = 0;
     uint16_t req = 0;
@@ -74,8 +110,15 @@ class SenderBook {
   uint64_t next_ = 0;
   uint64_t limit_ = 0;
   int waiting_ = 0;
+  int ask_ = -1;  // the send that asked: its tag's index and send ordinal (-1: none)
+  uint32_t ask_ord_ = 0;
+  bool ask_all_ = false;  // asked with wire::kEagerAskAll (a tag this end cannot number)
+  bool asked(int i) const { return i == ask_ && ask_ord_ == send_ord_[i]; }
+  void sent(int i);
+  TagTable tags_;
   uint32_t send_ord_[wire::kEagerTags] = {};
   uint32_t part_ord_[wire::kEagerTags] = {};  // parts numbered from the slots read
+  bool confirmed_[wire::kEagerTags] = {};     // the receiver numbers it too (kCtsNumbered seen)
   Sent sent_[wire::kEagerMaxSlots];
 };
 
@@ -87,19 +130,31 @@ class ReceiverBook {
   uint32_t slots() const { return slots_; }
 
   // Receive `seq` (the comm's receive sequence) was posted with n parts of tags[i]: numbers its
-  // parts (ordinals[i], kNoOrdinal for a tag that is not numbered). Then fill_from_ring says which
-  // of its parts already lie in the ring.
-  void post(uint64_t seq, const int32_t* tags, int n, uint32_t* ordinals);
+  // parts; returns the mask of those numbered (their entries say so: wire::kCtsNumbered). Then
+  // fill_from_ring says which of its parts already lie in the ring.
+  uint8_t post(uint64_t seq, const int32_t* tags, int n);
+  // Whether every part of open receive `seq` is numbered (it may be held: publish_end).
+  bool all_numbered(uint64_t seq) const;
   // The eager messages in the ring for receive `seq`'s parts: counters[i] (or UINT64_MAX); returns
   // the mask of parts that have one. The caller copies each and calls consume.
   uint8_t fill_from_ring(uint64_t seq, uint64_t* counters) const;
 
   // Eager message `counter` arrived (read_eager_slot said ready) with its tag, ordinal and size.
   // *seq / *index: the posted part it fills (returns true), or false: held until its part is
-  // posted. kRemoteError: a counter outside the credits given, a tag that is not numbered, an
+  // posted. kRemoteError: a counter outside the credits given, a tag this end does not number, an
   // ordinal whose part was already filled or finished.
   Status arrive(uint64_t counter, int32_t tag, uint32_t ordinal, uint32_t size, bool* posted,
                 uint64_t* seq, int* index);
+  // Ask `counter` arrived (wire::kEagerAsk) for part (tag, ordinal): its ring slot is free at once.
+  // *asked_seq: the posted receive of that part whose clear-to-send must go now, or UINT64_MAX
+  // (not posted yet: the ask is kept, and post() reports it; or the part was published and
+  // completed already, or a tag this end cannot number (its table is full), whose receives are
+  // never held: nothing to do; a tag met first here is numbered from here). An ask-all
+  // (wire::kEagerAskAll) only frees its slot: the caller stops holding. kRemoteError: a counter
+  // outside the credits given.
+  Status arrive_ask(uint64_t counter, int32_t tag, uint32_t ordinal, bool all, uint64_t* asked_seq);
+  // Whether the receive last posted (post()) has the part a kept ask names (the ask is then used).
+  bool take_ask(uint64_t seq);
   // Its bytes were copied out: the ring slot is free.
   void consume(uint64_t counter);
   // Receive `seq` finished (completed or failed): its parts leave the open set.
@@ -122,14 +177,17 @@ class ReceiverBook {
   struct Slot {
     bool arrived = false;
     bool consumed = false;
-    int32_t tag = -1;
+    bool message = false;  // an eager message (not an ask)
+    int32_t tag = 0;
     uint32_t ordinal = 0;
     uint32_t size = 0;
   };
   struct Part {
-    int32_t tag = -1;
-    uint32_t ordinal = kNoOrdinal;
+    bool numbered = false;
     bool filled = false;  // by an eager message
+    int32_t tag = 0;
+    uint32_t ordinal = 0;
+    bool is(int32_t t, uint32_t k) const { return numbered && tag == t && ordinal == k; }
   };
   struct Open {
     uint64_t seq = UINT64_MAX;  // UINT64_MAX: free
@@ -139,9 +197,41 @@ class ReceiverBook {
   uint32_t slots_ = 0;
   uint64_t prefix_ = 0;
   uint64_t credited_ = 0;
+  bool asked_ = false;  // an ask whose part was not posted when it came
+  int32_t ask_tag_ = 0;
+  uint32_t ask_ord_ = 0;
+  void advance();
+  TagTable tags_;
   uint32_t part_ord_[wire::kEagerTags] = {};
   Slot ring_[wire::kEagerMaxSlots];
   Open open_[wire::kFifoSlots];
 };
+
+// ---- Publication --------------------------------------------------------------------------------
+
+// What a receive not yet published is to the receiver's publication (docs/eager.md, "Held
+// clear-to-send"): completed from the ring (its entries only carry credits and let the sender
+// number parts), needed by the sender now, or held back while its message is expected in the ring.
+enum class Pending : uint8_t { kResolved, kNeeded, kHeld };
+
+// How far the receiver publishes now: receives [published, end), given what each receive k in
+// [published, seq) is (at(k)). `due`: a credit is due (the sender may be out of them) or irecv
+// waits for the sender to pass a FIFO slot. Entries go in order, so a held receive stops the
+// publication, except when something is due and nothing can go before it (the sender may be stuck
+// on credits whose receives lie behind it: then everything goes, the held receive by rendezvous).
+// Resolved receives go in batches of kEntriesPerSlot, or when due.
+template <class At>
+uint64_t publish_end(uint64_t published, uint64_t seq, bool due, At&& at) {
+  uint64_t k = published;
+  bool needed = false;
+  for (; k < seq; ++k) {
+    const Pending p = at(k);
+    if (p == Pending::kHeld) break;
+    if (p == Pending::kNeeded) needed = true;
+  }
+  if (needed) return k;
+  if (k == published) return due && k < seq ? seq : published;
+  return due || k - published >= static_cast<uint64_t>(wire::kEntriesPerSlot) ? k : published;
+}
 
 }  // namespace sluice::eager

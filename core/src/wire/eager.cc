@@ -1,5 +1,6 @@
 #include "sluice/core/wire/eager.h"
 
+#include <algorithm>
 #include <atomic>
 #include <bit>
 #include <cstring>
@@ -102,6 +103,21 @@ size_t encode_eager_slot(void* slot, uint64_t counter, uint32_t grant, int32_t t
   return kEagerHeaderBytes + size;
 }
 
+size_t encode_eager_ask(void* slot, uint64_t counter, uint32_t grant, int32_t tag, uint32_t ordinal,
+                        size_t send_size, bool all) {
+  EagerHeader h{};
+  h.seq = counter + 1;
+  h.size = kEagerAsk | (all ? kEagerAskAll : 0) |
+           static_cast<uint32_t>(std::min<size_t>(send_size, kEagerAskSize));
+  h.tag = tag;
+  h.ordinal = ordinal;
+  h.grant = grant;
+  h.pcrc = crc32c(0, nullptr, 0);
+  h.hcrc = header_crc(h);
+  std::memcpy(slot, &h, sizeof h);
+  return kEagerHeaderBytes;
+}
+
 SlotRead read_eager_slot(const void* slot, uint64_t counter, uint32_t grant, size_t max_bytes,
                          EagerHeader* out, std::string* why) {
   const auto* base = static_cast<const uint8_t*>(slot);
@@ -122,13 +138,11 @@ SlotRead read_eager_slot(const void* slot, uint64_t counter, uint32_t grant, siz
   };
   if (h.grant != grant)
     return bad("grant " + std::to_string(h.grant) + ", expected " + std::to_string(grant));
-  if (h.size > max_bytes)
+  const uint32_t payload = (h.size & kEagerAsk) != 0 ? 0 : h.size;
+  if (payload > max_bytes)
     return bad("size " + std::to_string(h.size) + " above the eager limit of " +
                std::to_string(max_bytes) + " bytes");
-  if (h.tag < 0 || h.tag >= kEagerTags)
-    return bad("tag " + std::to_string(h.tag) + " outside the eager tags [0, " +
-               std::to_string(kEagerTags) + ")");
-  if (crc32c(0, base + kEagerHeaderBytes, h.size) != h.pcrc) return SlotRead::kNotYet;
+  if (crc32c(0, base + kEagerHeaderBytes, payload) != h.pcrc) return SlotRead::kNotYet;
   *out = h;
   return SlotRead::kReady;
 }

@@ -11,8 +11,8 @@
 
 namespace sluice::wire {
 
-// Tags in [0, kEagerTags) are numbered per tag on both ends and may go eager; any other tag always
-// takes the clear-to-send path (rules/eager_book.h).
+// Each end of a comm numbers the first kEagerTags distinct tags it meets (rules/eager_book.h
+// TagTable); a send whose tag is not numbered on both ends always takes the clear-to-send path.
 inline constexpr int kEagerTags = 64;
 // The largest SLUICE_EAGER_MAX: a slot's size is a 32-bit field, and a ring of 64 slots of this
 // size stays a few MiB.
@@ -40,6 +40,16 @@ static_assert(sizeof(EagerHeader) == 32 && offsetof(EagerHeader, hcrc) == 28);
 static_assert(std::is_trivially_copyable_v<EagerHeader>);
 inline constexpr size_t kEagerHeaderBytes = sizeof(EagerHeader);
 
+// A slot whose size has this bit is an ask, not a message: no payload; the sender asks the receiver
+// to publish the clear-to-send of part (tag, ordinal), which it will send by rendezvous, and the
+// low 30 bits carry that send's size (saturated). The receiver holds back the clear-to-send of
+// receives it expects to complete from the ring (docs/eager.md, "Held clear-to-send"); an ask is
+// how a send that cannot go eagerly (too large, or no staging) gets one. With kEagerAskAll too,
+// the sender cannot number the send's tag (its table is full): the receiver holds nothing more.
+inline constexpr uint32_t kEagerAsk = 0x80000000u;
+inline constexpr uint32_t kEagerAskAll = 0x40000000u;
+inline constexpr uint32_t kEagerAskSize = 0x3fffffffu;
+
 // Bytes between two slots of a ring whose largest message is `max_bytes`: header + payload, rounded
 // up to 64 (each slot starts on a cache line).
 size_t eager_stride(size_t max_bytes);
@@ -53,6 +63,11 @@ uint32_t crc32c(uint32_t crc, const void* p, size_t n);
 size_t encode_eager_slot(void* slot, uint64_t counter, uint32_t grant, int32_t tag,
                          uint32_t ordinal, const void* payload, uint32_t size);
 
+// Writes an ask (kEagerAsk) into `slot` (at least kEagerHeaderBytes): the header alone. Returns the
+// bytes to write (kEagerHeaderBytes).
+size_t encode_eager_ask(void* slot, uint64_t counter, uint32_t grant, int32_t tag, uint32_t ordinal,
+                        size_t send_size, bool all);
+
 enum class SlotRead {
   kNotYet,   // not (completely) there: another counter (an older message, or none), or a CRC
              // that does not check yet
@@ -61,8 +76,9 @@ enum class SlotRead {
 };
 // Reads the slot the receiver expects eager message `counter` of grant `grant` in (`slot`, at least
 // kEagerHeaderBytes + max_bytes bytes, which the peer may be writing right now: every byte is read
-// once into a copy before it is judged). kCorrupt: size above max_bytes, a tag outside
-// [0, kEagerTags), a grant other than `grant` with the expected seq.
+// once into a copy before it is judged). An ask (size has kEagerAsk) has no payload, and reads as
+// ready with its size as written. kCorrupt: a message's size above max_bytes, a grant other than
+// `grant` with the expected seq (the tag is the receiver book's to judge).
 SlotRead read_eager_slot(const void* slot, uint64_t counter, uint32_t grant, size_t max_bytes,
                          EagerHeader* out, std::string* why);
 

@@ -338,6 +338,10 @@ static_assert(offsetof(CtsEntry, seq) == 24);
 // (its limit modulo 2^16, wire/eager.h credit_of). Both zero without the feature.
 inline constexpr uint8_t kCtsResolved = 0x80;
 inline constexpr uint8_t kCtsCountMask = 0x7f;
+// And `index` bit 7: the receiver numbers this part's tag (rules/eager_book.h TagTable), so the
+// sender may send that tag eagerly once it numbers it too.
+inline constexpr uint8_t kCtsNumbered = 0x80;
+inline constexpr uint8_t kCtsIndexMask = 0x7f;
 
 // NIC fusion (MetaMembers version 2): on a comm of more than one path every clear-to-send entry is
 // a pair of 32-byte cells, this extension first and the CtsEntry second, so one RDMA WRITE still
