@@ -73,7 +73,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                static_cast<unsigned long long>(h.seq), static_cast<unsigned long long>(counter));
     // An ask (wire::kEagerAsk) has no payload; a message's payload is within the limit.
     const uint32_t payload = (h.size & wire::kEagerAsk) != 0 ? 0 : h.size;
-    FUZZ_CHECK(h.grant == grant && payload <= max, "fields in range");
+    FUZZ_CHECK(h.grant == static_cast<uint16_t>(grant) && payload <= max, "fields in range");
     FUZZ_CHECK(wire::crc32c(0, &h, 28) == h.hcrc, "header CRC");
     FUZZ_CHECK(wire::crc32c(0, slot.data() + wire::kEagerHeaderBytes, payload) == h.pcrc,
                "payload CRC");

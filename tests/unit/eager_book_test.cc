@@ -191,6 +191,36 @@ TEST(EagerTags, TheFirstSixtyFourDistinctTagsAreNumberedOnEachEnd) {
   EXPECT_TRUE(s.may_ask(123456));  // a numbered tag still asks for its own part
 }
 
+// The publication rule (publish_end) on hand-made queues: R resolved, N needed, H held.
+uint64_t end_of(const std::string& q, bool due) {
+  auto at = [&](uint64_t k) {
+    return q[k] == 'R'   ? eager::Pending::kResolved
+           : q[k] == 'N' ? eager::Pending::kNeeded
+                         : eager::Pending::kHeld;
+  };
+  return eager::publish_end(0, q.size(), due, false, at);
+}
+TEST(EagerPublish, HeldReceivesStopThePublicationAndResolvedOnesGoInBatches) {
+  EXPECT_EQ(end_of("", false), 0u);
+  EXPECT_EQ(end_of("N", false), 1u);          // needed: at once
+  EXPECT_EQ(end_of("RRN", false), 3u);        // with the resolved before it
+  EXPECT_EQ(end_of("RNHN", false), 2u);       // up to the held one
+  EXPECT_EQ(end_of("H", false), 0u);          // held
+  EXPECT_EQ(end_of("RRRH", false), 0u);       // resolved wait for a batch
+  EXPECT_EQ(end_of("RRRRRRRRH", false), 8u);  // a batch of 8
+  EXPECT_EQ(end_of("RRRH", true), 3u);        // or a credit due
+  EXPECT_EQ(end_of("HRRR", false), 0u);       // resolved behind a held one wait
+  EXPECT_EQ(end_of("HRRR", true), 4u);        // unless due: everything goes
+  EXPECT_EQ(end_of("H", true), 1u);
+  EXPECT_EQ(end_of("RRRRRRRRR", false), 9u);
+  // irecv waiting for the sender to pass a slot: the resolved go when nothing is held (else the
+  // held receive's message, which carries the sender's head, is awaited with the batch).
+  auto at = [](uint64_t k) { return k < 2 ? eager::Pending::kResolved : eager::Pending::kHeld; };
+  EXPECT_EQ(eager::publish_end(0, 4, false, true, at), 0u);
+  EXPECT_EQ(eager::publish_end(0, 2, false, true, at), 2u);
+  EXPECT_EQ(eager::publish_end(0, 2, false, false, at), 0u);
+}
+
 // Ordinals wrap after 2^32 sends of a tag: the order of two ordinals stays right across the wrap.
 TEST(EagerOrdinals, OrderHoldsAcrossTheWrap) {
   EXPECT_TRUE(eager::ord_before(0xfffffffeu, 0xffffffffu));
@@ -401,7 +431,7 @@ struct Sim {
     const uint64_t end =
         all ? static_cast<uint64_t>(posted)
             : eager::publish_end(static_cast<uint64_t>(pub), static_cast<uint64_t>(posted),
-                                 rb.credit_due(), at);
+                                 rb.credit_due(), false, at);
     for (; static_cast<uint64_t>(pub) < end; ++pub) {
       published[pub] = !resolved[pub];
       write_slot(pub, resolved[pub]);
@@ -557,7 +587,9 @@ struct Sim {
       ++next_send;
       return true;
     }
-    if (lazy && sb.may_ask(s.tag)) {  // the data path's eager_ask
+    // The data path's eager_ask: only a send that cannot go eagerly (too large, or its tag not
+    // known numbered) asks; one waiting for a credit or a slot does not.
+    if (lazy && (s.size > kMax || !sb.confirmed(s.tag)) && sb.may_ask(s.tag)) {
       const bool all = !sb.numbers(s.tag);
       const uint32_t ord = all ? 0 : sb.send_ordinal(s.tag);
       inflight.push_back(EagerMsg{sb.on_ask(s.tag), next_send, ord, true, all});

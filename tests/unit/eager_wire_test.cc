@@ -53,7 +53,14 @@ TEST(EagerSlot, RoundTripAndZeroBytes) {
   EXPECT_EQ(h.size, 1000u);
   EXPECT_EQ(h.tag, 3);
   EXPECT_EQ(h.ordinal, 17u);
+  EXPECT_EQ(h.head, 0u);
   EXPECT_EQ(0, std::memcmp(ring.bytes.data() + wire::kEagerHeaderBytes, payload.data(), 1000));
+  // The sender's FIFO head rides along, low 16 bits.
+  Slot hs(4096);
+  wire::encode_eager_slot(hs.data(), 42, 9, 3, 18, payload.data(), 8, (uint64_t{5} << 16) + 77);
+  ASSERT_EQ(wire::read_eager_slot(hs.data(), 42, 9, 4096, &h, &why), SlotRead::kReady) << why;
+  EXPECT_EQ(h.head, 77u);
+  EXPECT_EQ(wire::credit_of(uint64_t{5} << 16, h.head), (uint64_t{5} << 16) + 77);
   // Another counter is another message: not yet.
   EXPECT_EQ(wire::read_eager_slot(ring.data(), 42, 9, 4096, &h, &why), SlotRead::kNotYet);
   EXPECT_EQ(wire::read_eager_slot(ring.data(), 41 - 16, 9, 4096, &h, &why), SlotRead::kNotYet);
@@ -69,7 +76,7 @@ TEST(EagerSlot, RoundTripAndZeroBytes) {
 TEST(EagerSlot, AnAskIsAHeaderAloneThatCarriesTheSendsSize) {
   Slot st(64), ring(64);
   std::memset(st.data(), 0x77, st.bytes.size());
-  EXPECT_EQ(wire::encode_eager_ask(st.data(), 5, 2, 9, 123, 1 << 20, false),
+  EXPECT_EQ(wire::encode_eager_ask(st.data(), 5, 2, 9, 123, 1 << 20, false, false),
             wire::kEagerHeaderBytes);
   std::memcpy(ring.data(), st.data(), wire::kEagerHeaderBytes);  // only the header is written
   ring.bytes[wire::kEagerHeaderBytes] = 0x33;                    // whatever lies after it
@@ -81,14 +88,14 @@ TEST(EagerSlot, AnAskIsAHeaderAloneThatCarriesTheSendsSize) {
   EXPECT_EQ(h.ordinal, 123u);
   EXPECT_EQ(wire::read_eager_slot(ring.data(), 5, 3, 64, &h, &why), SlotRead::kCorrupt);
   // A send larger than 31 bits saturates; a 0-byte send asks too.
-  wire::encode_eager_ask(ring.data(), 6, 2, 0, 0, size_t{1} << 40, false);
+  wire::encode_eager_ask(ring.data(), 6, 2, 0, 0, size_t{1} << 40, false, true);
   ASSERT_EQ(wire::read_eager_slot(ring.data(), 6, 2, 64, &h, &why), SlotRead::kReady);
-  EXPECT_EQ(h.size, wire::kEagerAsk | wire::kEagerAskSize);
-  wire::encode_eager_ask(ring.data(), 9, 2, -5, 0, 10, true);  // ask-all, any tag value
+  EXPECT_EQ(h.size, wire::kEagerAsk | wire::kEagerAskLimit | wire::kEagerAskSize);
+  wire::encode_eager_ask(ring.data(), 9, 2, -5, 0, 10, true, false);  // ask-all, any tag value
   ASSERT_EQ(wire::read_eager_slot(ring.data(), 9, 2, 64, &h, &why), SlotRead::kReady);
   EXPECT_EQ(h.size, wire::kEagerAsk | wire::kEagerAskAll | 10u);
   EXPECT_EQ(h.tag, -5);
-  wire::encode_eager_ask(ring.data(), 7, 2, 0, 0, 0, false);
+  wire::encode_eager_ask(ring.data(), 7, 2, 0, 0, 0, false, false);
   ASSERT_EQ(wire::read_eager_slot(ring.data(), 7, 2, 64, &h, &why), SlotRead::kReady);
   EXPECT_EQ(h.size, wire::kEagerAsk);
   // A message (no ask bit) whose size is above the limit stays corrupt.

@@ -94,8 +94,10 @@ Status take_ask(RecvComm& r, uint64_t counter, const wire::EagerHeader& h) {
     r.eg.flush_to = UINT64_MAX;
     return Status::ok();
   }
+  // Sizes up to the asked one no longer count as eager ones, if the sender says it never sends
+  // them eagerly (a smaller SLUICE_EAGER_MAX, no staging): then they do not make the comm lazy.
   const int64_t size = h.size & wire::kEagerAskSize;
-  if (size <= r.eg.lazy_max) r.eg.lazy_max = size - 1;
+  if ((h.size & wire::kEagerAskLimit) != 0 && size <= r.eg.lazy_max) r.eg.lazy_max = size - 1;
   if (seq != UINT64_MAX) r.eg.flush_to = std::max(r.eg.flush_to, seq + 1);
   return Status::ok();
 }
@@ -202,6 +204,10 @@ Status eager_poll(RecvComm& r) {
     if (rd == wire::SlotRead::kNotYet) continue;
     if (rd == wire::SlotRead::kCorrupt)
       return fail(r.c, Status(Code::kRemoteError, why + " on " + r.c.describe_qp(0)));
+    // The sender's FIFO head when it wrote the slot (low 16 bits): at most 32 past the head known
+    // here (this side publishes at most 32 past it) and never past what was published.
+    if (const uint64_t v = wire::credit_of(r.eg.head, h.head); v > r.eg.head && v <= r.published)
+      r.eg.head = v;
     if ((h.size & wire::kEagerAsk) != 0) {
       SLUICE_RETURN_IF_ERROR(take_ask(r, c, h));
       continue;
@@ -265,7 +271,7 @@ uint64_t eager_publish_end(const RecvComm& r) {
       return eager::Pending::kNeeded;
     return eager::Pending::kHeld;
   };
-  return eager::publish_end(r.published, r.seq, r.eg.flush || r.eg.book.credit_due(), at);
+  return eager::publish_end(r.published, r.seq, r.eg.book.credit_due(), r.eg.flush, at);
 }
 
 // ---- Sender
@@ -425,7 +431,7 @@ Status eager_send(SendComm& s, const void* data, size_t size, int tag, void* par
   char* src = st.base + static_cast<size_t>(ss) * st.stride;
   const size_t bytes =
       wire::encode_eager_slot(src, counter, g.grant.grant, tag, g.book.send_ordinal(tag), data,
-                              static_cast<uint32_t>(size));
+                              static_cast<uint32_t>(size), s.head);
   ibv_sge sge{reinterpret_cast<uintptr_t>(src), static_cast<uint32_t>(bytes), st.lkey};
   ibv_send_wr w{};
   w.wr_id = kWrEager | static_cast<uint64_t>(ss) << 8 | index;
@@ -485,12 +491,18 @@ Status post_small_write(SendComm& s, const void* src, uint32_t bytes, uint64_t r
 
 Status eager_ask(SendComm& s, size_t size, int tag) {
   SendComm::Eager& g = s.eg;
-  if (!g.on || !g.granted || g.ask_busy || !g.book.may_ask(tag)) return Status::ok();
+  if (!g.on || !g.granted || g.ask_busy) return Status::ok();
+  // A send that will go eagerly once a credit, a staging slot or room on the send queue frees up
+  // waits for them: only one that cannot (too large, no staging, its tag not known numbered) asks.
+  const bool limit = !g.staging.held() || size > g.max;
+  if (!limit && g.book.confirmed(tag)) return Status::ok();
+  if (!g.book.may_ask(tag)) return Status::ok();
   if (s.c.qp[0].sq_used + 1 > kSendSqDepth) return Status::ok();  // a later call asks
   const uint64_t counter = g.book.counter();
   const bool all = !g.book.numbers(tag);
-  const size_t bytes = wire::encode_eager_ask(g.ask_src, counter, g.grant.grant, tag,
-                                              all ? 0 : g.book.send_ordinal(tag), size, all);
+  const size_t bytes =
+      wire::encode_eager_ask(g.ask_src, counter, g.grant.grant, tag,
+                             all ? 0 : g.book.send_ordinal(tag), size, all, limit, s.head);
   SLUICE_RETURN_IF_ERROR(
       post_small_write(s, g.ask_src, static_cast<uint32_t>(bytes),
                        g.grant.ring_addr + (counter % g.grant.slots) * (g.grant.stride64 * 64u),

@@ -82,6 +82,12 @@ class SenderBook {
   // counter. A send that asked waits for its clear-to-send (it never goes eagerly after asking).
   bool may_ask(int32_t tag);
   uint64_t on_ask(int32_t tag);
+  // Whether the receiver said it numbers `tag` (a send of it may go eagerly once a credit and a
+  // free slot allow: waiting for those is no reason to ask).
+  bool confirmed(int32_t tag) const {
+    const int i = tags_.find(tag);
+    return i >= 0 && confirmed_[i];
+  }
   // A send matched an entry of the slot read (rendezvous): its tag's next send ordinal.
   void on_rendezvous(int32_t tag);
 
@@ -215,13 +221,17 @@ class ReceiverBook {
 enum class Pending : uint8_t { kResolved, kNeeded, kHeld };
 
 // How far the receiver publishes now: receives [published, end), given what each receive k in
-// [published, seq) is (at(k)). `due`: a credit is due (the sender may be out of them) or irecv
-// waits for the sender to pass a FIFO slot. Entries go in order, so a held receive stops the
-// publication, except when something is due and nothing can go before it (the sender may be stuck
+// [published, seq) is (at(k)). `credit_due`: W/2 ring slots were freed since the last credit
+// written (the sender may be out of them); `slot_due`: irecv waits for the sender to pass a FIFO
+// slot (it must read the resolved entries first). Entries go in order, so a held receive stops the
+// publication, except when a credit is due and nothing can go before it (the sender may be stuck
 // on credits whose receives lie behind it: then everything goes, the held receive by rendezvous).
-// Resolved receives go in batches of kEntriesPerSlot, or when due.
+// Resolved receives go in batches of kEntriesPerSlot, or when a credit is due, or on a slot wait
+// when nothing is held: while a receive is held its message is still to come, and it carries the
+// sender's head (wire::EagerHeader::head), so the batch is worth waiting for (a window of 32
+// receives, the whole FIFO, would otherwise publish every one or two).
 template <class At>
-uint64_t publish_end(uint64_t published, uint64_t seq, bool due, At&& at) {
+uint64_t publish_end(uint64_t published, uint64_t seq, bool credit_due, bool slot_due, At&& at) {
   uint64_t k = published;
   bool needed = false;
   for (; k < seq; ++k) {
@@ -230,7 +240,8 @@ uint64_t publish_end(uint64_t published, uint64_t seq, bool due, At&& at) {
     if (p == Pending::kNeeded) needed = true;
   }
   if (needed) return k;
-  if (k == published) return due && k < seq ? seq : published;
+  if (k == published) return credit_due && k < seq ? seq : published;
+  const bool due = credit_due || (slot_due && k == seq);
   return due || k - published >= static_cast<uint64_t>(wire::kEntriesPerSlot) ? k : published;
 }
 

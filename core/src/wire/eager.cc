@@ -88,7 +88,7 @@ uint32_t crc32c(uint32_t crc, const void* p, size_t n) {
 }
 
 size_t encode_eager_slot(void* slot, uint64_t counter, uint32_t grant, int32_t tag,
-                         uint32_t ordinal, const void* payload, uint32_t size) {
+                         uint32_t ordinal, const void* payload, uint32_t size, uint64_t head) {
   auto* base = static_cast<uint8_t*>(slot);
   if (size > 0) std::memcpy(base + kEagerHeaderBytes, payload, size);
   EagerHeader h{};
@@ -96,7 +96,8 @@ size_t encode_eager_slot(void* slot, uint64_t counter, uint32_t grant, int32_t t
   h.size = size;
   h.tag = tag;
   h.ordinal = ordinal;
-  h.grant = grant;
+  h.grant = static_cast<uint16_t>(grant);
+  h.head = static_cast<uint16_t>(head);
   h.pcrc = crc32c(0, base + kEagerHeaderBytes, size);
   h.hcrc = header_crc(h);
   std::memcpy(base, &h, sizeof h);
@@ -104,14 +105,15 @@ size_t encode_eager_slot(void* slot, uint64_t counter, uint32_t grant, int32_t t
 }
 
 size_t encode_eager_ask(void* slot, uint64_t counter, uint32_t grant, int32_t tag, uint32_t ordinal,
-                        size_t send_size, bool all) {
+                        size_t send_size, bool all, bool limit, uint64_t head) {
   EagerHeader h{};
   h.seq = counter + 1;
-  h.size = kEagerAsk | (all ? kEagerAskAll : 0) |
+  h.size = kEagerAsk | (all ? kEagerAskAll : 0) | (limit ? kEagerAskLimit : 0) |
            static_cast<uint32_t>(std::min<size_t>(send_size, kEagerAskSize));
   h.tag = tag;
   h.ordinal = ordinal;
-  h.grant = grant;
+  h.grant = static_cast<uint16_t>(grant);
+  h.head = static_cast<uint16_t>(head);
   h.pcrc = crc32c(0, nullptr, 0);
   h.hcrc = header_crc(h);
   std::memcpy(slot, &h, sizeof h);
@@ -136,8 +138,9 @@ SlotRead read_eager_slot(const void* slot, uint64_t counter, uint32_t grant, siz
     if (why != nullptr) *why = "eager slot of message " + std::to_string(counter) + ": " + m;
     return SlotRead::kCorrupt;
   };
-  if (h.grant != grant)
-    return bad("grant " + std::to_string(h.grant) + ", expected " + std::to_string(grant));
+  if (h.grant != static_cast<uint16_t>(grant))
+    return bad("grant " + std::to_string(h.grant) + ", expected " +
+               std::to_string(static_cast<uint16_t>(grant)));
   const uint32_t payload = (h.size & kEagerAsk) != 0 ? 0 : h.size;
   if (payload > max_bytes)
     return bad("size " + std::to_string(h.size) + " above the eager limit of " +

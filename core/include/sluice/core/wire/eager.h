@@ -23,16 +23,20 @@ inline constexpr uint32_t kEagerMaxSlots = 64;
 
 // An eager slot: this header, then `size` payload bytes, written by one RDMA WRITE from the
 // sender's staging slot. `seq` = the eager counter + 1 (so a zeroed slot never reads as message 0);
-// `grant` = the grant's generation (a ring re-lent to another comm never shows the previous
-// comm's messages as this one's). `hcrc` covers the header's other 28 bytes, `pcrc` the payload,
-// both CRC32C: a slot is taken only when both check, so a WRITE still landing, in any byte order,
-// reads as "not yet", never as a message.
+// `grant` = the grant's generation, low 16 bits (a ring re-lent to another comm never shows the
+// previous comm's messages as this one's; the ring is also zeroed at each loan); `head` = the
+// sender's clear-to-send FIFO head when it wrote the slot, low 16 bits: every slot before it was
+// read, which frees the receiver to reuse them (the head report's job, for free; the receiver
+// rebuilds the full value: the true head is at most 32 past the one it knows). `hcrc` covers the
+// header's other 28 bytes, `pcrc` the payload, both CRC32C: a slot is taken only when both check,
+// so a WRITE still landing, in any byte order, reads as "not yet", never as a message.
 struct alignas(8) EagerHeader {
   uint64_t seq;
   uint32_t size;
   int32_t tag;
   uint32_t ordinal;  // the send's ordinal among this comm's sends with `tag`
-  uint32_t grant;
+  uint16_t grant;
+  uint16_t head;
   uint32_t pcrc;
   uint32_t hcrc;  // last: CRC32C of bytes [0, 28)
 };
@@ -42,13 +46,16 @@ inline constexpr size_t kEagerHeaderBytes = sizeof(EagerHeader);
 
 // A slot whose size has this bit is an ask, not a message: no payload; the sender asks the receiver
 // to publish the clear-to-send of part (tag, ordinal), which it will send by rendezvous, and the
-// low 30 bits carry that send's size (saturated). The receiver holds back the clear-to-send of
+// low 29 bits carry that send's size (saturated). The receiver holds back the clear-to-send of
 // receives it expects to complete from the ring (docs/eager.md, "Held clear-to-send"); an ask is
-// how a send that cannot go eagerly (too large, or no staging) gets one. With kEagerAskAll too,
-// the sender cannot number the send's tag (its table is full): the receiver holds nothing more.
+// how a send that cannot go eagerly gets one. With kEagerAskAll too, the sender cannot number the
+// send's tag (its table is full): the receiver holds nothing more. With kEagerAskLimit, sends of
+// this size never go eagerly from this sender (above its SLUICE_EAGER_MAX, or no staging ring);
+// without it the tag was not known to be numbered yet (the receiver's mark not read).
 inline constexpr uint32_t kEagerAsk = 0x80000000u;
 inline constexpr uint32_t kEagerAskAll = 0x40000000u;
-inline constexpr uint32_t kEagerAskSize = 0x3fffffffu;
+inline constexpr uint32_t kEagerAskLimit = 0x20000000u;
+inline constexpr uint32_t kEagerAskSize = 0x1fffffffu;
 
 // Bytes between two slots of a ring whose largest message is `max_bytes`: header + payload, rounded
 // up to 64 (each slot starts on a cache line).
@@ -61,12 +68,12 @@ uint32_t crc32c(uint32_t crc, const void* p, size_t n);
 // Writes a slot into `slot` (staging memory of at least kEagerHeaderBytes + size bytes): the header
 // for eager message `counter`, then a copy of `payload`. Returns the bytes to write.
 size_t encode_eager_slot(void* slot, uint64_t counter, uint32_t grant, int32_t tag,
-                         uint32_t ordinal, const void* payload, uint32_t size);
+                         uint32_t ordinal, const void* payload, uint32_t size, uint64_t head = 0);
 
 // Writes an ask (kEagerAsk) into `slot` (at least kEagerHeaderBytes): the header alone. Returns the
 // bytes to write (kEagerHeaderBytes).
 size_t encode_eager_ask(void* slot, uint64_t counter, uint32_t grant, int32_t tag, uint32_t ordinal,
-                        size_t send_size, bool all);
+                        size_t send_size, bool all, bool limit, uint64_t head = 0);
 
 enum class SlotRead {
   kNotYet,   // not (completely) there: another counter (an older message, or none), or a CRC
