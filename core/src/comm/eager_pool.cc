@@ -87,7 +87,18 @@ Result<EagerPool*> eager_pool_of(Adapter& a, int numa) {
                 a.name.c_str(), cfg.eager_rings, slots, stride, a.eager->bytes() / 1024,
                 cfg.eager_max);
   }
+  ++a.eager_users;
   return a.eager.get();
+}
+
+void eager_pool_unref(Adapter& a) {
+  std::unique_ptr<EagerPool, EagerPoolDeleter> gone;
+  {
+    std::lock_guard<std::mutex> lk(a.eager_mu);
+    if (a.eager_users == 0 || --a.eager_users > 0) return;
+    gone = std::move(a.eager);  // every ring is back: nothing lands in it any more
+  }
+  SLUICE_INFO(kSubNet, "%s: eager pool released (its last comm closed)", a.name.c_str());
 }
 
 }  // namespace sluice

@@ -3,8 +3,9 @@
 // ring for its sender to write into; a send comm borrows one as its staging memory. Comms borrow at
 // their first small message (on the data path: a lock-free bitmap, no allocation, no lock) and
 // return at close, after their QPs are destroyed, so no WRITE lands in a ring after its return.
-// The pool is made once per adapter when its first comm negotiates the eager path (connect or
-// accept), and freed with the adapter. It bounds the eager memory whatever the comms open.
+// The pool is made when an adapter's first comm negotiates the eager path (connect or accept), and
+// freed when the last comm that negotiated it is torn down (so every open/close cycle returns its
+// registration), or with the adapter. It bounds the eager memory whatever the comms open.
 #pragma once
 
 #include <atomic>
@@ -53,7 +54,10 @@ class EagerPool {
 };
 
 // The adapter's pool, made on first need with the engine's configuration (SLUICE_EAGER_*); null
-// when eager is off or SLUICE_EAGER_RINGS is 0. Setup path only (takes the adapter's mutex).
+// when eager is off or SLUICE_EAGER_RINGS is 0. A non-null pool is a reference the comm gives back
+// with eager_pool_unref once its leases are returned. Setup and teardown paths only (the
+// adapter's mutex).
 Result<EagerPool*> eager_pool_of(Adapter& a, int numa);
+void eager_pool_unref(Adapter& a);
 
 }  // namespace sluice

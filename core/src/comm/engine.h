@@ -95,9 +95,11 @@ struct Adapter {
   DeviceLocality locality;
   std::mutex mr_mu;
   std::vector<std::unique_ptr<MrEntry>> mrs;  // the registration cache (host and CUDA)
-  // The eager path's rings (comm/eager_pool.h), made when a first comm negotiates it; released
-  // before the PD (member order).
+  // The eager path's rings (comm/eager_pool.h), made when a first comm negotiates it and freed
+  // when the last such comm is torn down (eager_users, under eager_mu), or before the PD (member
+  // order).
   std::mutex eager_mu;
+  uint32_t eager_users = 0;
   std::unique_ptr<EagerPool, EagerPoolDeleter> eager;
   DmabufProbe dmabuf;             // the NIC's answer to ibv_reg_dmabuf_mr(fd -1)
   RoProbe ro_probe;               // a registration with IBV_ACCESS_RELAXED_ORDERING (fabric.h)

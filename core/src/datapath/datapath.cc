@@ -14,6 +14,7 @@
 #include <mutex>
 #include <new>
 
+#include "comm/eager_pool.h"
 #include "datapath/datapath_internal.h"
 #include "datapath/flush.h"
 #include "datapath/wr_events.h"
@@ -361,11 +362,16 @@ void retire_comm(Conn& c, const std::string& why) {
   // The QPs are gone: nothing lands in an eager ring any more, which goes back to its pool now,
   // while the adapter (and the pool) still live.
   if (c.owner->kind == CommKind::kSend) {
-    static_cast<SendComm*>(c.owner)->eg.staging.release();
-    static_cast<SendComm*>(c.owner)->mem_mr.reset();
+    auto* s = static_cast<SendComm*>(c.owner);
+    s->eg.staging.release();
+    if (s->eg.on) eager_pool_unref(*c.dev->adapter);  // its reference (comm_setup.cc)
+    s->eg.on = false;
+    s->mem_mr.reset();
   } else {
     auto* r = static_cast<RecvComm*>(c.owner);
     r->eg.ring.release();
+    if (r->eg.on) eager_pool_unref(*c.dev->adapter);
+    r->eg.on = false;
     if (c.prof.start != nullptr) flush_stop_events(*r);
     r->flush.reset();
     r->mem_mr.reset();
