@@ -213,14 +213,15 @@ TEST_F(CoreEager, SendsAheadOfTheirReceivesCompleteFromTheRing) {
 // completes. Once the comm's traffic is eager the receiver holds each receive's clear-to-send back
 // and the message comes through the ring: one WRITE per message on the sender, and the receiver's
 // CTS writes are batched (W/2 = 8 receives per write), not one per receive. Then a large send asks
-// for its clear-to-send and goes by rendezvous, and small ones go eagerly again.
+// for its clear-to-send and goes by rendezvous, and small ones go eagerly again. The tag is NCCL's:
+// the sending rank, here one beyond 64 (each end numbers any tag value it meets).
 TEST_F(CoreEager, HeldClearToSendForStreamsOfSmallMessages) {
-  constexpr int kAhead = 4, kMsgs = 400;
+  constexpr int kAhead = 4, kMsgs = 400, kRank = 1000;
   std::vector<Request*> rq(kMsgs, nullptr);
   int posted = 0;
   auto post = [&]() {
     const int k = posted++;
-    ASSERT_TRUE(recv1(static_cast<size_t>(k % kAhead) * 64, 64, 5, &rq[k]).is_ok());
+    ASSERT_TRUE(recv1(static_cast<size_t>(k % kAhead) * 64, 64, kRank, &rq[k]).is_ok());
   };
   for (int i = 0; i < kAhead; ++i) ASSERT_NO_FATAL_FAILURE(post());
   const CommStats s0 = stats(s_), r0 = stats(r_);
@@ -228,7 +229,7 @@ TEST_F(CoreEager, HeldClearToSendForStreamsOfSmallMessages) {
   CommStats sw{}, rw{};
   for (int k = 0; k < kMsgs; ++k) {
     Request* sq = nullptr;
-    ASSERT_TRUE(send(static_cast<size_t>(k) * 16, 16, 5, &sq, rq[k]).is_ok()) << k;
+    ASSERT_TRUE(send(static_cast<size_t>(k) * 16, 16, kRank, &sq, rq[k]).is_ok()) << k;
     size_t got = 0;
     ASSERT_TRUE(wait(rq[k], &got).is_ok()) << k;
     ASSERT_EQ(got, 16u);
@@ -263,9 +264,9 @@ TEST_F(CoreEager, HeldClearToSendForStreamsOfSmallMessages) {
   EXPECT_LE(s1.wrs - sw.wrs, n + n / 8 + 2) << "one WRITE per message, and head reports";
   // A large message now: its receive's clear-to-send is held, the send asks for it.
   Request *big = nullptr, *sq = nullptr;
-  ASSERT_TRUE(recv1(0, 1 << 20, 5, &big).is_ok());
+  ASSERT_TRUE(recv1(0, 1 << 20, kRank, &big).is_ok());
   const uint64_t cts_before = stats(r_).cts_writes;
-  ASSERT_TRUE(send(4096, 100000, 5, &sq, big).is_ok());
+  ASSERT_TRUE(send(4096, 100000, kRank, &sq, big).is_ok());
   size_t got = 0;
   ASSERT_TRUE(wait(big, &got).is_ok());
   ASSERT_TRUE(wait(sq, nullptr).is_ok());
@@ -276,8 +277,8 @@ TEST_F(CoreEager, HeldClearToSendForStreamsOfSmallMessages) {
   const uint64_t e0 = stats(s_).eager;
   for (int k = 0; k < 20; ++k) {
     Request* r = nullptr;
-    ASSERT_TRUE(recv1(0, 64, 5, &r).is_ok());
-    ASSERT_TRUE(send(static_cast<size_t>(k) * 8, 8, 5, &sq, r).is_ok());
+    ASSERT_TRUE(recv1(0, 64, kRank, &r).is_ok());
+    ASSERT_TRUE(send(static_cast<size_t>(k) * 8, 8, kRank, &sq, r).is_ok());
     ASSERT_TRUE(wait(r, &got).is_ok());
     ASSERT_EQ(got, 8u);
     ASSERT_TRUE(wait(sq, nullptr).is_ok());
