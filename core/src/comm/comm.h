@@ -112,6 +112,18 @@ struct EagerLease {
   void release();  // eager_pool.cc
 };
 
+// A comm's reference to its adapter's eager pool (comm/eager_pool.h): taken when the comm
+// negotiates the eager path, given back when destroyed (declared before the comm's lease, so after
+// the lease's return) or at retire_comm; the last one frees the pool.
+struct EagerRef {
+  Adapter* adapter = nullptr;
+  EagerRef() = default;
+  EagerRef(const EagerRef&) = delete;
+  EagerRef& operator=(const EagerRef&) = delete;
+  ~EagerRef() { reset(); }
+  void reset();  // eager_pool.cc
+};
+
 enum class CommKind : uint32_t {
   kListen = 0x4c49534e,  // "LISN"
   kSend = 0x53454e44,    // "SEND"
@@ -370,6 +382,7 @@ class SendComm : public CommBase {
     // head report's in the same cell, rewritten only once the previous ask's WRITE completed.
     char* ask_src = nullptr;
     bool ask_busy = false;
+    EagerRef ref;        // before `staging`: given back after it
     EagerLease staging;  // W' slots of our stride, from the adapter's pool
   } eg;
   Conn c;
@@ -410,6 +423,7 @@ class RecvComm : public CommBase {
   struct Eager {
     bool on = false;
     eager::ReceiverBook book;
+    EagerRef ref;               // before `ring`: given back after it
     EagerLease ring;            // lent at the first receive of host memory, while rings last
     bool grant_sent = false;    // the grant block is written (before any credit could be used)
     bool gpu = false;           // a receive of GPU memory came first: no ring for this comm

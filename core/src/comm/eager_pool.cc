@@ -12,6 +12,11 @@ void EagerPoolDeleter::operator()(EagerPool* p) const {
   delete p;
 }
 
+void EagerRef::reset() {
+  if (adapter != nullptr) eager_pool_unref(*adapter);
+  adapter = nullptr;
+}
+
 void EagerLease::release() {
   if (pool != nullptr && index >= 0) pool->release(index);
   pool = nullptr;

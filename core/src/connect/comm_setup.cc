@@ -60,7 +60,10 @@ Status setup_send_eager(SendComm& s, uint8_t local_features, uint8_t remote_feat
   if (!pool.is_ok()) return pool.status();
   s.eg.on = pool.value() != nullptr;
   s.eg.book.reset(s.eg.on);
-  if (s.eg.on) s.eg.staging.pool = pool.value();  // borrowed at the first eager send
+  if (s.eg.on) {
+    s.eg.ref.adapter = s.c.dev->adapter;  // eager_pool_of's reference
+    s.eg.staging.pool = pool.value();     // borrowed at the first eager send
+  }
   // The receiver's head cell follows its records and grant source (listener.cc).
   s.eg.remote_head =
       s.remote_records + sizeof(wire::DoneRecord) * wire::kFifoSlots + sizeof(wire::EagerGrant);
@@ -72,7 +75,8 @@ Status setup_recv_eager(RecvComm& r, uint8_t local_features, uint8_t remote_feat
   if (!pool.is_ok()) return pool.status();
   r.eg.on = pool.value() != nullptr;
   if (!r.eg.on) return Status::ok();
-  r.eg.ring.pool = pool.value();  // borrowed at the first receive of host memory
+  r.eg.ref.adapter = r.c.dev->adapter;  // eager_pool_of's reference
+  r.eg.ring.pool = pool.value();        // borrowed at the first receive of host memory
   r.eg.book.reset(pool.value()->slots());
   r.eg.hold = engine()->config().eager_hold;
   // The sender's grant block follows its FIFO and records (connect.cc), one-path layout.

@@ -364,13 +364,13 @@ void retire_comm(Conn& c, const std::string& why) {
   if (c.owner->kind == CommKind::kSend) {
     auto* s = static_cast<SendComm*>(c.owner);
     s->eg.staging.release();
-    if (s->eg.on) eager_pool_unref(*c.dev->adapter);  // its reference (comm_setup.cc)
+    s->eg.ref.reset();  // the pool's last user frees it
     s->eg.on = false;
     s->mem_mr.reset();
   } else {
     auto* r = static_cast<RecvComm*>(c.owner);
     r->eg.ring.release();
-    if (r->eg.on) eager_pool_unref(*c.dev->adapter);
+    r->eg.ref.reset();
     r->eg.on = false;
     if (c.prof.start != nullptr) flush_stop_events(*r);
     r->flush.reset();
