@@ -44,7 +44,16 @@ Result<EagerPool*> eager_pool_for(Conn& c, uint8_t local_features, uint8_t remot
   SLUICE_TRACE(kSubNet, "%s: eager path offered here %d, by the peer %d", c.describe_qp(0).c_str(),
                (local_features & wire::kMetaFeatureEager) != 0,
                (remote_features & wire::kMetaFeatureEager) != 0);
-  if (!both) return static_cast<EagerPool*>(nullptr);
+  if (!both) {
+    if ((local_features & wire::kMetaFeatureEager) != 0 &&
+        (remote_features & wire::kMetaFeatureEagerV1) != 0) {
+      SLUICE_INFO(kSubNet,
+                  "%s: the peer's eager path is an older format (a Sluice before held "
+                  "clear-to-send): clear-to-send only on this comm; run the same Sluice on both",
+                  c.describe_qp(0).c_str());
+    }
+    return static_cast<EagerPool*>(nullptr);
+  }
   if (c.npaths > 1) {
     SLUICE_INFO(kSubNet, "%s: eager path off on a fused comm (NIC fusion): clear-to-send only",
                 c.describe_qp(0).c_str());

@@ -171,8 +171,15 @@ bool meta_ece(const Meta& m, MetaEce* out);
 // never costs a connection.
 inline constexpr uint8_t kMetaFeaturePathSet2 = 0x4;
 // The eager path (docs/eager.md, SLUICE_EAGER_MAX > 0): this side takes eager messages and
-// resolved clear-to-send entries; on a one-path comm where both ends set it.
-inline constexpr uint8_t kMetaFeatureEager = 0x8;
+// resolved clear-to-send entries; on a one-path comm where both ends set it. 0x10 is its second
+// format (held clear-to-send and asks, any tag value with the receiver's kCtsNumbered marks, the
+// sender's head in each slot header); 0x8, the first (tags below 64, no asks), is never set any
+// more: a peer that offers only it gets clear-to-send only (a receiver holding its clear-to-send
+// back for a sender that never asks would wait for ever).
+inline constexpr uint8_t kMetaFeatureEagerV1 = 0x8;
+inline constexpr uint8_t kMetaFeatureEager = 0x10;
+static_assert(((kMetaFeatureEagerV1 | kMetaFeatureEager) & kMetaFeaturePathSet2) == 0 &&
+              (kMetaFeatureEagerV1 & kMetaFeatureEager) == 0);
 inline constexpr int kPathMsgSetNewest = 2;
 
 // The private data of each rdma_cm connect request in SLUICE_CM=rdmacm mode: the listener matches
