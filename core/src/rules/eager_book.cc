@@ -48,14 +48,16 @@ void SenderBook::sent(int i) {
 }
 
 uint64_t SenderBook::on_eager(int32_t tag, uint32_t size, uint16_t req) {
-  const int i = tags_.find(tag);  // may_send said yes: numbered
-  for (Sent& s : sent_) {
-    if (s.used) continue;
-    s = Sent{true, tag, send_ord_[i], size, req};
-    break;
+  const int i = tags_.add(tag);  // met by may_send, which said yes: numbered
+  if (i >= 0) {
+    for (Sent& s : sent_) {
+      if (s.used) continue;
+      s = Sent{true, tag, send_ord_[i], size, req};
+      break;
+    }
+    sent(i);
+    ++waiting_;
   }
-  sent(i);
-  ++waiting_;
   return next_++;
 }
 
