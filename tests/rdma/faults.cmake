@@ -110,7 +110,10 @@ set(lossy_bin "$<TARGET_FILE:plugin_lossy_two_host_test>")
 # The stream runs with the eager path on (SLUICE_EAGER_MAX=4096, its clear-to-send held back: issue
 # 33's fault test): the 4 KiB messages go eagerly into the receiver's ring, the larger ones ask for
 # their clear-to-send through it, all under 5 % loss in phase 1, every byte checked.
-set(lossy_stream "env NCCL_IB_TIMEOUT=14 NCCL_IB_RETRY_CNT=7 SLUICE_HEARTBEAT_MS=5000 SLUICE_EAGER_MAX=4096 ${lossy_bin}")
+# Its long message is 8 MiB (SLUICE_TEST_LOSSY_MAX_MIB; the test's default is 16): eight 1 MiB runs,
+# each completing a progress WR, ~26 s under 5 % loss, still 14x the per-packet bound (CI time: the
+# 16 MiB message took 52 s of the test's 94 s in a rehearsal).
+set(lossy_stream "env NCCL_IB_TIMEOUT=14 NCCL_IB_RETRY_CNT=7 SLUICE_HEARTBEAT_MS=5000 SLUICE_EAGER_MAX=4096 SLUICE_TEST_LOSSY_MAX_MIB=8 ${lossy_bin}")
 # The power-off phase checks keepalive on the idle receive: with the watchdog at its default, that
 # receive's clear-to-send probe (after half the 2.4 s bound) would find the dead peer first by RC
 # retries (measured: 2.2 s, "transport retry counter exceeded"), so the watchdog is set out of its
