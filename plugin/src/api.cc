@@ -680,6 +680,7 @@ int comm_stats(void* comm, sluiceCommStats_v1_t* out) noexcept {
     out->ctsEntries = st.cts_entries;
     out->ctsProbes = st.cts_probes;
     out->arImmWrites = st.ar_imm_writes;
+    out->eagerMessages = st.eager;
     return 0;
   } catch (...) {
     return 1;

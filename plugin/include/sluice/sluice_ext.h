@@ -16,17 +16,19 @@ extern "C" {
 #endif
 
 typedef struct {
-  uint64_t messages;    /* sends posted (send comm) or receives completed (receive comm) */
-  uint64_t wrs;         /* work requests posted on the comm's QPs, data and clear-to-send */
-  uint64_t doorbells;   /* ibv_post_send/ibv_post_recv calls */
-  uint64_t ctsWrites;   /* clear-to-send RDMA WRITEs (receive comm) */
-  uint64_t ctsEntries;  /* receives those writes published (receive comm) */
-  uint64_t ctsProbes;   /* the progress watchdog's zero-length clear-to-send probes (receive comm;
-                           counted in wrs, not in ctsWrites); was reserved[0], always 0 before */
-  uint64_t arImmWrites; /* zero-length WRITE_WITH_IMMs that close a message above
-                           NCCL_IB_AR_THRESHOLD in adaptive-routing mode, one per lane carrying
-                           data (send comm; counted in wrs); was reserved[0], always 0 before */
-  uint64_t reserved[1];
+  uint64_t messages;      /* sends posted (send comm) or receives completed (receive comm) */
+  uint64_t wrs;           /* work requests posted on the comm's QPs, data and clear-to-send */
+  uint64_t doorbells;     /* ibv_post_send/ibv_post_recv calls */
+  uint64_t ctsWrites;     /* clear-to-send RDMA WRITEs (receive comm) */
+  uint64_t ctsEntries;    /* receives those writes published (receive comm) */
+  uint64_t ctsProbes;     /* the progress watchdog's zero-length clear-to-send probes (receive comm;
+                             counted in wrs, not in ctsWrites); was reserved[0], always 0 before */
+  uint64_t arImmWrites;   /* zero-length WRITE_WITH_IMMs that close a message above
+                             NCCL_IB_AR_THRESHOLD in adaptive-routing mode, one per lane carrying
+                             data (send comm; counted in wrs); was reserved[0], always 0 before */
+  uint64_t eagerMessages; /* messages that went through the eager ring (docs/eager.md): WRITEs into
+                             it (send comm), messages copied out of it (receive comm); was
+                             reserved[0], always 0 before */
 } sluiceCommStats_v1_t;
 
 typedef struct {
