@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "ext_stats.h"
 #include "net_harness.h"
 
 namespace {
@@ -300,6 +301,161 @@ TEST(StandInGpu, AutoExplainsWhyCudaIsRefused) {
   EXPECT_NE(w.find("GPUDirect RDMA off"), std::string::npos) << w;
   EXPECT_NE(w.find("peermem: nvidia_peermem not loaded"), std::string::npos) << w;
   EXPECT_NE(w.find("dmabuf: ibv_reg_dmabuf_mr(fd -1)"), std::string::npos) << w;
+  EXPECT_TRUE(close_conn(net, &c));
+  EXPECT_EQ(net.finalize(), ncclSuccess);
+}
+
+// ---- The eager path (SLUICE_EAGER_MAX, docs/eager.md) with GPU memory on a comm
+
+// Sets SLUICE_EAGER_MAX for one test (its init reads it), and unsets it after.
+struct EagerOn {
+  EagerOn() { setenv("SLUICE_EAGER_MAX", "4096", 1); }
+  ~EagerOn() { unsetenv("SLUICE_EAGER_MAX"); }
+};
+
+uint64_t eager_count(void* comm) {
+  sluiceCommStats_v1_t st{};
+  return comm_stats(comm, &st) ? st.eagerMessages : ~uint64_t{0};
+}
+
+// One message of `n` bytes from `src` (handle smh) into `dst` (handle rmh), as NCCL's proxy drives
+// it: the send is tried first (it may go eagerly before the receive exists), the receive posted,
+// and while either is open both are tested. Every byte checked.
+::testing::AssertionResult one_message(Net& net, Conn& c, uint8_t* src, void* smh, uint8_t* dst,
+                                       void* rmh, size_t n, int tag, uint64_t seed) {
+  fill_pattern(src, n, seed);
+  std::memset(dst, 0, n);
+  void* sreq = nullptr;
+  void* rreq = nullptr;
+  if (net.isend(c.send, src, n, tag, smh, &sreq) != ncclSuccess)
+    return ::testing::AssertionFailure() << "isend failed: " << last_warn();
+  void* rdata = dst;
+  size_t cap = n;
+  int rtag = tag;
+  if (!post_until("irecv", &rreq,
+                  [&](void** q) { return net.irecv(c.recv, 1, &rdata, &cap, &rtag, &rmh, q); }))
+    return ::testing::AssertionFailure() << "irecv failed: " << last_warn();
+  bool sdone = false, rdone = false;
+  int rsize = -1;
+  const auto deadline = Clock::now() + wait_limit();
+  while (!sdone || !rdone) {
+    if (Clock::now() > deadline) return ::testing::AssertionFailure() << "message not done";
+    if (sreq == nullptr) {
+      if (net.isend(c.send, src, n, tag, smh, &sreq) != ncclSuccess)
+        return ::testing::AssertionFailure() << "isend failed: " << last_warn();
+    } else if (!sdone) {
+      int d = 0;
+      if (net.test(sreq, &d, nullptr) != ncclSuccess)
+        return ::testing::AssertionFailure() << "send test failed: " << last_warn();
+      sdone = d != 0;
+    }
+    if (!rdone) {
+      int d = 0;
+      if (net.test(rreq, &d, &rsize) != ncclSuccess)
+        return ::testing::AssertionFailure() << "receive test failed: " << last_warn();
+      rdone = d != 0;
+    }
+  }
+  if (rsize != static_cast<int>(n))
+    return ::testing::AssertionFailure() << "received " << rsize << " bytes, sent " << n;
+  const std::string bad = check_pattern(dst, n, seed);
+  if (!bad.empty()) return ::testing::AssertionFailure() << bad;
+  return ::testing::AssertionSuccess();
+}
+
+// NCCL with GPUDirect on the receiver: the comm's LL buffer in host memory, its SIMPLE buffer in
+// GPU memory, both registered before the first receive; the sender's buffers in host memory
+// (NCCL_NET_GDR_READ off, NCCL's default on many machines). Small messages alternate between the
+// two. The receive comm gets no eager ring (the CPU cannot copy into GPU memory): every message
+// goes by rendezvous and arrives whole. Before, the first (host) receive took a ring, and the
+// first small message sent eagerly for the GPU buffer failed the comm.
+TEST(StandInGpuEager, NoRingForAReceiverWithGpuMemoryRegistered) {
+  EagerOn eager;
+  Net net(12);
+  g_keep_info = true;
+  START(net, "force");
+  const size_t info0 = info_size();
+  Conn c;
+  ASSERT_TRUE(open_conn(net, 0, pick_peer(net), &c));
+  constexpr size_t kMax = 2048;
+  DevBuf gpu_dst(kMax);
+  ASSERT_NE(gpu_dst.p, 0u);
+  RegBuf host_dst, src;
+  ASSERT_TRUE(src.allocate(&net, c.send, kMax));
+  ASSERT_TRUE(host_dst.allocate(&net, c.recv, kMax));
+  void* gmh = nullptr;
+  ASSERT_EQ(net.reg_mr_type(c.recv, gpu_dst.bytes(), kMax, NCCL_PTR_CUDA, &gmh), ncclSuccess)
+      << last_warn();
+  for (int i = 0; i < 24; ++i) {
+    const size_t n = size_t{64} << (i % 6);  // 64 B .. 2 KiB
+    const bool to_gpu = i % 2 == 1;
+    ASSERT_TRUE(one_message(net, c, src.data(), src.mh(),
+                            to_gpu ? gpu_dst.bytes() : host_dst.data(),
+                            to_gpu ? gmh : host_dst.mh(), n, 3, 900 + i))
+        << "message " << i << " (" << n << " bytes, into " << (to_gpu ? "GPU" : "host")
+        << " memory)";
+  }
+  EXPECT_EQ(eager_count(c.send), 0u) << "nothing may go eagerly to a comm with GPU receives";
+  EXPECT_EQ(eager_count(c.recv), 0u);
+  EXPECT_FALSE(
+      info_with(info0, "eager path off for this comm: GPU memory is registered on it").empty())
+      << "the receiver says why its comm has no ring";
+  g_keep_info = false;
+  EXPECT_EQ(net.dereg_mr(c.recv, gmh), ncclSuccess);
+  src.reset();
+  host_dst.reset();
+  EXPECT_TRUE(close_conn(net, &c));
+  EXPECT_EQ(net.finalize(), ncclSuccess);
+}
+
+// The sender with GPUDirect (its SIMPLE buffer in GPU memory, its LL buffer in host memory), the
+// receiver without (every buffer in host memory: it has a ring). Sends from host memory go
+// eagerly; sends from GPU memory never do (the CPU copies an eager message into staging), and
+// still arrive whole while the receiver holds its clear-to-send back for eager traffic (the send
+// asks for it).
+TEST(StandInGpuEager, SendsFromGpuMemoryGoByRendezvous) {
+  EagerOn eager;
+  Net net(12);
+  START(net, "force");
+  Conn c;
+  ASSERT_TRUE(open_conn(net, 0, pick_peer(net), &c));
+  constexpr size_t kMax = 2048;
+  DevBuf gpu_src(kMax);
+  ASSERT_NE(gpu_src.p, 0u);
+  RegBuf host_src, dst;
+  ASSERT_TRUE(host_src.allocate(&net, c.send, kMax));
+  ASSERT_TRUE(dst.allocate(&net, c.recv, kMax));
+  void* gmh = nullptr;
+  ASSERT_EQ(net.reg_mr_type(c.send, gpu_src.bytes(), kMax, NCCL_PTR_CUDA, &gmh), ncclSuccess)
+      << last_warn();
+  // Host sends first: the receiver numbers the tag and its traffic turns eager.
+  for (int i = 0; i < 8; ++i)
+    ASSERT_TRUE(
+        one_message(net, c, host_src.data(), host_src.mh(), dst.data(), dst.mh(), 256, 4, 500 + i))
+        << "host message " << i;
+  const uint64_t eager_host = eager_count(c.send);
+  EXPECT_GT(eager_host, 0u) << "host sends of 256 bytes go eagerly with SLUICE_EAGER_MAX=4096";
+  uint64_t eager_mixed = 0;
+  for (int i = 0; i < 16; ++i) {
+    const bool from_gpu = i % 2 == 0;
+    const size_t n = size_t{64} << (i % 6);
+    const uint64_t before = eager_count(c.send);
+    ASSERT_TRUE(one_message(net, c, from_gpu ? gpu_src.bytes() : host_src.data(),
+                            from_gpu ? gmh : host_src.mh(), dst.data(), dst.mh(), n, 4, 700 + i))
+        << "message " << i << " (" << n << " bytes, from " << (from_gpu ? "GPU" : "host")
+        << " memory)";
+    const uint64_t went = eager_count(c.send) - before;
+    if (from_gpu) {
+      EXPECT_EQ(went, 0u) << "message " << i << " (" << n << " bytes) from GPU memory went eagerly";
+    } else {
+      eager_mixed += went;
+    }
+  }
+  EXPECT_GT(eager_mixed, 0u) << "host sends beside GPU ones still go eagerly";
+  EXPECT_EQ(eager_count(c.recv), eager_count(c.send)) << "every eager message was copied out";
+  EXPECT_EQ(net.dereg_mr(c.send, gmh), ncclSuccess);
+  host_src.reset();
+  dst.reset();
   EXPECT_TRUE(close_conn(net, &c));
   EXPECT_EQ(net.finalize(), ncclSuccess);
 }

@@ -281,6 +281,11 @@ struct Conn {
   // Fusion: each peer member's GID, as text (set_paths; for WARNs naming the QP's path).
   std::string remote_member_gid[kMaxConnMembers];
   int fd = -1;  // the out-of-band socket, kept for the comm's lifetime
+  // regMr/regMrDmaBuf registered CUDA memory on this comm (set by whichever thread registers;
+  // read by the comm's driver): a receive comm then gets no eager ring (eager.cc). NCCL with
+  // GPUDirect keeps LL buffers in host memory and LL128/SIMPLE buffers in GPU memory on the same
+  // comm, and registers them all before its first receive.
+  mutable std::atomic<bool> cuda_registered{false};
   // Each QP index's current incarnation (qp_life.h): the QP and every count about its work.
   QpLife qp[wire::kMaxQps];
   uint8_t qp_member[wire::kMaxQps] = {};  // the member each QP lives on (its CQ, PD and port)
@@ -426,7 +431,7 @@ class RecvComm : public CommBase {
     EagerRef ref;               // before `ring`: given back after it
     EagerLease ring;            // lent at the first receive of host memory, while rings last
     bool grant_sent = false;    // the grant block is written (before any credit could be used)
-    bool gpu = false;           // a receive of GPU memory came first: no ring for this comm
+    bool gpu = false;           // GPU memory registered or received into first: no ring here
     uint32_t grant = 0;         // the grant's generation
     uint64_t remote_block = 0;  // the sender's grant block
     wire::EagerGrant* src = nullptr;  // the grant's source (in `mem`, registered)

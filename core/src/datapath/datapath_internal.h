@@ -160,11 +160,13 @@ Status finish_recv(RecvComm& r, RecvReq& req, int64_t* now);
 // eagerly are matched); ok with or without a snapshot held; again: the slot at head is complete
 // but not posted yet (no room), or too few requests free to stand in for eager parts.
 Status eager_read_head(SendComm& s);
-// A send that goes eagerly when the book allows (*out set), else again.
-Status eager_send(SendComm& s, const void* data, size_t size, int tag, void* parent, Request** out);
+// A send that goes eagerly when the book allows (*out set), else again. host: its buffer is in
+// host memory (or it is empty); one in GPU memory never goes eagerly.
+Status eager_send(SendComm& s, const void* data, size_t size, int tag, bool host, void* parent,
+                  Request** out);
 // A send that may not go eagerly (eager_send said again): asks for its clear-to-send through the
 // ring when the book says so (the receiver may be holding it back), once per send.
-Status eager_ask(SendComm& s, size_t size, int tag);
+Status eager_ask(SendComm& s, size_t size, int tag, bool host);
 // A completion of an eager WRITE (poll_send).
 void eager_write_done(SendComm& s, uint64_t wr_id);
 // Posts the group at head when it is complete and fits (*posted); shared with isend (send.cc).

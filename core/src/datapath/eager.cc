@@ -49,8 +49,10 @@ Status copy_part(RecvComm& r, RecvReq& req, int i, uint64_t counter) {
     return fail(r.c, Status(Code::kInvalidUsage,
                             "an eager message for receive buffer " + std::to_string(i) +
                                 " in GPU memory on " + r.c.describe_qp(0) +
-                                ": this comm's first receives were in host memory; set "
-                                "SLUICE_EAGER_MAX=0 where a comm mixes host and GPU receives"));
+                                ": GPU memory was registered on this comm after its first "
+                                "receive (host memory) got an eager ring; register every buffer "
+                                "before the first receive, as NCCL does, or set "
+                                "SLUICE_EAGER_MAX=0"));
   }
   if (h.size > 0) {
     void* dst = reinterpret_cast<void*>(
@@ -150,10 +152,16 @@ Status eager_recv_post(RecvComm& r, RecvReq& req, const MemHandle* const* mhs,
   const uint8_t all = static_cast<uint8_t>((1u << n) - 1);
   EagerLease& ring = r.eg.ring;
   if (!ring.held() && !r.eg.gpu && ring.pool != nullptr) {
-    if (req.host != all) {
-      r.eg.gpu = true;  // NCCL keeps a comm's buffers in one kind of memory
-      SLUICE_INFO(kSubNet, "%s: eager path off for this comm: its first receive is in GPU memory",
-                  r.c.describe_qp(0).c_str());
+    // The ring is host memory, copied out by the CPU: a comm that receives into GPU memory gets
+    // none. NCCL with GPUDirect mixes both on one comm (LL in host memory, LL128 and SIMPLE in GPU
+    // memory), so the registrations decide, not this receive: NCCL registers every buffer of a
+    // connection before its first receive. An eager message bound for a GPU receive would fail
+    // the comm (copy_part): its sender sends before it sees the receive.
+    const bool cuda = r.c.cuda_registered.load(std::memory_order_acquire);
+    if (cuda || req.host != all) {
+      r.eg.gpu = true;
+      SLUICE_INFO(kSubNet, "%s: eager path off for this comm: %s", r.c.describe_qp(0).c_str(),
+                  cuda ? "GPU memory is registered on it" : "its first receive is in GPU memory");
     } else if (const int i = ring.pool->acquire(); i >= 0) {
       EagerPool& p = *ring.pool;
       ring.index = i;
@@ -373,9 +381,10 @@ Status eager_read_head(SendComm& s) {
   return st;
 }
 
-Status eager_send(SendComm& s, const void* data, size_t size, int tag, void* parent,
+Status eager_send(SendComm& s, const void* data, size_t size, int tag, bool host, void* parent,
                   Request** out) {
-  if (!s.eg.on || s.eg.owed) return Status::again();
+  // The CPU copies the message into staging: a buffer in GPU memory goes by rendezvous.
+  if (!s.eg.on || s.eg.owed || !host) return Status::again();
   SendComm::Eager& g = s.eg;
   if (!g.granted) {
     std::string why;
@@ -489,12 +498,13 @@ Status post_small_write(SendComm& s, const void* src, uint32_t bytes, uint64_t r
 
 }  // namespace
 
-Status eager_ask(SendComm& s, size_t size, int tag) {
+Status eager_ask(SendComm& s, size_t size, int tag, bool host) {
   SendComm::Eager& g = s.eg;
   if (!g.on || !g.granted || g.ask_busy) return Status::ok();
   // A send that will go eagerly once a credit, a staging slot or room on the send queue frees up
-  // waits for them: only one that cannot (too large, no staging, its tag not known numbered) asks.
-  const bool limit = !g.staging.held() || size > g.max;
+  // waits for them: only one that cannot (in GPU memory, too large, no staging, its tag not known
+  // numbered) asks.
+  const bool limit = !host || !g.staging.held() || size > g.max;
   if (!limit && g.book.confirmed(tag)) return Status::ok();
   if (!g.book.may_ask(tag)) return Status::ok();
   if (s.c.qp[0].sq_used + 1 > kSendSqDepth) return Status::ok();  // a later call asks

@@ -327,16 +327,17 @@ Status isend_impl(SendComm* s, void* data, size_t size, int tag, MemHandle* mh, 
   const bool over_limit = size > kMaxMessage;
   if (!over_limit && size > 0 && (!valid_mh(s->c, mh) || !mh->contains(data, size)))
     return bad_buffer(s->c, "isend", data, size, mh);
+  const bool host = size == 0 || over_limit || mh->type == MemType::kHost;
   if (s->eg.on) {  // the eager path (eager.cc): its reading of the head, or the send goes eagerly
     SLUICE_RETURN_IF_ERROR(eager_read_head(*s));
     if (s->snap.seq == 0) {
-      Status st = eager_send(*s, data, size, tag, parent, out);
+      Status st = eager_send(*s, data, size, tag, host, parent, out);
       // Waiting for a clear-to-send: the receiver must know which slots were read, or it may be
       // waiting to reuse one (eager_slot_free) before it can post the receive this send needs;
       // and it may be holding the clear-to-send back, expecting this send eagerly: it is asked.
       if (st.is_again()) {
         SLUICE_RETURN_IF_ERROR(eager_report_head(*s, true));
-        SLUICE_RETURN_IF_ERROR(eager_ask(*s, size, tag));
+        SLUICE_RETURN_IF_ERROR(eager_ask(*s, size, tag, host));
       }
       return st;
     }
@@ -356,10 +357,10 @@ Status isend_impl(SendComm* s, void* data, size_t size, int tag, MemHandle* mh, 
   const cts::Match m = cts::match(s->snap, s->matched, tag, over_limit ? 0 : size);
   if (m.kind == cts::Match::kLater) {  // tag of a later receive
     if (s->eg.on && !over_limit) {
-      Status st = eager_send(*s, data, size, tag, parent, out);
+      Status st = eager_send(*s, data, size, tag, host, parent, out);
       if (st.is_again()) {
         SLUICE_RETURN_IF_ERROR(eager_report_head(*s, true));
-        SLUICE_RETURN_IF_ERROR(eager_ask(*s, size, tag));
+        SLUICE_RETURN_IF_ERROR(eager_ask(*s, size, tag, host));
       }
       return st;
     }

@@ -426,6 +426,7 @@ Status reg_mr(void* comm, void* data, size_t size, MemType type, MemHandle** out
   SLUICE_RETURN_IF_ERROR(add_members(*c, mh, "regMr", [&](Device* d, MemHandle** x) {
     return reg_one(d, data, size, type, MemHandle::kMember, x);
   }));
+  if (type == MemType::kCuda) c->cuda_registered.store(true, std::memory_order_release);
   *out = mh;
   return Status::ok();
 }
@@ -445,6 +446,7 @@ Status reg_mr_dmabuf(void* comm, void* data, size_t size, MemType type, uint64_t
   SLUICE_RETURN_IF_ERROR(add_members(*c, mh, "regMrDmaBuf", [&](Device* d, MemHandle** x) {
     return reg_dmabuf_one(d, data, size, type, offset, fd, MemHandle::kMember, x);
   }));
+  if (type == MemType::kCuda) c->cuda_registered.store(true, std::memory_order_release);
   *out = mh;
   return Status::ok();
 }
