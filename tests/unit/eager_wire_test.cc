@@ -176,6 +176,12 @@ TEST(EagerGrant, RoundTripAndRefusals) {
   EXPECT_EQ(out.ring_addr, 0x7000u);
   EXPECT_EQ(out.slots, 16u);
   EXPECT_EQ(size_t{out.stride64} * 64, wire::eager_stride(4096));
+  // Slot addresses: counter modulo the slots, times the stride; the ring is reused in turn.
+  const uint64_t stride = wire::eager_stride(4096);
+  EXPECT_EQ(wire::ring_slot_addr(out, 0), 0x7000u);
+  EXPECT_EQ(wire::ring_slot_addr(out, 5), 0x7000u + 5 * stride);
+  EXPECT_EQ(wire::ring_slot_addr(out, 16), 0x7000u);
+  EXPECT_EQ(wire::ring_slot_addr(out, (uint64_t{1} << 40) + 17), 0x7000u + stride);
   // Still landing: the CRC does not check yet.
   wire::EagerGrant half = g;
   half.rkey = 0;

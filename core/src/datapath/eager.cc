@@ -29,6 +29,18 @@ const char* ring_slot(const RecvComm& r, uint64_t counter) {
   return l.base + (counter % l.slots) * l.stride;
 }
 
+// The mask of a receive's parts (bit i: part i).
+uint8_t all_parts(const RecvReq& req) {
+  return static_cast<uint8_t>((1u << req.n) - 1);
+}
+
+// The sender's FIFO head `v`, as a slot header or a head report gave it: the slots before it were
+// read. Kept only when it moves forward and not past what this side published (a value read late
+// is stale, never wrong; one past `published` is not a head).
+void learn_head(RecvComm& r, uint64_t v) {
+  if (v > r.eg.head && v <= r.published) r.eg.head = v;
+}
+
 // Copies eager message `counter` (validated when it landed) into part i of `req`, and frees its
 // ring slot. A part larger than its buffer, or in GPU memory, fails the comm (the sender's send was
 // legal for it: it is told by the failure notice).
@@ -149,7 +161,7 @@ Status eager_recv_post(RecvComm& r, RecvReq& req, const MemHandle* const* mhs,
   const int n = req.n;
   for (int i = 0; i < n; ++i)
     if (sizes[i] == 0 || mhs[i]->type == MemType::kHost) req.host |= static_cast<uint8_t>(1u << i);
-  const uint8_t all = static_cast<uint8_t>((1u << n) - 1);
+  const uint8_t all = all_parts(req);
   EagerLease& ring = r.eg.ring;
   if (!ring.held() && !r.eg.gpu && ring.pool != nullptr) {
     // The ring is host memory, copied out by the CPU: a comm that receives into GPU memory gets
@@ -214,8 +226,7 @@ Status eager_poll(RecvComm& r) {
       return fail(r.c, Status(Code::kRemoteError, why + " on " + r.c.describe_qp(0)));
     // The sender's FIFO head when it wrote the slot (low 16 bits): at most 32 past the head known
     // here (this side publishes at most 32 past it) and never past what was published.
-    if (const uint64_t v = wire::credit_of(r.eg.head, h.head); v > r.eg.head && v <= r.published)
-      r.eg.head = v;
+    learn_head(r, wire::credit_of(r.eg.head, h.head));
     if ((h.size & wire::kEagerAsk) != 0) {
       SLUICE_RETURN_IF_ERROR(take_ask(r, c, h));
       continue;
@@ -231,15 +242,13 @@ Status eager_poll(RecvComm& r) {
     int64_t now = 0;
     if (req.closed && (req.eager_want & ~req.eager_got) == 0) {
       SLUICE_RETURN_IF_ERROR(finish_recv(r, req, &now));
-    } else if (!req.done && req.seq < r.rq_posted &&
-               req.eager_got == static_cast<uint8_t>((1u << req.n) - 1)) {
+    } else if (!req.done && req.seq < r.rq_posted && req.eager_got == all_parts(req)) {
       // Every part came eagerly though its clear-to-send went out: done now (its sender may be
       // idle); the zero-length close it owes the receive WR is taken when it comes (recv.cc).
       req.close_owed = true;
       req.eager_want = req.eager_got;
       SLUICE_RETURN_IF_ERROR(finish_recv(r, req, &now));
-    } else if (!req.done && req.seq >= r.rq_posted &&
-               req.eager_got == static_cast<uint8_t>((1u << req.n) - 1)) {
+    } else if (!req.done && req.seq >= r.rq_posted && req.eager_got == all_parts(req)) {
       // A receive whose clear-to-send was held back (no receive WR, nothing published): done from
       // the ring, its entries marked resolved (eager_publish_end writes them later).
       SLUICE_RETURN_IF_ERROR(resolve(r, req, &now));
@@ -259,7 +268,7 @@ bool eager_slot_free(RecvComm& r, uint64_t seq) {
       std::atomic_ref<const uint64_t>(r.eg.head_cell[1]).load(std::memory_order_acquire);
   const uint64_t v =
       std::atomic_ref<const uint64_t>(r.eg.head_cell[0]).load(std::memory_order_acquire);
-  if (v == c && v > r.eg.head && v <= r.published) r.eg.head = v;
+  if (v == c) learn_head(r, v);
   if (seq - wire::kFifoSlots < r.eg.head) return true;
   r.eg.flush = true;  // held entries go out: the sender cannot read them otherwise
   return false;
@@ -274,8 +283,7 @@ uint64_t eager_publish_end(const RecvComm& r) {
   auto at = [&](uint64_t k) {
     const RecvReq& q = r.pool[k % wire::kFifoSlots];
     if (q.resolved) return eager::Pending::kResolved;
-    if (!lazy || k < r.eg.flush_to || q.host != static_cast<uint8_t>((1u << q.n) - 1) ||
-        !r.eg.book.all_numbered(k))
+    if (!lazy || k < r.eg.flush_to || q.host != all_parts(q) || !r.eg.book.all_numbered(k))
       return eager::Pending::kNeeded;
     return eager::Pending::kHeld;
   };
@@ -448,7 +456,7 @@ Status eager_send(SendComm& s, const void* data, size_t size, int tag, bool host
   w.num_sge = 1;
   w.opcode = IBV_WR_RDMA_WRITE;
   w.send_flags = IBV_SEND_SIGNALED;
-  w.wr.rdma.remote_addr = g.grant.ring_addr + (counter % g.grant.slots) * (g.grant.stride64 * 64u);
+  w.wr.rdma.remote_addr = wire::ring_slot_addr(g.grant, counter);
   w.wr.rdma.rkey = g.grant.rkey;
   ibv_send_wr* bad = nullptr;
   if (int rc = ibv_post_send(s.c.qp[q].get(), &w, &bad); rc != 0) {
@@ -513,10 +521,9 @@ Status eager_ask(SendComm& s, size_t size, int tag, bool host) {
   const size_t bytes =
       wire::encode_eager_ask(g.ask_src, counter, g.grant.grant, tag,
                              all ? 0 : g.book.send_ordinal(tag), size, all, limit, s.head);
-  SLUICE_RETURN_IF_ERROR(
-      post_small_write(s, g.ask_src, static_cast<uint32_t>(bytes),
-                       g.grant.ring_addr + (counter % g.grant.slots) * (g.grant.stride64 * 64u),
-                       g.grant.rkey, kWrEager | uint64_t{kAskWrite} << 8, "eager ask"));
+  SLUICE_RETURN_IF_ERROR(post_small_write(s, g.ask_src, static_cast<uint32_t>(bytes),
+                                          wire::ring_slot_addr(g.grant, counter), g.grant.rkey,
+                                          kWrEager | uint64_t{kAskWrite} << 8, "eager ask"));
   g.ask_busy = true;
   g.book.on_ask(tag);
   return Status::ok();

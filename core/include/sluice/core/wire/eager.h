@@ -108,6 +108,11 @@ static_assert(sizeof(EagerGrant) == 64 && offsetof(EagerGrant, crc) == 28 &&
               offsetof(EagerGrant, ready) == 32);
 static_assert(std::is_trivially_copyable_v<EagerGrant>);
 
+// The address of eager counter `counter`'s slot in the ring granted by `g` (slots reused in turn).
+inline uint64_t ring_slot_addr(const EagerGrant& g, uint64_t counter) {
+  return g.ring_addr + (counter % g.slots) * (uint64_t{g.stride64} * 64u);
+}
+
 void encode_grant(EagerGrant* g, uint64_t ring_addr, uint32_t rkey, uint32_t grant,
                   uint32_t max_bytes, uint32_t slots);
 // Reads a grant block as the sender finds it. kNotYet: not written yet, or still landing (ready or
