@@ -34,6 +34,7 @@
 
 #include "nearest_nic.h"
 #include "sluice/nccl_net_abi.h"
+#include "sluice/sluice_ext.h"
 
 namespace {
 
@@ -374,10 +375,132 @@ std::string transfer(Loop& l, void* sdata, void* rdata, size_t n, void* smh, voi
   return "";
 }
 
+// A send comm and a receive comm on `dev`, connected to each other (loopback), NCCL's way: the
+// listen closed after the accept. False when they did not come up.
+bool open_loop(ncclNet_v12_t* net, void* ctx, int dev, Loop* l) {
+  char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+  void* lc = nullptr;
+  l->net = net;
+  if (net->listen(ctx, dev, handle, &lc) != ncclSuccess) return false;
+  const bool up = poll_until([&] {
+    ncclNetDeviceHandle_v12_t* dh = nullptr;
+    if (l->sc == nullptr && net->connect(ctx, dev, handle, &l->sc, &dh) != ncclSuccess) return true;
+    if (l->rc == nullptr && net->accept(lc, &l->rc, &dh) != ncclSuccess) return true;
+    return l->sc != nullptr && l->rc != nullptr;
+  });
+  net->closeListen(lc);
+  return up && l->sc != nullptr && l->rc != nullptr;
+}
+
+// One small message as NCCL's proxy may drive it with the eager path on: the send first (it may go
+// eagerly before the receive exists), then the receive, both tested to completion. "" on success.
+std::string small_message(Loop& l, void* sdata, void* rdata, size_t n, void* smh, void* rmh) {
+  ncclNet_v12_t* net = l.net;
+  void *rreq = nullptr, *sreq = nullptr;
+  size_t cap = n;
+  int tag = 2;
+  if (net->isend(l.sc, sdata, n, tag, smh, nullptr, &sreq) != ncclSuccess) return "isend failed";
+  int sdone = 0, rdone = 0, sizes[NCCL_NET_MAX_REQUESTS] = {};
+  const bool ok = poll_until([&] {
+    if (rreq == nullptr &&
+        net->irecv(l.rc, 1, &rdata, &cap, &tag, &rmh, nullptr, &rreq) != ncclSuccess)
+      return true;
+    if (sreq == nullptr && net->isend(l.sc, sdata, n, tag, smh, nullptr, &sreq) != ncclSuccess)
+      return true;
+    if (sreq != nullptr && !sdone && net->test(sreq, &sdone, nullptr) != ncclSuccess) return true;
+    if (rreq != nullptr && !rdone && net->test(rreq, &rdone, sizes) != ncclSuccess) return true;
+    return sdone && rdone;
+  });
+  if (!ok || !sdone || !rdone || sizes[0] != static_cast<int>(n))
+    return "a " + std::to_string(n) + "-byte message did not complete (its WARN above says why)";
+  return "";
+}
+
+// The eager path beside GPU memory (docs/eager.md "GPU memory"), NCCL's mix with GPUDirect on a
+// fresh connection: each comm has a host buffer (NCCL's LL) and a GPU buffer (SIMPLE), all
+// registered before the first message. 16 small messages, host -> host first (the receiver's
+// first receive is in host memory), then alternating host -> GPU and GPU -> host. None may go
+// eagerly: the CPU can copy neither out of the ring into GPU memory nor from GPU memory into
+// staging (before, the first host -> GPU message failed the comm, and a GPU -> host one was a CPU
+// copy from a device pointer). Every byte arrives.
+void eager_check(Gpu& g, ncclNet_v12_t* net, void* ctx, int dev, void* lib,
+                 const std::string& tagline) {
+  const char* max = std::getenv("SLUICE_EAGER_MAX");
+  if (max == nullptr || std::atol(max) <= 0) {
+    check("gpu_eager", "SKIP", "SLUICE_EAGER_MAX is 0: the eager path is off");
+    return;
+  }
+  const auto* ext = static_cast<const sluiceExt_v1_t*>(dlsym(lib, SLUICE_EXT_SYMBOL));
+  if (ext == nullptr) {
+    check("gpu_eager", "FAIL", "the plugin exports no sluiceExt_v1 (its eager count)");
+    return;
+  }
+  Loop l;
+  if (!open_loop(net, ctx, dev, &l)) {
+    check("gpu_eager", "FAIL", "listen/connect/accept did not complete");
+    return;
+  }
+  constexpr size_t kMax = 2048;
+  DevBuf gs, gr;
+  std::vector<uint8_t> hs(kMax), hr(kMax), in(kMax), out(kMax);
+  void *hsmh = nullptr, *hrmh = nullptr, *gsmh = nullptr, *grmh = nullptr;
+  std::string why;
+  if (gs.allocate(g.cu, kMax) != CUDA_SUCCESS || gr.allocate(g.cu, kMax) != CUDA_SUCCESS)
+    why = "cuMemAlloc failed";
+  if (why.empty() &&
+      (net->regMr(l.sc, hs.data(), kMax, NCCL_PTR_HOST, &hsmh) != ncclSuccess ||
+       net->regMr(l.rc, hr.data(), kMax, NCCL_PTR_HOST, &hrmh) != ncclSuccess ||
+       net->regMr(l.sc, reinterpret_cast<void*>(gs.p), kMax, NCCL_PTR_CUDA, &gsmh) != ncclSuccess ||
+       net->regMr(l.rc, reinterpret_cast<void*>(gr.p), kMax, NCCL_PTR_CUDA, &grmh) != ncclSuccess))
+    why = "regMr failed (its WARN above says why)";
+  size_t bad = 0;
+  int msgs = 0;
+  for (int i = 0; i < 16 && why.empty(); ++i, ++msgs) {
+    const size_t n = size_t{8} << (i % 9);   // 8 B .. 2 KiB
+    const int kind = i < 4 ? 0 : 1 + i % 2;  // 0 host -> host, 1 host -> GPU, 2 GPU -> host
+    in.assign(n, 0);
+    fill(in, 0x31 + i);
+    std::memcpy(hs.data(), in.data(), n);
+    g.cu.htod(gs.p, in.data(), n);
+    std::fill(hr.begin(), hr.end(), 0);
+    why = small_message(l, kind == 2 ? reinterpret_cast<void*>(gs.p) : hs.data(),
+                        kind == 1 ? reinterpret_cast<void*>(gr.p) : hr.data(), n,
+                        kind == 2 ? gsmh : hsmh, kind == 1 ? grmh : hrmh);
+    if (!why.empty()) break;
+    out.assign(n, 0);
+    if (kind == 1)
+      g.cu.dtoh(out.data(), gr.p, n);
+    else
+      std::memcpy(out.data(), hr.data(), n);
+    bad += count_diff(in, out);
+  }
+  sluiceCommStats_v1_t st{};
+  const bool counted = ext->commStats(l.sc, &st) == 0;
+  for (void* mh : {hsmh, gsmh})
+    if (mh != nullptr) net->deregMr(l.sc, mh);
+  for (void* mh : {hrmh, grmh})
+    if (mh != nullptr) net->deregMr(l.rc, mh);
+  net->closeSend(l.sc);
+  net->closeRecv(l.rc);
+  if (!why.empty()) {
+    check("gpu_eager", "FAIL", why);
+    return;
+  }
+  const bool pass = bad == 0 && counted && st.eagerMessages == 0;
+  check("gpu_eager", pass ? "PASS" : "FAIL",
+        tagline + std::to_string(msgs) + " messages of 8 B..2 KiB (SLUICE_EAGER_MAX=" + max +
+            ") on one connection with host and GPU buffers registered on both comms (host -> " +
+            "host, host -> GPU, GPU -> host): " + std::to_string(bad) + " bytes differ, " +
+            (counted ? std::to_string(st.eagerMessages) : std::string("?")) +
+            " went eagerly (none may: the receive comm gets no eager ring)");
+}
+
 // plugin: GPU -> GPU through the plugin's v12 table, loopback on the device nearest the GPU.
 void plugin_checks(Gpu& g, const char* plugin_path) {
   // NCCL sets this on Hopper and later when it wants the flush; force it so the flush runs.
   setenv("NCCL_NET_FORCE_FLUSH", "1", 0);
+  // The eager path on (unless set): its check below runs small messages beside GPU memory.
+  setenv("SLUICE_EAGER_MAX", "4096", 0);
   void* lib = dlopen(plugin_path, RTLD_NOW | RTLD_LOCAL);
   if (lib == nullptr) {
     check("plugin_load", "FAIL", std::string("dlopen: ") + dlerror());
@@ -416,21 +539,8 @@ void plugin_checks(Gpu& g, const char* plugin_path) {
             p.name + " (nearest the GPU; PCI " + (paths[dev].empty() ? "unknown" : paths[dev]) +
             "), its ptrSupport " + ptr_text(ptr) +
             " (the decision and its reasons are in the INFO lines above)");
-  char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
-  void* lc = nullptr;
-  if (net->listen(ctx, dev, handle, &lc) != ncclSuccess) {
-    check("plugin_connect", "FAIL", "listen failed");
-    return;
-  }
-  bool up = poll_until([&] {
-    ncclNetDeviceHandle_v12_t* dh = nullptr;
-    if (l.sc == nullptr && net->connect(ctx, dev, handle, &l.sc, &dh) != ncclSuccess) return true;
-    if (l.rc == nullptr && net->accept(lc, &l.rc, &dh) != ncclSuccess) return true;
-    return l.sc != nullptr && l.rc != nullptr;
-  });
-  net->closeListen(lc);
-  if (!up || l.sc == nullptr || l.rc == nullptr) {
-    check("plugin_connect", "FAIL", "connect/accept did not complete");
+  if (!open_loop(net, ctx, dev, &l)) {
+    check("plugin_connect", "FAIL", "listen/connect/accept did not complete");
     return;
   }
   check("plugin_connect", "PASS", std::string(p.name) + " -> itself");
@@ -534,6 +644,7 @@ void plugin_checks(Gpu& g, const char* plugin_path) {
             (direct ? "zero-copy (regMr of cuMemAlloc memory)" : "staged through host memory") +
             ", " + (flushed ? "forced flush done" : "no flush (host buffers)") + ", " +
             std::to_string(bad) + " bytes differ");
+  if (direct) eager_check(g, net, ctx, dev, lib, tagline);
   if (!direct) {
     check("gpu_register", "SKIP",
           std::string(p.name) + " ptrSupport " + ptr_text(ptr) +
