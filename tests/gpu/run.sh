@@ -307,7 +307,7 @@ elif usable_uverbs; then
   timeout 75 "$CHECK" plugin "$PLUGIN" > "$LOG/plugin.txt" 2>&1; rc=$?
   cat "$LOG/plugin.txt"
   if [ "$rc" = 0 ]; then
-    record rdma PASS "$(first 'CHECK plugin_init: PASS' "$LOG/plugin.txt" | cut -c1-110); $(first 'CHECK gpu_dmabuf_transfer: PASS' "$LOG/plugin.txt" | cut -c1-110); $(first 'CHECK gpu_transfer: PASS' "$LOG/plugin.txt" | cut -c1-110)"
+    record rdma PASS "$(first 'CHECK plugin_init: PASS' "$LOG/plugin.txt" | cut -c1-110); $(first 'CHECK gpu_dmabuf_transfer: PASS' "$LOG/plugin.txt" | cut -c1-110); $(first 'CHECK gpu_transfer: PASS' "$LOG/plugin.txt" | cut -c1-110); $(first 'CHECK gpu_eager: PASS' "$LOG/plugin.txt" | cut -c1-110)"
   elif [ "$rc" = 77 ] && grep -q '^CHECK plugin_init: SKIP' "$LOG/plugin.txt"; then
     # uverbs exist, but the plugin offers no port: none ACTIVE, or NCCL_IB_HCA excludes them.
     RDMA_WHY="no usable RDMA port: the plugin offers none (ports: $(port_states)${NCCL_IB_HCA:+; NCCL_IB_HCA=$NCCL_IB_HCA}; its WARN in $LOG/plugin.txt says why)${RXE_NOTE:+; $RXE_NOTE}"
