@@ -110,6 +110,7 @@ set(lossy_bin "$<TARGET_FILE:plugin_lossy_two_host_test>")
 # The stream runs with the eager path on (SLUICE_EAGER_MAX=4096, its clear-to-send held back: issue
 # 33's fault test): the 4 KiB messages go eagerly into the receiver's ring, the larger ones ask for
 # their clear-to-send through it, all under 5 % loss in phase 1, every byte checked.
+# The 10,000-message version of the eager stream is bench/eager-loss-soak (minutes; not in CI).
 # Its long message is 8 MiB (SLUICE_TEST_LOSSY_MAX_MIB; the test's default is 16): eight 1 MiB runs,
 # each completing a progress WR, ~26 s under 5 % loss, still 14x the per-packet bound (CI time: the
 # 16 MiB message took 52 s of the test's 94 s in a rehearsal).

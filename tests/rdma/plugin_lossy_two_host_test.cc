@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "cts_tail.h"
+#include "ext_stats.h"
 #include "plugin_bed.h"
 #include "side_channel.h"
 
@@ -85,8 +86,32 @@ double ms_since(Clock::time_point t) {
 // must not be failed by it. Its bound is per 1 MiB run (base 1.8 s + 10 s), the 16 MiB message
 // completing a progress WR every MiB; measured: the 16 MiB message took 80 s under 5 % loss (before
 // progress signals, one 16 MiB WRITE had not completed within 171 s).
+//
+// SLUICE_TEST_SMALL_SOAK=N (the eager path's loss soak, bench/eager-loss-soak; not CI: minutes):
+// phase 1 is N small messages instead, 0 .. 8 KiB from a fixed sequence (both hosts compute the
+// same), across SLUICE_EAGER_MAX: eager and rendezvous mixed in one stream under loss, then 1 MiB.
+long small_soak() {
+  return env_long("SLUICE_TEST_SMALL_SOAK", 0);
+}
+
 std::vector<size_t> stream_sizes(int phase) {
   std::vector<size_t> v;
+  if (phase == 1 && small_soak() > 0) {
+    uint64_t x = 0x5eed;
+    for (long i = 0; i < small_soak(); ++i) {
+      x = x * 6364136223846793005ull + 1442695040888963407ull;
+      const uint64_t r = x >> 33;
+      // A quarter of them 0 .. 64 B, the rest 0 .. 8 KiB; every 64th one exactly 4096 or 4097.
+      v.push_back(i % 64 == 63 ? 4096 + (r & 1) : (r & 3) == 0 ? r % 65 : r % 8193);
+    }
+    // Last, 1 MiB by rendezvous, as the mixed stream ends: the receiver's traffic is no longer
+    // eager, so the "told" phase's receives publish their clear-to-send at once, each in a write
+    // of its own, whose tail prove_cts_tail (cts_tail.h) waits to see probed. After a run of
+    // eager messages the receiver holds them back, and the first send's ask publishes both in one
+    // write, which the first receive's completion proves: no probe ever comes.
+    v.push_back(size_t{1} << 20);
+    return v;
+  }
   const long rounds = env_long("SLUICE_TEST_STREAM_ROUNDS", 1);
   for (long r = 0; r < rounds; ++r) {
     for (int i = 0; i < 16; ++i) v.push_back(4096);
@@ -138,7 +163,7 @@ int receive_stream(Net& n, void* comm, RegBuf& buf, int phase, double* ms, size_
     CHECK_OR(24, bad.empty(), "phase %d: message %zu (%zu bytes) corrupt: %s", phase, done_n,
              sizes[done_n], bad.c_str());
     *bytes += sizes[done_n];
-    if (phase == 1)
+    if (phase == 1 && (small_soak() == 0 || (done_n + 1) % 1000 == 0))
       std::fprintf(stderr, "host0: netem: message %zu (%zu bytes) verified at %.0f ms\n", done_n,
                    sizes[done_n], ms_since(t0));
     ++done_n;
@@ -385,6 +410,14 @@ int host0_stream(int side) {
                  stream_sizes(phase).size(), bytes[phase] / 1048576.0, ms[phase],
                  bytes[phase] / 1048576.0 / (ms[phase] / 1e3));
     if (phase == 1) {
+      sluiceCommStats_v1_t st{};
+      if (comm_stats(rc, &st))
+        std::fprintf(
+            stderr,
+            "host0: phase 2: the receive comm has taken %llu messages from the eager "
+            "ring so far (SLUICE_EAGER_MAX=%s)\n",
+            static_cast<unsigned long long>(st.eagerMessages),
+            std::getenv("SLUICE_EAGER_MAX") != nullptr ? std::getenv("SLUICE_EAGER_MAX") : "unset");
       dropped0 = netem_dropped();
       CHECK_OR(11, shell("tc qdisc del dev eth0 root") == 0, "netem not removed on host0");
     }
