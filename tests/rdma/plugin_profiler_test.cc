@@ -16,6 +16,7 @@
 
 #include "ext_stats.h"
 #include "plugin_bed.h"
+#include "sluice/core/wire/eager.h"
 #include "sluice/core/wire/wire.h"
 #include "sluice/sluice_ext.h"
 
@@ -273,6 +274,96 @@ TEST_P(Profiler, EveryWorkRequestStartsAndStopsUnderItsParent) {
     sb[i].reset();
     rb[i].reset();
   }
+  EXPECT_TRUE(close_conn(n, &c));
+  EXPECT_EQ(n.finalize(), ncclSuccess);
+}
+
+// The eager path (SLUICE_EAGER_MAX, docs/eager.md; run by plugin_rdma_eager): a message sent
+// eagerly is one RDMA WRITE of header and payload into the receiver's ring, and that WRITE is its
+// one event, on the send comm's QP, stopped by the time test says the send is done. Each send goes
+// before its receive (so it cannot have seen the receive's clear-to-send), and both are tested
+// together, as NCCL's proxy does. Before, eager sends started no event at all.
+TEST(ProfilerEager, AnEagerSendIsOneWriteEvent) {
+  REQUIRE_BED();
+  ASSERT_NE(ext(), nullptr) << "sluiceExt_v2 not exported";
+  g_rec.clear();
+  // The engine (and its configuration) lives as long as the bed's own Net: the process's
+  // environment decides (plugin_rdma_eager sets SLUICE_EAGER_MAX=4096).
+  const char* max = std::getenv("SLUICE_EAGER_MAX");
+  if (max == nullptr || std::atol(max) <= 0)
+    GTEST_SKIP() << "the eager path is off in this process (plugin_rdma_eager runs this test)";
+  Net n(12);
+  n.profiler = &counting_callback;
+  ASSERT_EQ(n.init(0x2240), ncclSuccess);
+  Conn c;
+  ASSERT_TRUE(open_bed_conn(n, &c));
+  const std::set<uint32_t> send_qps = qps_of(c.send);
+  RegBuf sb, rb;
+  ASSERT_TRUE(sb.allocate(&n, c.send, 4096));
+  ASSERT_TRUE(rb.allocate(&n, c.recv, 4096));
+  std::vector<char> stok(64);
+  constexpr int kTag = 21;
+  int eager_sent = 0;
+  std::vector<int> eager_at;
+  for (int i = 0; i < 24; ++i) {
+    const size_t size = 1 + 97 * static_cast<size_t>(i);
+    sluiceCommStats_v1_t before{}, after{};
+    ASSERT_TRUE(comm_stats(c.send, &before));
+    void* sreq = nullptr;
+    void* rreq = nullptr;
+    n.phandle = &stok[i];
+    ASSERT_EQ(n.isend(c.send, sb.data(), size, kTag, sb.mh(), &sreq), ncclSuccess);
+    void* data = rb.data();
+    void* mh = rb.mh();
+    size_t cap = 4096;
+    int tag = kTag;
+    ASSERT_TRUE(post_until(
+        "irecv", &rreq, [&](void** q) { return n.irecv(c.recv, 1, &data, &cap, &tag, &mh, q); }));
+    int sdone = 0, rdone = 0;
+    const auto deadline = Clock::now() + wait_limit();
+    while (!sdone || !rdone) {
+      ASSERT_LT(Clock::now(), deadline) << "message " << i << " not done";
+      if (sreq == nullptr) {
+        ASSERT_EQ(n.isend(c.send, sb.data(), size, kTag, sb.mh(), &sreq), ncclSuccess);
+      } else if (!sdone) {
+        ASSERT_EQ(n.test(sreq, &sdone, nullptr), ncclSuccess) << last_warn();
+        if (sdone) {
+          EXPECT_EQ(open_under(&stok[i]), 0) << "send " << i << " done, event open";
+        }
+      }
+      if (!rdone) {
+        ASSERT_EQ(n.test(rreq, &rdone, nullptr), ncclSuccess) << last_warn();
+      }
+    }
+    n.phandle = nullptr;
+    ASSERT_TRUE(comm_stats(c.send, &after));
+    if (after.eagerMessages > before.eagerMessages) {
+      ++eager_sent;
+      eager_at.push_back(i);
+    }
+  }
+  ASSERT_GT(eager_sent, 0) << "no send went eagerly: the test shows nothing";
+  {
+    std::lock_guard<std::mutex> lk(g_rec.mu);
+    EXPECT_EQ(g_rec.broken, 0) << "callback called against NCCL's contract";
+    EXPECT_EQ(g_rec.bad_stop, 0) << "stop of a NULL or already stopped event";
+    for (int i : eager_at) {
+      int events = 0;
+      for (const Event& e : g_rec.events) {
+        if (e.parent != &stok[i]) continue;
+        ++events;
+        EXPECT_TRUE(e.stopped);
+        EXPECT_EQ(e.d.qp.opcode, IBV_WR_RDMA_WRITE) << "eager send " << i;
+        EXPECT_TRUE(send_qps.count(static_cast<uint32_t>(e.d.qp.qpNum)) != 0);
+        EXPECT_EQ(e.d.qp.length, sluice::wire::kEagerHeaderBytes + 1 + 97 * static_cast<size_t>(i))
+            << "header and payload";
+      }
+      EXPECT_EQ(events, 1) << "eager send " << i << ": one event, its WRITE";
+    }
+  }
+  std::fprintf(stderr, "%d of 24 sends went eagerly\n", eager_sent);
+  sb.reset();
+  rb.reset();
   EXPECT_TRUE(close_conn(n, &c));
   EXPECT_EQ(n.finalize(), ncclSuccess);
 }

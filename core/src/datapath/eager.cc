@@ -23,6 +23,8 @@ namespace {
 // < 64).
 constexpr uint32_t kHeadReport = 0xff;
 constexpr uint32_t kAskWrite = 0xfe;
+// The QP that carries eager WRITEs (one-path comms only).
+constexpr int kEagerQp = 0;
 
 const char* ring_slot(const RecvComm& r, uint64_t counter) {
   const EagerLease& l = r.eg.ring;
@@ -419,7 +421,7 @@ Status eager_send(SendComm& s, const void* data, size_t size, int tag, bool host
   if (!g.book.may_send(tag, size, g.max)) return Status::again();
   const uint64_t counter = g.book.counter();
   const uint32_t ss = static_cast<uint32_t>(counter % st.slots);
-  const int q = 0;
+  const int q = kEagerQp;
   if ((g.busy >> ss & 1u) != 0 || s.c.qp[q].sq_used + 1 > kSendSqDepth) {
     SLUICE_RETURN_IF_ERROR(poll_send(s));
     if ((g.busy >> ss & 1u) != 0 || s.c.qp[q].sq_used + 1 > kSendSqDepth) return Status::again();
@@ -458,6 +460,8 @@ Status eager_send(SendComm& s, const void* data, size_t size, int tag, bool host
   w.send_flags = IBV_SEND_SIGNALED;
   w.wr.rdma.remote_addr = wire::ring_slot_addr(g.grant, counter);
   w.wr.rdma.rkey = g.grant.rkey;
+  if (s.c.prof.start != nullptr) [[unlikely]]
+    prof_eager_send(s.c, *r, w, q);
   ibv_send_wr* bad = nullptr;
   if (int rc = ibv_post_send(s.c.qp[q].get(), &w, &bad); rc != 0) {
     return fail(s.c, Status(Code::kSystemError, "ibv_post_send (eager) on " + s.c.describe_qp(q) +
@@ -561,7 +565,12 @@ void eager_write_done(SendComm& s, uint64_t wr_id) {
     return;
   }
   s.eg.busy &= ~(uint64_t{1} << ss);
-  if (index < static_cast<uint32_t>(SendComm::kPool)) s.pool[index].done = true;
+  if (index < static_cast<uint32_t>(SendComm::kPool)) {
+    SendReq& r = s.pool[index];
+    if (s.c.prof.start != nullptr) [[unlikely]]
+      prof_stop(s.c, r.ev[kEagerQp]);
+    r.done = true;
+  }
 }
 
 }  // namespace dp

@@ -54,6 +54,10 @@ void prof_send_chain(const Conn& c, int q, const ibv_send_wr* wrs, const cts::La
                             : nullptr;
 }
 
+void prof_eager_send(const Conn& c, SendReq& r, const ibv_send_wr& w, int q) {
+  r.ev[q] = start(c, r.parent, w, c.qp[q].qpn, wr_bytes(w));
+}
+
 void prof_send_done(SendComm& s, SendReq& leader, int q) {
   for (int i = 0; i < leader.group_n; ++i) prof_stop(s.c, s.pool[leader.group[i]].ev[q]);
   prof_stop(s.c, leader.close_ev[q]);
