@@ -319,6 +319,20 @@ Status reject_send(SendComm& s, int index, size_t size, int tag, uint32_t why) {
   return fail(s.c, Status(Code::kInvalidUsage, std::move(m)));
 }
 
+// The send goes eagerly (eager.cc), or says again. Then the receiver must know which slots were
+// read, or it may be waiting to reuse one (eager_slot_free) before it can post the receive this
+// send needs; and it may be holding the clear-to-send back, expecting this send eagerly: it is
+// asked.
+Status send_eagerly(SendComm& s, void* data, size_t size, int tag, bool host, void* parent,
+                    Request** out) {
+  Status st = eager_send(s, data, size, tag, host, parent, out);
+  if (st.is_again()) {
+    SLUICE_RETURN_IF_ERROR(eager_report_head(s, true));
+    SLUICE_RETURN_IF_ERROR(eager_ask(s, size, tag, host));
+  }
+  return st;
+}
+
 Status isend_impl(SendComm* s, void* data, size_t size, int tag, MemHandle* mh, void* parent,
                   Request** out) {
   SLUICE_RETURN_IF_ERROR(check_device(s->c));
@@ -330,17 +344,7 @@ Status isend_impl(SendComm* s, void* data, size_t size, int tag, MemHandle* mh, 
   const bool host = size == 0 || over_limit || mh->type == MemType::kHost;
   if (s->eg.on) {  // the eager path (eager.cc): its reading of the head, or the send goes eagerly
     SLUICE_RETURN_IF_ERROR(eager_read_head(*s));
-    if (s->snap.seq == 0) {
-      Status st = eager_send(*s, data, size, tag, host, parent, out);
-      // Waiting for a clear-to-send: the receiver must know which slots were read, or it may be
-      // waiting to reuse one (eager_slot_free) before it can post the receive this send needs;
-      // and it may be holding the clear-to-send back, expecting this send eagerly: it is asked.
-      if (st.is_again()) {
-        SLUICE_RETURN_IF_ERROR(eager_report_head(*s, true));
-        SLUICE_RETURN_IF_ERROR(eager_ask(*s, size, tag, host));
-      }
-      return st;
-    }
+    if (s->snap.seq == 0) return send_eagerly(*s, data, size, tag, host, parent, out);
   }
   if (s->snap.seq == 0) {  // first use of the slot at head: validate it once
     const size_t cells = static_cast<size_t>(s->c.cells());
@@ -356,14 +360,7 @@ Status isend_impl(SendComm* s, void* data, size_t size, int tag, MemHandle* mh, 
   const int nreqs = s->snap.nreqs;
   const cts::Match m = cts::match(s->snap, s->matched, tag, over_limit ? 0 : size);
   if (m.kind == cts::Match::kLater) {  // tag of a later receive
-    if (s->eg.on && !over_limit) {
-      Status st = eager_send(*s, data, size, tag, host, parent, out);
-      if (st.is_again()) {
-        SLUICE_RETURN_IF_ERROR(eager_report_head(*s, true));
-        SLUICE_RETURN_IF_ERROR(eager_ask(*s, size, tag, host));
-      }
-      return st;
-    }
+    if (s->eg.on && !over_limit) return send_eagerly(*s, data, size, tag, host, parent, out);
     return Status::again();
   }
   if (over_limit) return reject_send(*s, m.index, size, tag, wire::kRecordOverLimit);
