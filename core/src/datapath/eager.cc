@@ -23,7 +23,7 @@ namespace {
 // < 64).
 constexpr uint32_t kHeadReport = 0xff;
 constexpr uint32_t kAskWrite = 0xfe;
-// The QP that carries eager WRITEs (one-path comms only).
+// The QP that carries the eager path's WRITEs: messages, asks, head reports (one-path comms only).
 constexpr int kEagerQp = 0;
 
 const char* ring_slot(const RecvComm& r, uint64_t counter) {
@@ -482,11 +482,11 @@ Status eager_send(SendComm& s, const void* data, size_t size, int tag, bool host
 namespace {
 
 // One signaled RDMA WRITE of `bytes` from the sender's registered comm memory (`src`) to `remote`
-// (the receiver's comm memory, or its ring with `rkey`) on QP 0, counted. `what` names it in
+// (the receiver's comm memory, or its ring with `rkey`) on kEagerQp, counted. `what` names it in
 // errors.
 Status post_small_write(SendComm& s, const void* src, uint32_t bytes, uint64_t remote,
                         uint32_t rkey, uint64_t wr_id, const char* what) {
-  const int q = 0;
+  const int q = kEagerQp;
   ibv_sge sge{reinterpret_cast<uintptr_t>(src), bytes, local_mem_lkey(s.c, q)};
   ibv_send_wr w{};
   w.wr_id = wr_id;
@@ -519,7 +519,7 @@ Status eager_ask(SendComm& s, size_t size, int tag, bool host) {
   const bool limit = !host || !g.staging.held() || size > g.max;
   if (!limit && g.book.confirmed(tag)) return Status::ok();
   if (!g.book.may_ask(tag)) return Status::ok();
-  if (s.c.qp[0].sq_used + 1 > kSendSqDepth) return Status::ok();  // a later call asks
+  if (s.c.qp[kEagerQp].sq_used + 1 > kSendSqDepth) return Status::ok();  // a later call asks
   const uint64_t counter = g.book.counter();
   const bool all = !g.book.numbers(tag);
   const size_t bytes =
@@ -539,7 +539,7 @@ Status eager_report_head(SendComm& s, bool force) {
   // the receiver that its slot (and every one before) was read.
   if (!g.on || !g.unreported || s.head == g.reported || (!force && s.head - g.reported < 16))
     return Status::ok();
-  const int q = 0;
+  const int q = kEagerQp;
   if (s.c.qp[q].sq_used + 1 > kSendSqDepth) return Status::ok();  // a later call reports it
   // The source byte is rewritten only once the previous report completed (the NIC reads it late).
   if (g.report_busy) return Status::ok();
