@@ -683,6 +683,55 @@ inline ::testing::AssertionResult wait_done(Net& net, const char* what, void* re
   }
 }
 
+// One message of `n` bytes from `src` (handle smh) into `dst` (handle rmh), as NCCL's proxy drives
+// it: the send is tried first (it may go eagerly before the receive exists), the receive posted,
+// and while either is open both are tested. Every byte checked. on_send_done() runs right
+// after the send's test first said done.
+template <typename OnSendDone = void (*)()>
+::testing::AssertionResult send_first_message(
+    Net& net, Conn& c, uint8_t* src, void* smh, uint8_t* dst, void* rmh, size_t n, int tag,
+    uint64_t seed, OnSendDone on_send_done = [] {}) {
+  fill_pattern(src, n, seed);
+  std::memset(dst, 0, n);
+  void* sreq = nullptr;
+  void* rreq = nullptr;
+  if (net.isend(c.send, src, n, tag, smh, &sreq) != ncclSuccess)
+    return ::testing::AssertionFailure() << "isend failed: " << last_warn();
+  void* rdata = dst;
+  size_t cap = n;
+  int rtag = tag;
+  if (!post_until("irecv", &rreq,
+                  [&](void** q) { return net.irecv(c.recv, 1, &rdata, &cap, &rtag, &rmh, q); }))
+    return ::testing::AssertionFailure() << "irecv failed: " << last_warn();
+  bool sdone = false, rdone = false;
+  int rsize = -1;
+  const auto deadline = Clock::now() + wait_limit();
+  while (!sdone || !rdone) {
+    if (Clock::now() > deadline) return ::testing::AssertionFailure() << "message not done";
+    if (sreq == nullptr) {
+      if (net.isend(c.send, src, n, tag, smh, &sreq) != ncclSuccess)
+        return ::testing::AssertionFailure() << "isend failed: " << last_warn();
+    } else if (!sdone) {
+      int d = 0;
+      if (net.test(sreq, &d, nullptr) != ncclSuccess)
+        return ::testing::AssertionFailure() << "send test failed: " << last_warn();
+      sdone = d != 0;
+      if (sdone) on_send_done();
+    }
+    if (!rdone) {
+      int d = 0;
+      if (net.test(rreq, &d, &rsize) != ncclSuccess)
+        return ::testing::AssertionFailure() << "receive test failed: " << last_warn();
+      rdone = d != 0;
+    }
+  }
+  if (rsize != static_cast<int>(n))
+    return ::testing::AssertionFailure() << "received " << rsize << " bytes, sent " << n;
+  const std::string bad = check_pattern(dst, n, seed);
+  if (!bad.empty()) return ::testing::AssertionFailure() << bad;
+  return ::testing::AssertionSuccess();
+}
+
 // One message: receive into rbuf (capacity rcap) what is sent from sbuf (ssize), both tested to
 // completion; *received = size reported by the receiver's test.
 inline ::testing::AssertionResult send_recv(Net& net, Conn& c, RegBuf& sbuf, size_t ssize,

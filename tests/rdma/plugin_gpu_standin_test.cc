@@ -318,50 +318,35 @@ uint64_t eager_count(void* comm) {
   return comm_stats(comm, &st) ? st.eagerMessages : ~uint64_t{0};
 }
 
-// One message of `n` bytes from `src` (handle smh) into `dst` (handle rmh), as NCCL's proxy drives
-// it: the send is tried first (it may go eagerly before the receive exists), the receive posted,
-// and while either is open both are tested. Every byte checked.
-::testing::AssertionResult one_message(Net& net, Conn& c, uint8_t* src, void* smh, uint8_t* dst,
-                                       void* rmh, size_t n, int tag, uint64_t seed) {
-  fill_pattern(src, n, seed);
-  std::memset(dst, 0, n);
-  void* sreq = nullptr;
-  void* rreq = nullptr;
-  if (net.isend(c.send, src, n, tag, smh, &sreq) != ncclSuccess)
-    return ::testing::AssertionFailure() << "isend failed: " << last_warn();
-  void* rdata = dst;
-  size_t cap = n;
-  int rtag = tag;
-  if (!post_until("irecv", &rreq,
-                  [&](void** q) { return net.irecv(c.recv, 1, &rdata, &cap, &rtag, &rmh, q); }))
-    return ::testing::AssertionFailure() << "irecv failed: " << last_warn();
-  bool sdone = false, rdone = false;
-  int rsize = -1;
-  const auto deadline = Clock::now() + wait_limit();
-  while (!sdone || !rdone) {
-    if (Clock::now() > deadline) return ::testing::AssertionFailure() << "message not done";
-    if (sreq == nullptr) {
-      if (net.isend(c.send, src, n, tag, smh, &sreq) != ncclSuccess)
-        return ::testing::AssertionFailure() << "isend failed: " << last_warn();
-    } else if (!sdone) {
-      int d = 0;
-      if (net.test(sreq, &d, nullptr) != ncclSuccess)
-        return ::testing::AssertionFailure() << "send test failed: " << last_warn();
-      sdone = d != 0;
-    }
-    if (!rdone) {
-      int d = 0;
-      if (net.test(rreq, &d, &rsize) != ncclSuccess)
-        return ::testing::AssertionFailure() << "receive test failed: " << last_warn();
-      rdone = d != 0;
-    }
+// NCCL's buffers with GPUDirect on one side of a connection: a host buffer registered on each
+// comm (LL), and a "GPU" buffer on the send comm (gpu_on_send) or the receive comm (SIMPLE), all
+// registered before the first message.
+struct MixedConn {
+  static constexpr size_t kMax = 2048;
+  Conn c;
+  DevBuf gpu{kMax};
+  RegBuf send_host, recv_host;
+  void* gpu_comm = nullptr;
+  void* gmh = nullptr;
+  ::testing::AssertionResult open(Net& net, bool gpu_on_send) {
+    if (auto ok = open_conn(net, 0, pick_peer(net), &c); !ok) return ok;
+    if (gpu.p == 0) return ::testing::AssertionFailure() << "the stand-in's cuMemAlloc failed";
+    if (auto ok = send_host.allocate(&net, c.send, kMax); !ok) return ok;
+    if (auto ok = recv_host.allocate(&net, c.recv, kMax); !ok) return ok;
+    gpu_comm = gpu_on_send ? c.send : c.recv;
+    if (net.reg_mr_type(gpu_comm, gpu.bytes(), kMax, NCCL_PTR_CUDA, &gmh) != ncclSuccess)
+      return ::testing::AssertionFailure() << "regMr of CUDA memory: " << last_warn();
+    return ::testing::AssertionSuccess();
   }
-  if (rsize != static_cast<int>(n))
-    return ::testing::AssertionFailure() << "received " << rsize << " bytes, sent " << n;
-  const std::string bad = check_pattern(dst, n, seed);
-  if (!bad.empty()) return ::testing::AssertionFailure() << bad;
-  return ::testing::AssertionSuccess();
-}
+  // NCCL's order: deregMr, then close.
+  ::testing::AssertionResult close(Net& net) {
+    const bool dereg = net.dereg_mr(gpu_comm, gmh) == ncclSuccess;
+    send_host.reset();
+    recv_host.reset();
+    if (auto ok = close_conn(net, &c); !ok) return ok;
+    return dereg ? ::testing::AssertionSuccess() : ::testing::AssertionFailure() << "deregMr";
+  }
+};
 
 // NCCL with GPUDirect on the receiver: the comm's LL buffer in host memory, its SIMPLE buffer in
 // GPU memory, both registered before the first receive; the sender's buffers in host memory
@@ -375,23 +360,15 @@ TEST(StandInGpuEager, NoRingForAReceiverWithGpuMemoryRegistered) {
   g_keep_info = true;
   START(net, "force");
   const size_t info0 = info_size();
-  Conn c;
-  ASSERT_TRUE(open_conn(net, 0, pick_peer(net), &c));
-  constexpr size_t kMax = 2048;
-  DevBuf gpu_dst(kMax);
-  ASSERT_NE(gpu_dst.p, 0u);
-  RegBuf host_dst, src;
-  ASSERT_TRUE(src.allocate(&net, c.send, kMax));
-  ASSERT_TRUE(host_dst.allocate(&net, c.recv, kMax));
-  void* gmh = nullptr;
-  ASSERT_EQ(net.reg_mr_type(c.recv, gpu_dst.bytes(), kMax, NCCL_PTR_CUDA, &gmh), ncclSuccess)
-      << last_warn();
+  MixedConn m;
+  ASSERT_TRUE(m.open(net, false));
+  Conn& c = m.c;
   for (int i = 0; i < 24; ++i) {
     const size_t n = size_t{64} << (i % 6);  // 64 B .. 2 KiB
     const bool to_gpu = i % 2 == 1;
-    ASSERT_TRUE(one_message(net, c, src.data(), src.mh(),
-                            to_gpu ? gpu_dst.bytes() : host_dst.data(),
-                            to_gpu ? gmh : host_dst.mh(), n, 3, 900 + i))
+    ASSERT_TRUE(send_first_message(net, c, m.send_host.data(), m.send_host.mh(),
+                                   to_gpu ? m.gpu.bytes() : m.recv_host.data(),
+                                   to_gpu ? m.gmh : m.recv_host.mh(), n, 3, 900 + i))
         << "message " << i << " (" << n << " bytes, into " << (to_gpu ? "GPU" : "host")
         << " memory)";
   }
@@ -401,10 +378,7 @@ TEST(StandInGpuEager, NoRingForAReceiverWithGpuMemoryRegistered) {
       info_with(info0, "eager path off for this comm: GPU memory is registered on it").empty())
       << "the receiver says why its comm has no ring";
   g_keep_info = false;
-  EXPECT_EQ(net.dereg_mr(c.recv, gmh), ncclSuccess);
-  src.reset();
-  host_dst.reset();
-  EXPECT_TRUE(close_conn(net, &c));
+  EXPECT_TRUE(m.close(net));
   EXPECT_EQ(net.finalize(), ncclSuccess);
 }
 
@@ -417,21 +391,15 @@ TEST(StandInGpuEager, SendsFromGpuMemoryGoByRendezvous) {
   EagerOn eager;
   Net net(12);
   START(net, "force");
-  Conn c;
-  ASSERT_TRUE(open_conn(net, 0, pick_peer(net), &c));
-  constexpr size_t kMax = 2048;
-  DevBuf gpu_src(kMax);
-  ASSERT_NE(gpu_src.p, 0u);
-  RegBuf host_src, dst;
-  ASSERT_TRUE(host_src.allocate(&net, c.send, kMax));
-  ASSERT_TRUE(dst.allocate(&net, c.recv, kMax));
-  void* gmh = nullptr;
-  ASSERT_EQ(net.reg_mr_type(c.send, gpu_src.bytes(), kMax, NCCL_PTR_CUDA, &gmh), ncclSuccess)
-      << last_warn();
+  MixedConn m;
+  ASSERT_TRUE(m.open(net, true));
+  Conn& c = m.c;
+  RegBuf& host_src = m.send_host;
+  RegBuf& dst = m.recv_host;
   // Host sends first: the receiver numbers the tag and its traffic turns eager.
   for (int i = 0; i < 8; ++i)
-    ASSERT_TRUE(
-        one_message(net, c, host_src.data(), host_src.mh(), dst.data(), dst.mh(), 256, 4, 500 + i))
+    ASSERT_TRUE(send_first_message(net, c, host_src.data(), host_src.mh(), dst.data(), dst.mh(),
+                                   256, 4, 500 + i))
         << "host message " << i;
   const uint64_t eager_host = eager_count(c.send);
   EXPECT_GT(eager_host, 0u) << "host sends of 256 bytes go eagerly with SLUICE_EAGER_MAX=4096";
@@ -440,8 +408,9 @@ TEST(StandInGpuEager, SendsFromGpuMemoryGoByRendezvous) {
     const bool from_gpu = i % 2 == 0;
     const size_t n = size_t{64} << (i % 6);
     const uint64_t before = eager_count(c.send);
-    ASSERT_TRUE(one_message(net, c, from_gpu ? gpu_src.bytes() : host_src.data(),
-                            from_gpu ? gmh : host_src.mh(), dst.data(), dst.mh(), n, 4, 700 + i))
+    ASSERT_TRUE(send_first_message(net, c, from_gpu ? m.gpu.bytes() : host_src.data(),
+                                   from_gpu ? m.gmh : host_src.mh(), dst.data(), dst.mh(), n, 4,
+                                   700 + i))
         << "message " << i << " (" << n << " bytes, from " << (from_gpu ? "GPU" : "host")
         << " memory)";
     const uint64_t went = eager_count(c.send) - before;
@@ -453,10 +422,7 @@ TEST(StandInGpuEager, SendsFromGpuMemoryGoByRendezvous) {
   }
   EXPECT_GT(eager_mixed, 0u) << "host sends beside GPU ones still go eagerly";
   EXPECT_EQ(eager_count(c.recv), eager_count(c.send)) << "every eager message was copied out";
-  EXPECT_EQ(net.dereg_mr(c.send, gmh), ncclSuccess);
-  host_src.reset();
-  dst.reset();
-  EXPECT_TRUE(close_conn(net, &c));
+  EXPECT_TRUE(m.close(net));
   EXPECT_EQ(net.finalize(), ncclSuccess);
 }
 

@@ -309,32 +309,11 @@ TEST(ProfilerEager, AnEagerSendIsOneWriteEvent) {
     const size_t size = 1 + 97 * static_cast<size_t>(i);
     sluiceCommStats_v1_t before{}, after{};
     ASSERT_TRUE(comm_stats(c.send, &before));
-    void* sreq = nullptr;
-    void* rreq = nullptr;
     n.phandle = &stok[i];
-    ASSERT_EQ(n.isend(c.send, sb.data(), size, kTag, sb.mh(), &sreq), ncclSuccess);
-    void* data = rb.data();
-    void* mh = rb.mh();
-    size_t cap = 4096;
-    int tag = kTag;
-    ASSERT_TRUE(post_until(
-        "irecv", &rreq, [&](void** q) { return n.irecv(c.recv, 1, &data, &cap, &tag, &mh, q); }));
-    int sdone = 0, rdone = 0;
-    const auto deadline = Clock::now() + wait_limit();
-    while (!sdone || !rdone) {
-      ASSERT_LT(Clock::now(), deadline) << "message " << i << " not done";
-      if (sreq == nullptr) {
-        ASSERT_EQ(n.isend(c.send, sb.data(), size, kTag, sb.mh(), &sreq), ncclSuccess);
-      } else if (!sdone) {
-        ASSERT_EQ(n.test(sreq, &sdone, nullptr), ncclSuccess) << last_warn();
-        if (sdone) {
-          EXPECT_EQ(open_under(&stok[i]), 0) << "send " << i << " done, event open";
-        }
-      }
-      if (!rdone) {
-        ASSERT_EQ(n.test(rreq, &rdone, nullptr), ncclSuccess) << last_warn();
-      }
-    }
+    ASSERT_TRUE(send_first_message(
+        n, c, sb.data(), sb.mh(), rb.data(), rb.mh(), size, kTag, 300 + i,
+        [&] { EXPECT_EQ(open_under(&stok[i]), 0) << "send " << i << " done, event open"; }))
+        << "message " << i;
     n.phandle = nullptr;
     ASSERT_TRUE(comm_stats(c.send, &after));
     if (after.eagerMessages > before.eagerMessages) {
