@@ -12,6 +12,7 @@
 #include <string>
 
 #include "ext_stats.h"
+#include "nccl_profiler_default.h"
 #include "net_harness.h"
 
 namespace {
@@ -357,6 +358,9 @@ struct MixedConn {
 TEST(StandInGpuEager, NoRingForAReceiverWithGpuMemoryRegistered) {
   EagerOn eager;
   Net net(12);
+  // As NCCL drives it: a profiler callback at init (a loaded profiler, its contract checked) and a
+  // step handle per post.
+  nccl_profiler::attach(net, nccl_profiler::Mode::kLoaded);
   g_keep_info = true;
   START(net, "force");
   const size_t info0 = info_size();
@@ -379,6 +383,7 @@ TEST(StandInGpuEager, NoRingForAReceiverWithGpuMemoryRegistered) {
       << "the receiver says why its comm has no ring";
   g_keep_info = false;
   EXPECT_TRUE(m.close(net));
+  EXPECT_EQ(nccl_profiler::check(true), "");
   EXPECT_EQ(net.finalize(), ncclSuccess);
 }
 
@@ -390,6 +395,7 @@ TEST(StandInGpuEager, NoRingForAReceiverWithGpuMemoryRegistered) {
 TEST(StandInGpuEager, SendsFromGpuMemoryGoByRendezvous) {
   EagerOn eager;
   Net net(12);
+  nccl_profiler::attach(net, nccl_profiler::Mode::kLoaded);  // as NCCL drives it (above)
   START(net, "force");
   MixedConn m;
   ASSERT_TRUE(m.open(net, true));
@@ -423,6 +429,7 @@ TEST(StandInGpuEager, SendsFromGpuMemoryGoByRendezvous) {
   EXPECT_GT(eager_mixed, 0u) << "host sends beside GPU ones still go eagerly";
   EXPECT_EQ(eager_count(c.recv), eager_count(c.send)) << "every eager message was copied out";
   EXPECT_TRUE(m.close(net));
+  EXPECT_EQ(nccl_profiler::check(true), "");
   EXPECT_EQ(net.finalize(), ncclSuccess);
 }
 
