@@ -327,6 +327,24 @@ std::string ptr_text(int ptr) {
          (ptr & NCCL_PTR_DMABUF ? "|DMABUF" : "");
 }
 
+// NCCL's profiler side as the plugin meets it with no profiler plugin loaded: from net v10 NCCL
+// passes ncclProfilerCallback to every init (src/plugin/net.cc), and it returns ncclSuccess and
+// does nothing else; every isend / irecv of its proxy gets the handle of its step
+// (&sub->pHandles[step % NCCL_STEPS]), never NULL. gpu-check drives the plugin that way, so the
+// plugin's profiler branch runs here as it does under NCCL; the calls are counted and printed.
+long long g_prof_calls = 0;
+ncclResult_t nccl_default_profiler(void** /*eHandle*/, int /*type*/, void* /*pHandle*/,
+                                   int64_t /*pluginId*/, void* /*extData*/) {
+  ++g_prof_calls;
+  return ncclSuccess;
+}
+constexpr int kNcclSteps = 8;         // NCCL_STEPS
+void* g_step_handles[kNcclSteps][2];  // what &sub->pHandles[step % NCCL_STEPS] points to
+int g_step = 0;
+void* next_phandle() {
+  return &g_step_handles[g_step++ % kNcclSteps];
+}
+
 struct Loop {
   ncclNet_v12_t* net = nullptr;
   void* sc = nullptr;
@@ -341,12 +359,14 @@ std::string transfer(Loop& l, void* sdata, void* rdata, size_t n, void* smh, voi
   void *rreq = nullptr, *sreq = nullptr;
   size_t cap = n;
   int tag = 1;
+  void* sph = next_phandle();  // each post its own step's handle, as NCCL's proxy gives them
+  void* rph = next_phandle();
   bool ok = poll_until([&] {
     if (rreq == nullptr &&
-        net->irecv(l.rc, 1, &rdata, &cap, &tag, &rmh, nullptr, &rreq) != ncclSuccess)
+        net->irecv(l.rc, 1, &rdata, &cap, &tag, &rmh, &rph, &rreq) != ncclSuccess)
       return true;
     if (rreq != nullptr && sreq == nullptr &&
-        net->isend(l.sc, sdata, n, tag, smh, nullptr, &sreq) != ncclSuccess)
+        net->isend(l.sc, sdata, n, tag, smh, sph, &sreq) != ncclSuccess)
       return true;
     return rreq != nullptr && sreq != nullptr;
   });
@@ -399,13 +419,15 @@ std::string small_message(Loop& l, void* sdata, void* rdata, size_t n, void* smh
   void *rreq = nullptr, *sreq = nullptr;
   size_t cap = n;
   int tag = 2;
-  if (net->isend(l.sc, sdata, n, tag, smh, nullptr, &sreq) != ncclSuccess) return "isend failed";
+  void* sph = next_phandle();  // each post its own step's handle, as NCCL's proxy gives them
+  void* rph = next_phandle();
+  if (net->isend(l.sc, sdata, n, tag, smh, sph, &sreq) != ncclSuccess) return "isend failed";
   int sdone = 0, rdone = 0, sizes[NCCL_NET_MAX_REQUESTS] = {};
   const bool ok = poll_until([&] {
     if (rreq == nullptr &&
-        net->irecv(l.rc, 1, &rdata, &cap, &tag, &rmh, nullptr, &rreq) != ncclSuccess)
+        net->irecv(l.rc, 1, &rdata, &cap, &tag, &rmh, &rph, &rreq) != ncclSuccess)
       return true;
-    if (sreq == nullptr && net->isend(l.sc, sdata, n, tag, smh, nullptr, &sreq) != ncclSuccess)
+    if (sreq == nullptr && net->isend(l.sc, sdata, n, tag, smh, sph, &sreq) != ncclSuccess)
       return true;
     if (sreq != nullptr && !sdone && net->test(sreq, &sdone, nullptr) != ncclSuccess) return true;
     if (rreq != nullptr && !rdone && net->test(rreq, &rdone, sizes) != ncclSuccess) return true;
@@ -517,7 +539,7 @@ void plugin_checks(Gpu& g, const char* plugin_path) {
   ncclNetCommConfig_v12_t cfg{};
   cfg.trafficClass = NCCL_NET_TRAFFIC_CLASS_UNDEF;
   int ndev = 0;
-  if (net->init(&ctx, 0x67, &cfg, logger, nullptr) != ncclSuccess ||
+  if (net->init(&ctx, 0x67, &cfg, logger, nccl_default_profiler) != ncclSuccess ||
       net->devices(&ndev) != ncclSuccess || ndev < 1) {
     check("plugin_init", "SKIP",
           "no RDMA device: the plugin's init failed or found no device (its WARN above says "
@@ -538,7 +560,8 @@ void plugin_checks(Gpu& g, const char* plugin_path) {
         std::to_string(ndev) + " device(s); loopback on device " + std::to_string(dev) + " " +
             p.name + " (nearest the GPU; PCI " + (paths[dev].empty() ? "unknown" : paths[dev]) +
             "), its ptrSupport " + ptr_text(ptr) +
-            " (the decision and its reasons are in the INFO lines above)");
+            " (the decision and its reasons are in the INFO lines above); init got NCCL's "
+            "default profiler callback, as NCCL passes it from net v10");
   if (!open_loop(net, ctx, dev, &l)) {
     check("plugin_connect", "FAIL", "listen/connect/accept did not complete");
     return;
@@ -674,7 +697,11 @@ int main(int argc, char** argv) {
   }
   check("cuda_init", "PASS", "driver loaded, cuInit ok");
   if (!cuda_checks(g)) return 1;
-  if (mode == "plugin") plugin_checks(g, argv[2]);
+  if (mode == "plugin") {
+    plugin_checks(g, argv[2]);
+    std::printf("gpu-check: NCCL's default profiler callback was called %lld times\n",
+                g_prof_calls);
+  }
   if (g_failed) return 1;
   return g_skipped ? 77 : 0;
 }

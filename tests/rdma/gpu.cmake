@@ -38,13 +38,16 @@ if(SLUICE_HAVE_CUDA_HEADERS)
   # exercised where no GPU exists (its output says "stand-in"; it is not a GPU result). The
   # stand-in's host pages are no dma-buf, so the regMrDmaBuf step is skipped and gpu-check exits 77;
   # the test passes only with that exit, the skip's reason, and the peermem transfer and its
-  # forced flush passing, and the eager check (small messages beside GPU memory, none eagerly).
+  # forced flush passing, and the eager check (small messages beside GPU memory, none eagerly);
+  # driven as NCCL drives the plugin: NCCL's default profiler callback at init (called, so the
+  # plugin's profiler branch ran) and a step handle on every post.
   sluice_add_rdma_test(NAME gpu_check_standin
                        COMMAND ${PROJECT_SOURCE_DIR}/tests/gpu/expect_skip.sh
                                "CHECK gpu_dmabuf_transfer: SKIP .* was not offered for dma-buf"
                                "CHECK gpu_transfer: PASS .*zero-copy .*forced flush done, 0 bytes differ"
                                "CHECK cuda_vmm: PASS"
                                "CHECK gpu_eager: PASS .*16 messages .*: 0 bytes differ, 0 went eagerly"
+                               "profiler callback was called [1-9][0-9]* times"
                                -- $<TARGET_FILE:gpu-check> plugin $<TARGET_FILE:nccl-net-sluice>
                        TIMEOUT 600)
   set_property(TEST gpu_check_standin APPEND PROPERTY ENVIRONMENT
