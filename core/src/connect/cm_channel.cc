@@ -10,7 +10,7 @@
 #include <mutex>
 #include <unordered_map>
 
-#include "connect/fd_census.h"
+#include "comm/fd_census.h"
 
 namespace sluice {
 

@@ -20,7 +20,7 @@
 #include "comm/comm.h"
 #include "connect/cm_rdmacm.h"
 #include "connect/comm_setup.h"
-#include "connect/fd_census.h"
+#include "comm/fd_census.h"
 #include "connect/oob_socket.h"
 #include "connect/route_gid.h"
 #include "health/liveness.h"

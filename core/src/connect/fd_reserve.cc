@@ -9,7 +9,7 @@
 #include <cstring>
 #include <mutex>
 
-#include "connect/fd_census.h"
+#include "comm/fd_census.h"
 #include "connect/oob_socket.h"
 #include "sluice/core/wire/wire.h"
 

@@ -31,7 +31,7 @@
 #include "comm/comm.h"
 #include "connect/cm_rdmacm.h"
 #include "connect/comm_setup.h"
-#include "connect/fd_census.h"
+#include "comm/fd_census.h"
 #include "connect/fd_reserve.h"
 #include "connect/listener_internal.h"
 #include "connect/oob_socket.h"

@@ -20,7 +20,7 @@
 
 #include "comm/comm.h"
 #include "connect/cm_rdmacm.h"
-#include "connect/fd_census.h"
+#include "comm/fd_census.h"
 #include "connect/route_gid.h"
 #include "sluice/core/base/status.h"
 #include "sluice/core/wire/wire.h"

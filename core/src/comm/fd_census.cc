@@ -1,4 +1,4 @@
-#include "connect/fd_census.h"
+#include "comm/fd_census.h"
 
 #include "comm/engine.h"
 
