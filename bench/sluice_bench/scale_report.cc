@@ -46,7 +46,9 @@ struct Row {
 };
 
 // --scale-expect "fds=1/1,qps=1/1,nofile=raised": per-connection growth, sender/receiver (keys
-// fds, qps, cqs, mrs), or for keepalive the most sockets with a keepalive timer running that each
+// fds, qps, cqs, mrs), or for fds_total the whole growth of each side's descriptors with every pair
+// up, whatever the number of pairs (the plugin's peer link: one socket per peer process), or for
+// keepalive the most sockets with a keepalive timer running that each
 // side may hold with every pair up (the plugin runs one per peer host), or for listen the most
 // listening sockets the receiver's listens of a round may hold (RECV only; the plugin shares one
 // per address); nofile:
@@ -73,10 +75,10 @@ Expect parse_expect(const std::string& spec) {
     if (eq == std::string::npos || sl == std::string::npos || sl < eq)
       fail("--scale-expect: '%s' is not KEY=SEND/RECV", item.c_str());
     const std::string key = item.substr(0, eq);
-    if (key != "fds" && key != "qps" && key != "cqs" && key != "mrs" && key != "keepalive" &&
-        key != "listen")
+    if (key != "fds" && key != "fds_total" && key != "qps" && key != "cqs" && key != "mrs" &&
+        key != "keepalive" && key != "listen")
       fail(
-          "--scale-expect: unknown key '%s' (fds, qps, cqs, mrs, keepalive, listen, "
+          "--scale-expect: unknown key '%s' (fds, fds_total, qps, cqs, mrs, keepalive, listen, "
           "nofile=raised)",
           key.c_str());
     m[key] = {atof(item.substr(eq + 1, sl - eq - 1).c_str()), atof(item.substr(sl + 1).c_str())};
@@ -88,7 +90,7 @@ Expect parse_expect(const std::string& spec) {
 
 int64_t growth(const ScaleReport& r, const std::string& key) {
   const ScaleSnap &a = r.snap_base, &b = r.snap_up;
-  if (key == "fds") return b.fds - a.fds;
+  if (key == "fds" || key == "fds_total") return b.fds - a.fds;
   if (key == "qps") return b.qps - a.qps;
   if (key == "cqs") return b.cqs - a.cqs;
   return b.mrs - a.mrs;
@@ -256,6 +258,18 @@ void scale_run(const Options& o, Side& s, std::vector<Table>* tables, uint64_t* 
           continue;
         }
         const int64_t gs = growth(row.me, key), gr = growth(row.peer, key);
+        if (key == "fds_total") {  // the whole growth, not per connection
+          const int64_t ws = n > 0 ? static_cast<int64_t>(want.first) : 0;
+          const int64_t wr = n > 0 ? static_cast<int64_t>(want.second) : 0;
+          const bool ok = gs == ws && gr == wr;
+          printf(
+              "# scale N=%llu: fds growth %lld / %lld in all with every pair up (sender / "
+              "receiver), expected %lld / %lld whatever the pairs: %s\n",
+              (unsigned long long)n, (long long)gs, (long long)gr, (long long)ws, (long long)wr,
+              ok ? "exact" : "MISMATCH");
+          if (!ok) row.problems.push_back("fds in all not as expected");
+          continue;
+        }
         const double ws = want.first * n, wr = want.second * n;
         const bool ok = std::fabs(gs - ws) < 1e-6 && std::fabs(gr - wr) < 1e-6;
         printf(

@@ -235,5 +235,11 @@ target_link_libraries(plugin_fd_limit_test PRIVATE sluice_nccl_abi GTest::gtest_
 target_compile_definitions(plugin_fd_limit_test PRIVATE
                            SLUICE_PLUGIN_PATH="$<TARGET_FILE:nccl-net-sluice>")
 add_dependencies(plugin_fd_limit_test nccl-net-sluice)
+# Twice: with the peer link (one socket per peer process: the descriptors do not grow with the
+# connections) and with SLUICE_OOB_LINK=0 (a socket per comm: they pass the old soft limit).
 sluice_add_rdma_test(NAME plugin_fd_limit COMMAND $<TARGET_FILE:plugin_fd_limit_test> TIMEOUT 600)
 set_property(TEST plugin_fd_limit APPEND PROPERTY ENVIRONMENT SLUICE_CM=oob)
+sluice_add_rdma_test(NAME plugin_fd_limit_own_sockets COMMAND $<TARGET_FILE:plugin_fd_limit_test>
+                     TIMEOUT 600)
+set_property(TEST plugin_fd_limit_own_sockets APPEND PROPERTY ENVIRONMENT SLUICE_CM=oob
+                                                                      SLUICE_OOB_LINK=0)

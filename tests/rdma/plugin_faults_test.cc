@@ -48,10 +48,13 @@ uint64_t seed_of(int msg) {
 // recv-kill / recv-cts-kill / recv-close (listens, hands its handle to the parent, receives
 // message 1; recv-cts-kill also publishes a second receive). *-kill then report ready and wait to
 // be killed; *-close close their comm normally and exit 0.
+int three_comms_child(Net& n, int dev, int out);
+
 int child_main(const std::string& role, int dev) {
   const int in = 3, out = 4;
   Net n(12);
   if (n.init(0xfa17) != ncclSuccess) return 3;
+  if (role == "recv-three") return three_comms_child(n, dev, out);
   const bool sender = role.rfind("send", 0) == 0;
   const bool close_normally = role.find("close") != std::string::npos;
   void* comm = nullptr;
@@ -112,6 +115,51 @@ int child_main(const std::string& role, int dev) {
   if ((sender ? n.close_send(comm) : n.close_recv(comm)) != ncclSuccess) rc = 7;
   if (n.finalize() != ncclSuccess) rc = rc ? rc : 8;
   return rc;
+}
+
+// One message of kMsg bytes received on `comm` into buf, verified against `seed`: 0, else the exit.
+int recv_one(Net& n, void* comm, RegBuf& buf, uint64_t seed) {
+  void* data = buf.data();
+  void* mh = buf.mh();
+  size_t cap = kMsg;
+  int tag = kTag;
+  void* req = nullptr;
+  if (!post_until("irecv", &req,
+                  [&](void** r) { return n.irecv(comm, 1, &data, &cap, &tag, &mh, r); }))
+    return 6;
+  if (!wait_done(n, "recv", req, nullptr)) return 6;
+  return check_pattern(buf.data(), kMsg, seed).empty() ? 0 : 9;
+}
+
+// Role recv-three (PeerLink.*): three receive comms from the parent (three listens, each closed
+// after its accept), a message on each; then comm 0 closed normally ('C' to the parent), a second
+// message on comms 1 and 2; then ready, and killed.
+int three_comms_child(Net& n, int dev, int out) {
+  void* comms[3] = {};
+  const auto deadline = Clock::now() + wait_limit();
+  for (void*& comm : comms) {
+    char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+    void* lc = nullptr;
+    if (n.listen(dev, handle, &lc) != ncclSuccess) return 4;
+    if (!write_full(out, handle, sizeof handle)) return 2;
+    while (comm == nullptr) {
+      if (n.accept(lc, &comm) != ncclSuccess || Clock::now() > deadline) return 4;
+      if (comm == nullptr) usleep(100);
+    }
+    n.close_listen(lc);
+  }
+  RegBuf bufs[3];
+  for (int i = 0; i < 3; ++i) {
+    if (!bufs[i].allocate(&n, comms[i], kMsg)) return 5;
+    if (int rc = recv_one(n, comms[i], bufs[i], seed_of(10 + i)); rc != 0) return rc;
+  }
+  bufs[0].reset();
+  if (n.close_recv(comms[0]) != ncclSuccess) return 7;
+  if (!write_full(out, "C", 1)) return 2;
+  for (int i = 1; i < 3; ++i)
+    if (int rc = recv_one(n, comms[i], bufs[i], seed_of(20 + i)); rc != 0) return rc;
+  if (!write_full(out, &kReady, 1)) return 2;
+  for (;;) pause();  // until SIGKILL
 }
 
 // ---- The parent side
@@ -501,6 +549,88 @@ TEST(CleanClose, ReceiverClosesFirst) {
   }
   EXPECT_EQ(net().close_send(sc), ncclSuccess);
   EXPECT_EQ(g_warns.load(), warns0) << last_warn();
+  expect_released(before);
+}
+
+// ---- The peer link: one socket for every comm to a process, each comm's end on its own
+// ---------------------------------------------------------------------------------------------
+
+// Posts a kMsg send on sc and tests it until the call fails; the result of the failing call.
+ncclResult_t send_until_error(void* sc, RegBuf& buf, Clock::time_point since) {
+  void* req = nullptr;
+  ncclResult_t r = ncclSuccess;
+  while (req == nullptr && r == ncclSuccess && Clock::now() - since < 2 * kBound) {
+    r = net().isend(sc, buf.data(), kMsg, kTag, buf.mh(), &req);
+    if (r == ncclSuccess && req == nullptr) usleep(200);
+  }
+  if (r != ncclSuccess) return r;
+  int done = 0;
+  r = call_test_until_error(req, since, &done);
+  EXPECT_EQ(done, 0) << "a send to a comm whose peer end is gone completed";
+  return r;
+}
+
+// Three send comms to one peer process hold one socket between them (its peer link, plus nothing
+// per comm); the peer closing one of its comms fails that comm's new work only, naming the normal
+// close, while the other two carry verified messages on; the peer killed then fails both with the
+// process's death; closing everything returns every descriptor (the link goes with its last end).
+TEST(PeerLink, CommsToOneProcessShareOneSocketAndEachEndsAlone) {
+  REQUIRE_BED();
+  if (const char* v = std::getenv("SLUICE_OOB_LINK"); v != nullptr && std::string(v) == "0")
+    GTEST_FAIL() << "run with the peer link on (its default)";
+  const Counts before = Counts::now();
+  Conn other;  // this process's own loopback pair: what the first connection opens for all is open
+  ASSERT_TRUE(open_conn(net(), bed().dev_a, bed().dev_b, &other));
+  Child ch;
+  ASSERT_TRUE(spawn_child("recv-three", bed().dev_b, &ch));
+  const int fds0 = open_fd_count();
+  void* sc[3] = {};
+  for (void*& s : sc) ASSERT_TRUE(connect_to_child(ch, bed().dev_a, &s));
+  const int fds1 = open_fd_count();
+  EXPECT_EQ(fds1 - fds0, 1) << "three comms to one peer process should share one socket";
+  {
+    RegBuf bufs[3];
+    for (int i = 0; i < 3; ++i) {
+      ASSERT_TRUE(bufs[i].allocate(&net(), sc[i], kMsg));
+      fill_pattern(bufs[i].data(), kMsg, seed_of(10 + i));
+      void* req = nullptr;
+      ASSERT_TRUE(post_until("isend", &req, [&](void** r) {
+        return net().isend(sc[i], bufs[i].data(), kMsg, kTag, bufs[i].mh(), r);
+      }));
+      ASSERT_TRUE(wait_done(net(), "send", req, nullptr)) << last_warn();
+    }
+    char c = 0;
+    ASSERT_TRUE(read_full(ch.from, &c, 1, wait_limit())) << "child exit " << ch.kill_now();
+    ASSERT_EQ(c, 'C');
+    {
+      sluice::rdmatest::ExpectWarns expect;
+      const ncclResult_t r = send_until_error(sc[0], bufs[0], Clock::now());
+      EXPECT_EQ(r, ncclRemoteError);
+      EXPECT_TRUE(contains(last_warn(), "closed its comm normally")) << last_warn();
+    }
+    for (int i = 1; i < 3; ++i) {  // the link and the other comms' ends are untouched
+      fill_pattern(bufs[i].data(), kMsg, seed_of(20 + i));
+      void* req = nullptr;
+      ASSERT_TRUE(post_until("isend", &req, [&](void** r) {
+        return net().isend(sc[i], bufs[i].data(), kMsg, kTag, bufs[i].mh(), r);
+      }));
+      ASSERT_TRUE(wait_done(net(), "send", req, nullptr)) << last_warn();
+    }
+    ASSERT_TRUE(read_full(ch.from, &c, 1, wait_limit())) << "child exit " << ch.kill_now();
+    ASSERT_EQ(c, kReady) << "the child's messages did not verify (exit " << ch.kill_now() << ")";
+    EXPECT_EQ(ch.kill_now(), 128 + SIGKILL);
+    const auto killed = Clock::now();
+    for (int i = 1; i < 3; ++i) {
+      sluice::rdmatest::ExpectWarns expect;
+      const ncclResult_t r = send_until_error(sc[i], bufs[i], killed);
+      expect_peer_death_reported(r, duration_cast<milliseconds>(Clock::now() - killed),
+                                 bed().dev_a);
+      EXPECT_TRUE(contains(last_warn(), "peer link")) << last_warn();
+    }
+  }
+  for (void* s : sc) EXPECT_EQ(net().close_send(s), ncclSuccess);
+  EXPECT_EQ(open_fd_count(), fds0) << "the link outlived its last comm";
+  EXPECT_TRUE(close_conn(net(), &other));
   expect_released(before);
 }
 

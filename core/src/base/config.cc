@@ -197,6 +197,11 @@ const std::vector<Param>& table() {
             "comm to that host fails with it): probe after this much silence (whole "
             "seconds, rounded up), give up 4x after the last answer (TCP_USER_TIMEOUT): a "
             "silent peer host is noticed within 5x; 0 = off"},
+    {.name = "SLUICE_OOB_LINK", .type = Type::kBool, .field = &Config::oob_link,
+     .doc = "One out-of-band TCP socket per peer process (a peer link), shared by every comm "
+            "to it for liveness, failure notices and failover's path messages; each connection's "
+            "own socket is closed once it is set up. 0: each comm keeps its own socket (as an "
+            "older Sluice peer does; a link is used only when both sides have it on)"},
     {.name = "SLUICE_PROGRESS_TIMEOUT_MS", .type = Type::kInt,
      .field = &Config::progress_timeout_ms, .min = 0, .max = 86400000,
      .doc = "Progress watchdog: a comm whose posted send-side work has had no completion on a "

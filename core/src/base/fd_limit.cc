@@ -103,11 +103,12 @@ std::string fd_exhausted_text(const std::string& what, int err, const FdLimit& l
     t += "this process has reached its limit of open files (RLIMIT_NOFILE " + lim + ")";
   }
   t += "; Sluice's comms hold " + std::to_string(held.total()) + " of them (" +
-       std::to_string(held.comm_sockets) + " comm sockets, " + std::to_string(held.listen_sockets) +
-       " listening sockets, " + std::to_string(held.handshakes) + " handshakes and " +
-       std::to_string(held.connects) + " connects in progress, " +
-       std::to_string(held.cm_channels) +
-       " rdma_cm channel(s)); each connection keeps one socket per comm. Fix: ";
+       std::to_string(held.peer_links) + " peer links, " + std::to_string(held.comm_sockets) +
+       " comm sockets, " + std::to_string(held.listen_sockets) + " listening sockets, " +
+       std::to_string(held.handshakes) + " handshakes and " + std::to_string(held.connects) +
+       " connects in progress, " + std::to_string(held.cm_channels) +
+       " rdma_cm channel(s)); comms share one socket per peer process (a peer link), and each "
+       "connection being set up holds one until it is done. Fix: ";
   if (err == ENFILE) {
     t += "raise `sysctl fs.file-max` on this host, or close what else holds files here";
   } else {

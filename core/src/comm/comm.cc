@@ -184,7 +184,7 @@ Conn::~Conn() {
   for (int q = 0; q < nqps; ++q) qp[q].qp.reset();
   for (RetiredQp& r : retired_list()) r.qp.reset();
   for (auto& m : members) m.cq.reset();
-  if (fd >= 0) close(fd);
+  liveness_close_socket(*this);
 }
 
 }  // namespace sluice

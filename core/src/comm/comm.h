@@ -28,6 +28,7 @@
 #include "comm/qp_life.h"
 #include "health/liveness.h"
 #include "health/path_failover.h"
+#include "health/peer_link.h"
 #include "health/progress.h"
 #include "rules/cts_match.h"
 #include "rules/eager_book.h"
@@ -280,7 +281,11 @@ struct Conn {
   std::string remote_gid;  // text
   // Fusion: each peer member's GID, as text (set_paths; for WARNs naming the QP's path).
   std::string remote_member_gid[kMaxConnMembers];
-  int fd = -1;  // the out-of-band socket, kept for the comm's lifetime
+  int fd = -1;  // the out-of-band socket, kept for the comm's lifetime when it has no peer link
+  // Its end on the peer link to the peer's process (health/peer_link.h), when both sides have the
+  // link (SLUICE_OOB_LINK): then fd is -1 once set up, and liveness, notices and path messages go
+  // over the link.
+  LinkEnd link;
   // regMr/regMrDmaBuf registered CUDA memory on this comm (set by whichever thread registers;
   // read by the comm's driver): a receive comm then gets no eager ring (eager.cc). NCCL with
   // GPUDirect keeps LL buffers in host memory and LL128/SIMPLE buffers in GPU memory on the same

@@ -1,7 +1,5 @@
 #include "comm/fd_census.h"
 
-#include "comm/engine.h"
-
 namespace sluice {
 namespace {
 
@@ -28,9 +26,8 @@ void fd_count_add(FdKind kind, long delta) {
 
 SluiceFds sluice_fd_census() {
   SluiceFds f;
-  const Engine* e = engine();
-  const int open = e != nullptr ? e->open_comms.load(std::memory_order_relaxed) : 0;
-  f.comm_sockets = open > 0 ? static_cast<uint64_t>(open) : 0;
+  f.comm_sockets = count_of(FdKind::kCommSocket);
+  f.peer_links = count_of(FdKind::kLink);
   f.listen_sockets = count_of(FdKind::kListen);
   f.handshakes = count_of(FdKind::kHandshake);
   f.connects = count_of(FdKind::kConnect);

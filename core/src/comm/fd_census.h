@@ -11,7 +11,9 @@
 
 namespace sluice {
 
-enum class FdKind { kListen, kHandshake, kConnect, kCmChannel, kCount };
+// kCommSocket: a comm that keeps its own socket (no peer link: SLUICE_OOB_LINK=0 or an older peer);
+// kLink: a peer link's socket (health/peer_link.h), one per peer process.
+enum class FdKind { kListen, kHandshake, kConnect, kCmChannel, kCommSocket, kLink, kCount };
 
 // Counts one holder of `kind` for its lifetime (a member of the object that holds the descriptor).
 class FdCount {
@@ -27,7 +29,8 @@ class FdCount {
 // Adds `delta` holders of `kind` (for a holder that is not one object, the rdma_cm channel).
 void fd_count_add(FdKind kind, long delta);
 
-// Open comms (the engine's count), listening sockets, handshakes, connects, rdma_cm channels.
+// Comms with a socket of their own, peer links, listening sockets, handshakes, connects, rdma_cm
+// channels.
 SluiceFds sluice_fd_census();
 // Code::kSystemError with the message that names the limit, what Sluice holds and the fix.
 Status fd_exhausted_status(const std::string& what, int err);

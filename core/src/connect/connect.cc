@@ -18,12 +18,13 @@
 
 #include "base/deadline_queue.h"
 #include "comm/comm.h"
+#include "comm/fd_census.h"
 #include "connect/cm_rdmacm.h"
 #include "connect/comm_setup.h"
-#include "comm/fd_census.h"
 #include "connect/oob_socket.h"
 #include "connect/route_gid.h"
 #include "health/liveness.h"
+#include "health/peer_link.h"
 #include "sluice/core/base/log.h"
 #include "sluice/core/base/net_addr.h"
 #include "sluice/core/base/qp.h"
@@ -91,6 +92,16 @@ struct ConnectState {
   wire::MetaMembers local_x{}, remote_x{};
   wire::MetaCmAddrs remote_cm{};  // fused over rdma_cm: the listener members' rdma_cm addresses
   std::vector<uint8_t> refusal;   // kRecvRefusal: the notice's bytes so far
+  // The peer link (health/peer_link.h): the listener's process (from the handle), whether we offer
+  // the link, our offer and the listener's answer, and our hold on the link we proposed.
+  wire::Nonce listener_proc{};
+  bool listener_has_link = false;
+  bool link_offer = false;
+  wire::MetaLink local_link{}, remote_link{};
+  LinkHold link_hold;
+  LinkClaim link_claim;  // this connect makes the first link to the listener's process
+  bool link_checked = false;
+  Clock::time_point link_wait_until;  // how long it waits for another connect's first link
 };
 
 int remaining_ms(const ConnectState& s) {
@@ -149,6 +160,52 @@ Status start_tcp(ConnectState& s) {
     return Status(Code::kAgain, "retry");
   }
   return errno_status(Code::kRemoteError, "connect to " + s.peer, err);
+}
+
+// Before the offer: whether to go on now. Another connect of this process making the first link to
+// the listener's process (its handshake in flight) makes this one wait for that link, up to
+// kLinkFirstWaitMs, so that a burst of connects to one peer (NCCL's rounds) shares one link
+// instead of each adopting its own socket; past the wait (that handshake is slow or was left
+// unpolled) it goes on, and at worst makes a second link.
+constexpr int kLinkFirstWaitMs = 2000;
+bool link_ready(ConnectState& s) {
+  if (s.link_checked || !engine()->config().oob_link || !s.listener_has_link) return true;
+  if (s.link_wait_until == Clock::time_point{})
+    s.link_wait_until = Clock::now() + std::chrono::milliseconds(kLinkFirstWaitMs);
+  if (!link_first(s.listener_proc, &s.link_claim) && Clock::now() < s.link_wait_until &&
+      Clock::now() < s.deadline)
+    return false;
+  s.link_checked = true;
+  return true;
+}
+
+// The peer link's offer (health/peer_link.h), when both sides have the link on: our channel for
+// the comm, held on the newest live link to the listener's process if we have one.
+void offer_link(ConnectState& s) {
+  if (!engine()->config().oob_link || !s.listener_has_link || !link_proc_id_ok()) return;
+  const uint32_t chan = link_new_chan();
+  s.link_hold = link_hold_newest(s.listener_proc, chan);
+  s.local_link = wire::make_meta_link(link_proc_id(), wire::kLinkOffer, s.link_hold.id(),
+                                      s.link_hold.role(), chan);
+  s.local.features |= wire::kMetaFeatureLink;
+  s.link_offer = true;
+}
+
+// After the ready byte: the comm's end on the link the listener chose. "use": the held link, and
+// this connection's socket closes (the listener has read all we sent; it sends nothing more here).
+// "adopt": the socket becomes the link.
+void join_link(ConnectState& s) {
+  Conn& c = s.comm->c;
+  if (s.remote_link.verdict == wire::kLinkUse) {
+    c.link = link_join(std::move(s.link_hold), s.remote_link.chan);
+    close(c.fd);
+    c.fd = -1;
+    return;
+  }
+  s.link_hold.release();
+  c.link = link_adopt(c.fd, s.listener_proc, s.remote_link.link_id, wire::kLinkEndConnector,
+                      s.local_link.chan, s.remote_link.chan, s.peer);
+  c.fd = -1;
 }
 
 Status build_send_comm(ConnectState& s) {
@@ -346,6 +403,7 @@ Status connect_step(ConnectState& s, SendComm** out) {
         continue;
       case ConnectState::kStart: {
         if (Clock::now() < s.next_retry) return Status::again();
+        if (!s.comm->c.dev && !link_ready(s)) return Status::again();
         if (!s.comm->c.dev) {
           SLUICE_RETURN_IF_ERROR(build_send_comm(s));
           s.gid_route.apply(&s.local);
@@ -358,6 +416,7 @@ Status connect_step(ConnectState& s, SendComm** out) {
             s.cm.link->tc = s.tc;
             s.cm.link->sl = s.sl;
           }
+          offer_link(s);
         }
         Status st = start_tcp(s);
         if (st.is_ok()) {
@@ -399,10 +458,13 @@ Status connect_step(ConnectState& s, SendComm** out) {
       }
       case ConnectState::kSendMeta: {
         // Meta, then (fusion) the members' extension right behind it, as one byte stream.
-        const size_t n = sizeof s.local + (s.ext ? sizeof s.local_x : 0);
-        uint8_t out[sizeof s.local + sizeof s.local_x];
+        // Then (peer link) our offer.
+        const size_t nx = s.ext ? sizeof s.local_x : 0;
+        const size_t n = sizeof s.local + nx + (s.link_offer ? sizeof s.local_link : 0);
+        uint8_t out[sizeof s.local + sizeof s.local_x + sizeof s.local_link];
         std::memcpy(out, &s.local, sizeof s.local);
         std::memcpy(out + sizeof s.local, &s.local_x, sizeof s.local_x);
+        std::memcpy(out + sizeof s.local + nx, &s.local_link, sizeof s.local_link);
         Status st = send_some(s.comm->c.fd, out, n, &s.io, s.peer);
         if (!st.is_ok()) return st;
         s.phase = ConnectState::kRecvMeta;
@@ -441,8 +503,24 @@ Status connect_step(ConnectState& s, SendComm** out) {
           at += part.n;
         }
         if (!st.is_ok()) return st;
+        // Then (peer link) the listener's answer to our offer: its Meta says whether it follows.
+        const bool link = s.link_offer && (s.remote.features & wire::kMetaFeatureLink) != 0;
+        if (link && s.io < at + sizeof s.remote_link) {
+          size_t io = s.io - at;
+          st = recv_some(s.comm->c.fd, &s.remote_link, sizeof s.remote_link, &io, s.peer);
+          s.io = at + io;
+          if (!st.is_ok()) return st;
+        }
         SLUICE_RETURN_IF_ERROR(wire::validate_meta(s.remote, 1, s.handle.nonce)
                                    .with_context("accept reply from " + s.peer));
+        if (link) {
+          SLUICE_RETURN_IF_ERROR(
+              wire::validate_link_answer(s.remote_link, s.link_hold.id(), s.listener_proc)
+                  .with_context("accept reply from " + s.peer));
+        } else if (s.link_offer) {  // the listener keeps a socket per comm: so do we
+          s.link_offer = false;
+          s.link_hold.release();
+        }
         if (s.ext) {
           if ((s.remote.features & wire::kMetaFeatureMembers) == 0)
             return Status(Code::kRemoteError,
@@ -517,6 +595,7 @@ Status connect_step(ConnectState& s, SendComm** out) {
                     s.comm->c.remote_dev.c_str(), s.peer.c_str(), s.comm->c.nqps,
                     s.comm->c.describe_qp(0).c_str());
         s.comm->c.cm.reset(s.cm.link.release());
+        if (s.link_offer) join_link(s);
         liveness_start(s.comm->c);
         e->open_comms.fetch_add(1);
         *out = s.comm.release();
@@ -558,6 +637,7 @@ Status connect(int dev, void* handle, const CommConfig& cfg, SendComm** out) {
     st->dev = dev;
     st->cfg = cfg;
     st->handle = h;
+    st->listener_has_link = wire::handle_link(handle, &st->listener_proc);
     wire::handle_address(h, &st->addr, &st->addr_len);
     st->peer = sockaddr_text(st->addr);
     st->deadline = Clock::now() + std::chrono::milliseconds(e->config().connect_timeout_ms);

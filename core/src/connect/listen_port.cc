@@ -180,7 +180,7 @@ Named name_one(ListenPort& port, std::unique_ptr<Pending>& p, Clock::time_point 
                                 std::max(cfg.handshake_timeout_ms, cfg.connect_timeout_ms));
   h.io = 0;
   h.phase = (h.remote.features & wire::kMetaFeatureMembers) != 0 ? Pending::kRecvMembers
-                                                                 : Pending::kGidRoute;
+                                                                 : after_meta_parts(h);
   owner.inbox.push_back(std::move(p));
   queue_for_reaper(owner, now);
   return Named::kHanded;

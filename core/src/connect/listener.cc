@@ -29,13 +29,14 @@
 
 #include "base/deadline_queue.h"
 #include "comm/comm.h"
+#include "comm/fd_census.h"
 #include "connect/cm_rdmacm.h"
 #include "connect/comm_setup.h"
-#include "comm/fd_census.h"
 #include "connect/fd_reserve.h"
 #include "connect/listener_internal.h"
 #include "connect/oob_socket.h"
 #include "connect/route_gid.h"
+#include "health/peer_link.h"
 #include "sluice/core/base/log.h"
 #include "sluice/core/base/net_addr.h"
 
@@ -231,6 +232,8 @@ Status listen(int dev, void* handle, ListenComm** out) {
                 "the handle fits NCCL_NET_HANDLE_MAXSIZE");
   std::memset(handle, 0, kHandleSize);
   std::memcpy(handle, &h, sizeof h);
+  // The listener's process, for a connector that may offer a peer link (health/peer_link.h).
+  if (e->config().oob_link && link_proc_id_ok()) wire::put_handle_link(handle, link_proc_id());
   SLUICE_INFO(kSubNet, "listening on %s for %s", l->addr_text.c_str(), d->name.c_str());
   {
     std::lock_guard<std::mutex> lk(listens().mu);
@@ -256,6 +259,11 @@ void drop_handshake(const std::string& where, const Device* dev, const ListenCom
       qp.c_str(), why.message().c_str());
 }
 
+ListenComm::Pending::Phase after_meta_parts(const ListenComm::Pending& p) {
+  return (p.remote.features & wire::kMetaFeatureLink) != 0 ? ListenComm::Pending::kRecvLink
+                                                           : ListenComm::Pending::kGidRoute;
+}
+
 void queue_for_reaper(ListenComm& l, Clock::time_point now) {
   ListenRegistry& g = listens();
   std::lock_guard<std::mutex> q(g.q_mu);
@@ -266,8 +274,23 @@ void queue_for_reaper(ListenComm& l, Clock::time_point now) {
 
 namespace {
 
-void drop(const ListenComm& l, const ListenComm::Pending& p, const Status& why) {
+void drop(const ListenComm& l, ListenComm::Pending& p, const Status& why) {
   drop_handshake(l.addr_text, l.dev, p, why);
+  p.drop_reason = why.message();  // for the connector on the link, if we answered "use" (~Pending)
+}
+
+// The connector's link offer (health/peer_link.h): "use" the link it named when we have our end of
+// it alive (held, our channel on it), else "adopt" this connection's socket as a new link.
+Status answer_link(ListenComm::Pending& p) {
+  SLUICE_RETURN_IF_ERROR(wire::validate_link_offer(p.remote_link));
+  const uint32_t chan = link_new_chan();
+  p.link_hold =
+      link_hold_id(p.remote_link.proc, p.remote_link.link_id, p.remote_link.end_role, chan);
+  const bool use = p.link_hold.held();
+  p.local_link = wire::make_meta_link(link_proc_id(), use ? wire::kLinkUse : wire::kLinkAdopt,
+                                      use ? p.link_hold.id() : link_new_id(), 0, chan);
+  p.link_on = true;
+  return Status::ok();
 }
 
 enum class Step { kWait, kDone, kDrop };
@@ -290,7 +313,24 @@ Step step(ListenComm& l, ListenComm::Pending& p, Clock::time_point now, RecvComm
           *why = st;
           return Step::kDrop;
         }
+        p.phase = after_meta_parts(p);
+        p.io = 0;
+        continue;
+      }
+      case ListenComm::Pending::kRecvLink: {  // the connector's peer-link offer
+        Status st = cfg.oob_link && link_proc_id_ok()
+                        ? recv_some(p.fd, &p.remote_link, sizeof p.remote_link, &p.io, p.peer)
+                        : Status(Code::kRemoteError,
+                                 "the connector offered a peer link this listener did not "
+                                 "advertise (SLUICE_OOB_LINK=0 here)");
+        if (st.is_again()) break;
+        if (st.is_ok()) st = answer_link(p);
+        if (!st.is_ok()) {
+          *why = st;
+          return Step::kDrop;
+        }
         p.phase = ListenComm::Pending::kGidRoute;
+        p.io = 0;
         continue;
       }
       case ListenComm::Pending::kGidRoute: {
@@ -306,6 +346,7 @@ Step step(ListenComm& l, ListenComm::Pending& p, Clock::time_point now, RecvComm
           *why = b;
           return Step::kDrop;
         }
+        if (p.link_on) p.local.features |= wire::kMetaFeatureLink;
         p.phase = ListenComm::Pending::kSendMeta;
         p.io = 0;
         continue;
@@ -315,12 +356,17 @@ Step step(ListenComm& l, ListenComm::Pending& p, Clock::time_point now, RecvComm
         // our members' rdma_cm addresses, as one byte stream.
         const bool ext = (p.local.features & wire::kMetaFeatureMembers) != 0;
         const bool cm_addrs = ext && p.local.cm == wire::kMetaCmRdmacm;
-        uint8_t out[sizeof p.local + sizeof p.local_x + sizeof l.cm_addrs];
-        std::memcpy(out, &p.local, sizeof p.local);
-        std::memcpy(out + sizeof p.local, &p.local_x, sizeof p.local_x);
-        std::memcpy(out + sizeof p.local + sizeof p.local_x, &l.cm_addrs, sizeof l.cm_addrs);
-        const size_t n =
-            sizeof p.local + (ext ? sizeof p.local_x : 0) + (cm_addrs ? sizeof l.cm_addrs : 0);
+        // Then (peer link) our answer to the connector's offer.
+        uint8_t out[sizeof p.local + sizeof p.local_x + sizeof l.cm_addrs + sizeof p.local_link];
+        size_t n = 0;
+        auto put = [&](const void* src, size_t len) {
+          std::memcpy(out + n, src, len);
+          n += len;
+        };
+        put(&p.local, sizeof p.local);
+        if (ext) put(&p.local_x, sizeof p.local_x);
+        if (cm_addrs) put(&l.cm_addrs, sizeof l.cm_addrs);
+        if (p.link_on) put(&p.local_link, sizeof p.local_link);
         Status st = send_some(p.fd, out, n, &p.io, p.peer);
         if (st.is_again()) break;
         if (!st.is_ok()) {
@@ -346,6 +392,17 @@ Step step(ListenComm& l, ListenComm::Pending& p, Clock::time_point now, RecvComm
         c->c.cm.reset(p.cm.release());
         c->c.fd = p.fd;
         p.fd = -1;
+        if (p.link_on) {  // the ready byte was the connector's last on this socket
+          if (p.local_link.verdict == wire::kLinkUse) {
+            c->c.link = link_join(std::move(p.link_hold), p.remote_link.chan);
+            close(c->c.fd);
+          } else {
+            c->c.link =
+                link_adopt(c->c.fd, p.remote_link.proc, p.local_link.link_id,
+                           wire::kLinkEndAcceptor, p.local_link.chan, p.remote_link.chan, p.peer);
+          }
+          c->c.fd = -1;
+        }
         liveness_start(c->c);
         *out = c;
         return Step::kDone;
@@ -357,6 +414,12 @@ Step step(ListenComm& l, ListenComm::Pending& p, Clock::time_point now, RecvComm
     std::string got = p.phase == ListenComm::Pending::kRecvMeta
                           ? "received " + std::to_string(p.io) + " of " +
                                 std::to_string(sizeof p.remote) + " metadata bytes"
+                      : p.phase == ListenComm::Pending::kRecvMembers
+                          ? "received " + std::to_string(p.io) + " of " +
+                                std::to_string(sizeof p.remote_x) + " members' metadata bytes"
+                      : p.phase == ListenComm::Pending::kRecvLink
+                          ? "received " + std::to_string(p.io) + " of " +
+                                std::to_string(sizeof p.remote_link) + " peer-link offer bytes"
                       : p.phase == ListenComm::Pending::kGidRoute
                           ? "checking the route to the peer for our GID"
                       : p.phase == ListenComm::Pending::kSendMeta

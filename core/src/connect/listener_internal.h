@@ -19,9 +19,10 @@
 #include <vector>
 
 #include "comm/comm.h"
-#include "connect/cm_rdmacm.h"
 #include "comm/fd_census.h"
+#include "connect/cm_rdmacm.h"
 #include "connect/route_gid.h"
+#include "health/peer_link.h"
 #include "sluice/core/base/status.h"
 #include "sluice/core/wire/wire.h"
 
@@ -69,7 +70,14 @@ class ListenComm : public CommBase {
 
 struct ListenComm::Pending {
   FdCount counted{FdKind::kHandshake};
-  enum Phase { kRecvMeta, kRecvMembers, kGidRoute, kSendMeta, kRecvReady } phase = kRecvMeta;
+  enum Phase {
+    kRecvMeta,
+    kRecvMembers,
+    kRecvLink,
+    kGidRoute,
+    kSendMeta,
+    kRecvReady
+  } phase = kRecvMeta;
   bool identified =
       false;  // its metadata passed wire::validate_meta: a Sluice peer of this listener
   int fd = -1;
@@ -86,10 +94,36 @@ struct ListenComm::Pending {
   uint8_t ready = 0;
   std::unique_ptr<CmLink> cm;  // the connector chose rdmacm: its QPs' ids (cm_rdmacm.h)
   RouteGid gid_route;          // oob: our GID as the route to the connector says (route_gid.h)
+  // The peer link (health/peer_link.h): the connector's offer, our answer, and our hold on the
+  // link we answered "use" with (our channel registered on it).
+  bool link_on = false;
+  wire::MetaLink remote_link{}, local_link{};
+  LinkHold link_hold;
+  std::string drop_reason;  // why it was dropped, when it was (drop())
   ~Pending() {
-    if (fd >= 0) close(fd);
+    // Released after we answered "use" on a peer link: the connector may already be done and on the
+    // link (it completes when it has sent its ready byte), and nothing else would tell it, since
+    // this handshake's socket is all it would have watched. It gets the reason as a notice.
+    if (link_hold.held()) {
+      link_hold_fail(std::move(link_hold), remote_link.chan,
+                     "the listener released the connection's handshake: " +
+                         (drop_reason.empty() ? std::string("its listen was closed or finalized")
+                                              : drop_reason));
+    }
+    if (fd < 0) return;
+    // What the connector sent past the part this side read (its link offer behind a Meta whose
+    // nonce named no listen): read, so that the close is a FIN the connector reads as "closed",
+    // not a reset.
+    char buf[512];
+    for (int i = 0; i < 8 && ::recv(fd, buf, sizeof buf, MSG_DONTWAIT) > 0; ++i) {
+    }
+    close(fd);
   }
 };
+
+// The phase after the connector's Meta (and its members' extension): its link offer, when it made
+// one, else the route check.
+ListenComm::Pending::Phase after_meta_parts(const ListenComm::Pending& p);
 
 // ---- listen_port.cc: the shared listening socket.
 

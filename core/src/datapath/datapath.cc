@@ -357,8 +357,7 @@ void retire_comm(Conn& c, const std::string& why) {
   for (auto& m : c.members) m.cq.reset();
   for (auto& mr : c.mem_mr_more) mr.reset();
   c.cm.reset();  // rdmacm mode: the QPs' rdma_cm ids and event channel
-  if (c.fd >= 0) close(c.fd);
-  c.fd = -1;
+  liveness_close_socket(c);
   // The QPs are gone: nothing lands in an eager ring any more, which goes back to its pool now,
   // while the adapter (and the pool) still live.
   if (c.owner->kind == CommKind::kSend) {

@@ -150,6 +150,15 @@ Status fo_send_msg(Conn& c, const wire::PathMsg& m) {
                                                     wire::path_msg_type_name(m.type) +
                                                     " message did not encode"));
   }
+  if (c.link.on()) {  // on the peer link (health/peer_link.h): queued when the socket is full
+    std::string why;
+    if (link_send(c.link, wire::LinkFrameType::kPath, buf, n, &why)) return Status::ok();
+    return fail(c, Status(Code::kRemoteError,
+                          std::string("failover: the ") + wire::path_msg_type_name(m.type) +
+                              " of " + fo_path_desc(c, m.path) + " to peer " + c.peer +
+                              " could not be sent on the peer link (" + why + "); " +
+                              failover::paths_report(c.fo.path, c.npaths)));
+  }
   const ssize_t sent = ::send(c.fd, buf, n, MSG_DONTWAIT | MSG_NOSIGNAL);
   if (sent != static_cast<ssize_t>(n)) {
     return fail(c, Status(Code::kRemoteError,

@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -16,6 +17,8 @@
 
 #include "comm/comm.h"
 #include "comm/engine.h"
+#include "comm/fd_census.h"
+#include "health/peer_link.h"
 #include "sluice/core/base/log.h"
 
 namespace sluice {
@@ -191,8 +194,14 @@ int heartbeat_ms() {
 // handed over, by another comm's thread under the host registry's lock, while c is registered (so
 // its socket is open): it reads only what never changes after set-up (fd, peer).
 void set_keepalive(const Conn& c) {
+  if (c.fd >= 0) set_socket_keepalive(c.fd, c.peer);
+}
+
+}  // namespace
+
+void set_socket_keepalive(int fd, const std::string& peer) {
   const KeepaliveParams k = keepalive_params(heartbeat_ms());
-  if (!k.enabled || c.fd < 0) return;
+  if (!k.enabled || fd < 0) return;
   const int on = 1;
   const int opts[][3] = {{SOL_SOCKET, SO_KEEPALIVE, on},
                          {IPPROTO_TCP, TCP_KEEPIDLE, k.idle_s},
@@ -200,13 +209,15 @@ void set_keepalive(const Conn& c) {
                          {IPPROTO_TCP, TCP_KEEPCNT, k.count},
                          {IPPROTO_TCP, TCP_USER_TIMEOUT, static_cast<int>(k.user_timeout_ms)}};
   for (const auto& o : opts) {
-    if (setsockopt(c.fd, o[0], o[1], &o[2], sizeof o[2]) != 0) {
+    if (setsockopt(fd, o[0], o[1], &o[2], sizeof o[2]) != 0) {
       SLUICE_INFO(kSubNet,
                   "socket to peer %s: option %d/%d refused (%s): a silent peer may go unnoticed",
-                  c.peer.c_str(), o[0], o[1], std::strerror(errno));
+                  peer.c_str(), o[0], o[1], std::strerror(errno));
     }
   }
 }
+
+namespace {
 
 // ---- Keepalive per peer host (peer_hosts.h) ----
 
@@ -321,10 +332,28 @@ void check_host(Conn& c) {
     set_keepalive(*static_cast<const Conn*>(next->owner));
 }
 
+// A comm on a peer link (peer_link.h): what the link says of the peer's end. Never blocks.
+void poll_link(Conn& c) {
+  PeerWatch& w = c.watch;
+  LinkSeen s;
+  const int room = c.fo.on ? fo_inbox_room(&c.fo) : 0;
+  if (!link_poll(c.link, c.fo.on ? fo_take_path_msg : nullptr, &c.fo, room, &s)) return;
+  if (s.seen == SocketSeen::kNothing) return;
+  w.state = PeerWatch::kGone;
+  w.gone =
+      peer_gone_reason(s.seen, s.err, s.goodbye, c.peer, heartbeat_ms(), s.text) +
+      (s.goodbye ? "" : " (seen on the peer link to its process, which every comm to it shares)");
+}
+
 // Reads what the socket has (non-blocking) and updates c.watch. Never blocks.
 void poll_socket(Conn& c) {
   PeerWatch& w = c.watch;
-  if (w.state == PeerWatch::kGone || c.fd < 0) return;
+  if (w.state == PeerWatch::kGone) return;
+  if (c.link.on()) {
+    poll_link(c);
+    return;
+  }
+  if (c.fd < 0) return;
   check_host(c);
   if (w.host_down.load(std::memory_order_acquire)) {  // the host's sentinel timed out
     w.state = PeerWatch::kGone;
@@ -402,6 +431,10 @@ Status fail_with(Conn& c, Status st, bool tell) {
 }  // namespace
 
 void liveness_start(Conn& c) {
+  if (c.fd >= 0 && !c.watch.fd_counted) {  // a socket of its own (no peer link)
+    fd_count_add(FdKind::kCommSocket, 1);
+    c.watch.fd_counted = true;
+  }
   join_host(c);
   // On every adapter the comm's members use, once each (members may share one).
   for (int m = 0; m < c.nmembers; ++m) {
@@ -428,6 +461,10 @@ void liveness_stop(Conn& c) {
     }
     c.watch.registered = false;
   }
+  if (c.link.on()) {  // the goodbye as a frame; the last end closes the link
+    link_leave(c.link, c.watch.started && c.watch.state == PeerWatch::kAlive);
+    return;
+  }
   if (c.watch.started && c.fd >= 0 && c.watch.state == PeerWatch::kAlive) {
     // Best effort, never blocks: a full socket buffer or a dead peer just loses the goodbye.
     (void)::send(c.fd, &kGoodbyeByte, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
@@ -438,6 +475,15 @@ void liveness_stop(Conn& c) {
     uint8_t buf[16];
     while (::recv(c.fd, buf, sizeof buf, MSG_DONTWAIT) > 0) {
     }
+  }
+}
+
+void liveness_close_socket(Conn& c) {
+  if (c.fd >= 0) close(c.fd);
+  c.fd = -1;
+  if (c.watch.fd_counted) {
+    fd_count_add(FdKind::kCommSocket, -1);
+    c.watch.fd_counted = false;
   }
 }
 
@@ -469,10 +515,21 @@ Status liveness_verdict(Conn& c) {
 
 void liveness_tell_peer(Conn& c) {
   PeerWatch& w = c.watch;
-  if (w.told || !w.started || c.fd < 0 || w.state != PeerWatch::kAlive) return;
+  if (w.told || !w.started || (c.fd < 0 && !c.link.on()) || w.state != PeerWatch::kAlive) return;
   w.told = true;
   uint8_t msg[wire::kNoticeMaxBytes];
   const size_t n = wire::encode_notice(c.failure.message(), msg);
+  if (c.link.on()) {
+    std::string why;
+    if (!link_send(c.link, wire::LinkFrameType::kNotice, msg, n, &why)) {
+      SLUICE_INFO(kSubNet, "%s: the failure notice to peer %s was not sent (%s)",
+                  c.describe_qp(0).c_str(), c.peer.c_str(), why.c_str());
+    } else {
+      SLUICE_INFO(kSubNet, "%s: told peer %s this comm failed (peer link)",
+                  c.describe_qp(0).c_str(), c.peer.c_str());
+    }
+    return;
+  }
   // Best effort, never blocks: the socket is idle (nothing else is sent on it), so a few hundred
   // bytes fit its buffer; a peer that is gone fails by its own bounds.
   const ssize_t sent = ::send(c.fd, msg, n, MSG_DONTWAIT | MSG_NOSIGNAL);

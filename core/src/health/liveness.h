@@ -1,9 +1,11 @@
 // Liveness of a comm's peer and the device's asynchronous events (liveness.cc).
 //
-// Every send/receive comm keeps the out-of-band TCP socket of its handshake (Conn::fd). Nothing is
-// sent on it after the handshake except one goodbye byte when a comm is closed, and a failure
-// notice (wire.h) when a comm fails on its own side, so what the socket shows tells how the peer
-// went:
+// A comm learns of its peer over its peer link (peer_link.h: one socket per peer process, frames
+// per comm), or, without one (SLUICE_OOB_LINK=0, an older peer), over the out-of-band TCP socket of
+// its handshake, which it then keeps (Conn::fd). Nothing is sent for a comm after the handshake
+// except one goodbye when it is closed, and a failure notice (wire.h) when it fails on its own
+// side (and a fused comm's path messages), so what arrives tells how the peer went (on a link:
+// the goodbye and the notice as frames of the comm, EOF, reset and time-out as the link's):
 //  * failure notice: the peer's comm failed (watchdog, completion error, async event); this comm
 //    fails at its next call with a WARN quoting the peer's reason (within one liveness poll);
 //  * goodbye byte, then EOF: the peer closed its comm (normal close);
@@ -63,6 +65,8 @@ struct PeerWatch {
   // its host read it (liveness.cc check_host): this comm's own poll reports it instead of the EOF
   // its socket then shows.
   std::atomic<int> taken_err{0};
+  // Counted among the comms with a socket of their own (fd_census.h) since liveness_start.
+  bool fd_counted = false;
 };
 
 // ---- Pure logic (unit-tested without verbs) ----------------------------------------------------
@@ -123,6 +127,10 @@ std::string local_port_hint(const std::string& port, ibv_port_state state);
 std::string peer_gone_reason(SocketSeen seen, int err, bool said_goodbye, const std::string& peer,
                              int heartbeat_ms, const std::string& text = {});
 
+// TCP keepalive and TCP_USER_TIMEOUT for SLUICE_HEARTBEAT_MS on `fd` (a comm's own socket, or a
+// peer link's); a refused option is logged at INFO (`peer` names the socket).
+void set_socket_keepalive(int fd, const std::string& peer);
+
 // ---- On a comm ---------------------------------------------------------------------------------
 
 // Once the handshake is complete (connect.cc): keepalive options on c.fd, registration for async
@@ -133,6 +141,8 @@ void liveness_stop(Conn& c);
 // Once, when c.failure is first set by a cause on this side (dp::fail, an async event): sends the
 // failure notice with the reason to a peer still alive. Best effort, never blocks.
 void liveness_tell_peer(Conn& c);
+// Closes the comm's own socket (after liveness_stop), uncounting it; nothing for a comm on a link.
+void liveness_close_socket(Conn& c);
 // At the start of isend/irecv (new_work) and of test on a pending request: an async failure fails
 // the comm; a due socket poll updates the peer's state; new work fails when the peer is gone.
 Status liveness_check(Conn& c, bool new_work);

@@ -39,13 +39,14 @@ void raise_fd_limit_at_init();
 
 // The census of the descriptors Sluice's comms hold, for the message.
 struct SluiceFds {
-  uint64_t comm_sockets = 0;  // open send/receive comms (each keeps its socket)
+  uint64_t comm_sockets = 0;  // send/receive comms that keep a socket of their own
+  uint64_t peer_links = 0;    // peer links (one socket per peer process, shared by its comms)
   uint64_t listen_sockets = 0;
   uint64_t handshakes = 0;  // accepted connections whose handshake is in progress
   uint64_t connects = 0;    // connects in progress (at most one socket each)
   uint64_t cm_channels = 0;
   uint64_t total() const {
-    return comm_sockets + listen_sockets + handshakes + connects + cm_channels;
+    return comm_sockets + peer_links + listen_sockets + handshakes + connects + cm_channels;
   }
 };
 // The message for an EMFILE/ENFILE (`err`) from `what` ("listen: socket()", "accept4 on ..."):
