@@ -11,13 +11,17 @@
 //  * decode_path_msg (path_msg.h, failover's messages on the same socket) on every prefix: the
 //    same prefix rules as the notice; an accepted message is at most kPathMsgMaxBytes, its path,
 //    QP count and (offer, answer) QP numbers and PSNs are in range, and a version-1 message
-//    encodes again to the same bytes.
+//    encodes again to the same bytes;
+//  * decode_link_frame (link.h, the peer link's frames) on every prefix: the same prefix rules; an
+//    accepted frame is a header and its stated payload for a non-zero channel, and a frame whose
+//    payload was not refused encodes again to the same bytes.
 #include <algorithm>
 #include <cstring>
 #include <string>
 
 #include "fuzz_check.h"
 #include "health/liveness.h"
+#include "sluice/core/wire/link.h"
 #include "sluice/core/wire/path_msg.h"
 #include "sluice/core/wire/wire.h"
 
@@ -99,6 +103,47 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         FUZZ_CHECK(used == pm_at, "a longer input changed the path msg");
       } else {
         FUZZ_CHECK(pm_at == 0 && !pm_refused, "path msg incomplete after a verdict at %zu", k);
+      }
+    }
+  }
+
+  // The peer link's frames (link.h), on the same bytes: the prefix rules again; an accepted frame
+  // is its header plus its stated payload, at most kLinkFrameMaxBytes, for a channel other than 0;
+  // a payload refused inside a good frame says why; a good one encodes again to the same bytes.
+  {
+    bool lf_refused = false;
+    size_t lf_at = 0;
+    for (size_t k = 0; k <= std::min(n, wire::kLinkFrameMaxBytes + 8); ++k) {
+      wire::LinkFrame f;
+      std::string why;
+      size_t used = 0;
+      const wire::LinkParse r = wire::decode_link_frame(p, k, &f, &why, &used);
+      FUZZ_CHECK(!lf_refused || r == wire::LinkParse::kBad, "link frame prefix %zu after a refusal",
+                 k);
+      if (r == wire::LinkParse::kBad) {
+        FUZZ_CHECK(!why.empty(), "link frame refused without a reason");
+        lf_refused = true;
+      } else if (r == wire::LinkParse::kOk) {
+        FUZZ_CHECK(
+            used >= wire::kLinkFrameHeaderBytes && used <= k && used <= wire::kLinkFrameMaxBytes,
+            "link frame used %zu of %zu", used, k);
+        FUZZ_CHECK(f.chan != 0, "a frame for channel 0");
+        FUZZ_CHECK(!f.bad || !f.text.empty(), "a payload refused without a reason");
+        if (lf_at == 0) {
+          lf_at = used;
+          FUZZ_CHECK(used == k, "a link frame accepted before its last byte");
+          if (!f.bad) {
+            uint8_t again[wire::kLinkFrameMaxBytes];
+            const size_t e =
+                wire::encode_link_frame(f.type, f.chan, p + wire::kLinkFrameHeaderBytes,
+                                        used - wire::kLinkFrameHeaderBytes, again);
+            FUZZ_CHECK(e == used && std::memcmp(again, p, e) == 0,
+                       "link frame re-encoding differs");
+          }
+        }
+        FUZZ_CHECK(used == lf_at, "a longer input changed the link frame");
+      } else {
+        FUZZ_CHECK(lf_at == 0 && !lf_refused, "link frame incomplete after a verdict at %zu", k);
       }
     }
   }
