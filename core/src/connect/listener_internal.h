@@ -23,6 +23,7 @@
 #include "connect/cm_rdmacm.h"
 #include "connect/route_gid.h"
 #include "health/peer_link.h"
+#include "sluice/core/base/socket_drain.h"
 #include "sluice/core/base/status.h"
 #include "sluice/core/wire/wire.h"
 
@@ -112,11 +113,8 @@ struct ListenComm::Pending {
     }
     if (fd < 0) return;
     // What the connector sent past the part this side read (its link offer behind a Meta whose
-    // nonce named no listen): read, so that the close is a FIN the connector reads as "closed",
-    // not a reset.
-    char buf[512];
-    for (int i = 0; i < 8 && ::recv(fd, buf, sizeof buf, MSG_DONTWAIT) > 0; ++i) {
-    }
+    // nonce named no listen), read before the close: the connector reads "closed", not a reset.
+    (void)drain_unread(fd);
     close(fd);
   }
 };

@@ -20,6 +20,7 @@
 #include "comm/fd_census.h"
 #include "health/peer_link.h"
 #include "sluice/core/base/log.h"
+#include "sluice/core/base/socket_drain.h"
 
 namespace sluice {
 
@@ -469,13 +470,8 @@ void liveness_stop(Conn& c) {
     // Best effort, never blocks: a full socket buffer or a dead peer just loses the goodbye.
     (void)::send(c.fd, &kGoodbyeByte, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
   }
-  if (c.watch.started && c.fd >= 0) {
-    // Read what the peer sent (its goodbye, when both close at once): closing a socket with unread
-    // bytes resets the connection, which the peer would read as a crash.
-    uint8_t buf[16];
-    while (::recv(c.fd, buf, sizeof buf, MSG_DONTWAIT) > 0) {
-    }
-  }
+  // What the peer sent (its goodbye, when both close at once), read before the close.
+  if (c.watch.started) (void)drain_unread(c.fd);
 }
 
 void liveness_close_socket(Conn& c) {
@@ -517,11 +513,9 @@ void liveness_tell_peer(Conn& c) {
   PeerWatch& w = c.watch;
   if (w.told || !w.started || (c.fd < 0 && !c.link.on()) || w.state != PeerWatch::kAlive) return;
   w.told = true;
-  uint8_t msg[wire::kNoticeMaxBytes];
-  const size_t n = wire::encode_notice(c.failure.message(), msg);
   if (c.link.on()) {
     std::string why;
-    if (!link_send(c.link, wire::LinkFrameType::kNotice, msg, n, &why)) {
+    if (!link_send_notice(c.link, c.failure.message(), &why)) {
       SLUICE_INFO(kSubNet, "%s: the failure notice to peer %s was not sent (%s)",
                   c.describe_qp(0).c_str(), c.peer.c_str(), why.c_str());
     } else {
@@ -530,6 +524,8 @@ void liveness_tell_peer(Conn& c) {
     }
     return;
   }
+  uint8_t msg[wire::kNoticeMaxBytes];
+  const size_t n = wire::encode_notice(c.failure.message(), msg);
   // Best effort, never blocks: the socket is idle (nothing else is sent on it), so a few hundred
   // bytes fit its buffer; a peer that is gone fails by its own bounds.
   const ssize_t sent = ::send(c.fd, msg, n, MSG_DONTWAIT | MSG_NOSIGNAL);

@@ -15,6 +15,7 @@
 
 #include "comm/fd_census.h"
 #include "sluice/core/base/log.h"
+#include "sluice/core/base/socket_drain.h"
 
 namespace sluice {
 
@@ -202,10 +203,7 @@ void close_locked(LinkRegistry& g, const std::shared_ptr<PeerLink>& l) {
   }
   flush_locked(*l);
   if (l->fd >= 0) {
-    uint8_t buf[4096];
-    for (int round = 0; round < kReadRounds; ++round) {
-      if (::recv(l->fd, buf, sizeof buf, MSG_DONTWAIT) <= 0) break;
-    }
+    (void)drain_unread(l->fd);
     close(l->fd);
     l->fd = -1;
     fd_count_add(FdKind::kLink, -1);
@@ -376,13 +374,17 @@ LinkEnd link_join(LinkHold&& h, uint32_t peer_chan) {
   return e;
 }
 
+bool link_send_notice(LinkEnd& e, const std::string& reason, std::string* why) {
+  uint8_t msg[wire::kNoticeMaxBytes];
+  const size_t n = wire::encode_notice(reason, msg);
+  return link_send(e, wire::LinkFrameType::kNotice, msg, n, why);
+}
+
 void link_hold_fail(LinkHold&& h, uint32_t peer_chan, const std::string& reason) {
   if (!h.held()) return;
   LinkEnd e = link_join(std::move(h), peer_chan);
-  uint8_t msg[wire::kNoticeMaxBytes];
-  const size_t n = wire::encode_notice(reason, msg);
   std::string ignored;
-  (void)link_send(e, wire::LinkFrameType::kNotice, msg, n, &ignored);
+  (void)link_send_notice(e, reason, &ignored);
   link_leave(e, false);
 }
 

@@ -124,6 +124,9 @@ bool link_poll(LinkEnd& e, PathMsgSink sink, void* ctx, int room, LinkSeen* out)
 // *why, when the link is gone or its queue is full (the peer has stopped reading).
 bool link_send(LinkEnd& e, wire::LinkFrameType t, const uint8_t* payload, size_t n,
                std::string* why);
+// link_send of a failure notice carrying `reason` (wire::encode_notice): a comm's failure told to
+// its peer, or a handshake the listener released after answering "use".
+bool link_send_notice(LinkEnd& e, const std::string& reason, std::string* why);
 // At the comm's close: the goodbye frame first when `goodbye`, then the end goes; the last end
 // closes the link.
 void link_leave(LinkEnd& e, bool goodbye);
