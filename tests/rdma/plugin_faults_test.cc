@@ -50,6 +50,37 @@ uint64_t seed_of(int msg) {
 // be killed; *-close close their comm normally and exit 0.
 int three_comms_child(Net& n, int dev, int out);
 
+// One message of kMsg bytes received on `comm` into buf, verified against `seed`: 0, else the exit.
+int recv_one(Net& n, void* comm, RegBuf& buf, uint64_t seed) {
+  void* data = buf.data();
+  void* mh = buf.mh();
+  size_t cap = kMsg;
+  int tag = kTag;
+  void* req = nullptr;
+  if (!post_until("irecv", &req,
+                  [&](void** r) { return n.irecv(comm, 1, &data, &cap, &tag, &mh, r); }))
+    return 6;
+  if (!wait_done(n, "recv", req, nullptr)) return 6;
+  return check_pattern(buf.data(), kMsg, seed).empty() ? 0 : 9;
+}
+
+// The child's side of a connection from the parent, as NCCL makes it: listen, hand the handle to
+// the parent (fd `out`), accept until `deadline`, close the listen. 0 with *comm set, else the
+// exit.
+int accept_for_parent(Net& n, int dev, int out, Clock::time_point deadline, void** comm) {
+  char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+  void* lc = nullptr;
+  if (n.listen(dev, handle, &lc) != ncclSuccess) return 4;
+  if (!write_full(out, handle, sizeof handle)) return 2;
+  *comm = nullptr;
+  while (*comm == nullptr) {
+    if (n.accept(lc, comm) != ncclSuccess || Clock::now() > deadline) return 4;
+    if (*comm == nullptr) usleep(100);
+  }
+  n.close_listen(lc);
+  return 0;
+}
+
 int child_main(const std::string& role, int dev) {
   const int in = 3, out = 4;
   Net n(12);
@@ -66,16 +97,8 @@ int child_main(const std::string& role, int dev) {
       if (n.connect(dev, handle, &comm) != ncclSuccess || Clock::now() > deadline) return 4;
       if (comm == nullptr) usleep(100);
     }
-  } else {
-    char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
-    void* lc = nullptr;
-    if (n.listen(dev, handle, &lc) != ncclSuccess) return 4;
-    if (!write_full(out, handle, sizeof handle)) return 2;
-    while (comm == nullptr) {
-      if (n.accept(lc, &comm) != ncclSuccess || Clock::now() > deadline) return 4;
-      if (comm == nullptr) usleep(100);
-    }
-    n.close_listen(lc);
+  } else if (int rc = accept_for_parent(n, dev, out, deadline, &comm); rc != 0) {
+    return rc;
   }
   RegBuf buf;
   if (!buf.allocate(&n, comm, 2 * kMsg)) return 5;
@@ -87,17 +110,12 @@ int child_main(const std::string& role, int dev) {
       return 6;
     if (!wait_done(n, "send", req, nullptr)) return 6;
   } else {
-    void* data = buf.data();
-    void* mh = buf.mh();
-    size_t cap = kMsg;
-    int tag = kTag;
-    if (!post_until("irecv", &req,
-                    [&](void** r) { return n.irecv(comm, 1, &data, &cap, &tag, &mh, r); }))
-      return 6;
-    if (!wait_done(n, "recv", req, nullptr)) return 6;
-    if (!check_pattern(buf.data(), kMsg, seed_of(1)).empty()) return 9;
+    if (int rc = recv_one(n, comm, buf, seed_of(1)); rc != 0) return rc;
     if (role == "recv-cts-kill") {  // a second receive, its clear-to-send published
-      data = buf.data() + kMsg;
+      void* data = buf.data() + kMsg;
+      void* mh = buf.mh();
+      size_t cap = kMsg;
+      int tag = kTag;
       void* req2 = nullptr;
       if (!post_until("irecv", &req2,
                       [&](void** r) { return n.irecv(comm, 1, &data, &cap, &tag, &mh, r); }))
@@ -117,37 +135,14 @@ int child_main(const std::string& role, int dev) {
   return rc;
 }
 
-// One message of kMsg bytes received on `comm` into buf, verified against `seed`: 0, else the exit.
-int recv_one(Net& n, void* comm, RegBuf& buf, uint64_t seed) {
-  void* data = buf.data();
-  void* mh = buf.mh();
-  size_t cap = kMsg;
-  int tag = kTag;
-  void* req = nullptr;
-  if (!post_until("irecv", &req,
-                  [&](void** r) { return n.irecv(comm, 1, &data, &cap, &tag, &mh, r); }))
-    return 6;
-  if (!wait_done(n, "recv", req, nullptr)) return 6;
-  return check_pattern(buf.data(), kMsg, seed).empty() ? 0 : 9;
-}
-
 // Role recv-three (PeerLink.*): three receive comms from the parent (three listens, each closed
 // after its accept), a message on each; then comm 0 closed normally ('C' to the parent), a second
 // message on comms 1 and 2; then ready, and killed.
 int three_comms_child(Net& n, int dev, int out) {
   void* comms[3] = {};
   const auto deadline = Clock::now() + wait_limit();
-  for (void*& comm : comms) {
-    char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
-    void* lc = nullptr;
-    if (n.listen(dev, handle, &lc) != ncclSuccess) return 4;
-    if (!write_full(out, handle, sizeof handle)) return 2;
-    while (comm == nullptr) {
-      if (n.accept(lc, &comm) != ncclSuccess || Clock::now() > deadline) return 4;
-      if (comm == nullptr) usleep(100);
-    }
-    n.close_listen(lc);
-  }
+  for (void*& comm : comms)
+    if (int rc = accept_for_parent(n, dev, out, deadline, &comm); rc != 0) return rc;
   RegBuf bufs[3];
   for (int i = 0; i < 3; ++i) {
     if (!bufs[i].allocate(&n, comms[i], kMsg)) return 5;
