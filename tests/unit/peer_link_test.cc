@@ -178,6 +178,34 @@ TEST(PeerLink, AHandshakesHoldKeepsTheLinkOpenAndAReleasedOneIsTold) {
   EXPECT_EQ(link_count(), links0);
 }
 
+TEST(PeerLink, APeerThatStopsReadingFailsSendsAtTheQueueBoundNotGrowingMemory) {
+  const wire::Nonce pa = proc_of(5), pb = proc_of(6);
+  Pair c = adopt_pair(pa, pb, 0x5555, nullptr);
+  // B stops reading: A's frames fill the socket's buffers, then the link's queue, up to its bound.
+  uint8_t msg[wire::kNoticeMaxBytes];
+  const size_t n = wire::encode_notice(std::string(200, 'n'), msg);
+  size_t sent = 0;
+  std::string why;
+  while (link_send(c.a, wire::LinkFrameType::kNotice, msg, n, &why)) {
+    sent += wire::kLinkFrameHeaderBytes + n;  // what the link queues: the frame
+    ASSERT_LT(sent, kLinkTxMaxBytes + (size_t{64} << 20)) << "the queue has no bound";
+  }
+  // Refused only once the queue (past what the socket's buffers took) is at its bound.
+  EXPECT_GE(sent + wire::kLinkFrameHeaderBytes + n, kLinkTxMaxBytes)
+      << "refused before the bound: " << why;
+  EXPECT_NE(why.find("queued that its peer has not read"), std::string::npos) << why;
+  // The refusal fails that send only: once B reads again, A's queue drains and sends go on.
+  for (int i = 0; i < 4096 && poll(c.b).seen != SocketSeen::kNothing; ++i) {
+    LinkSeen ignored;
+    (void)link_poll(c.a, nullptr, nullptr, 0, &ignored);  // A writes what the socket now takes
+  }
+  LinkSeen ignored;
+  (void)link_poll(c.a, nullptr, nullptr, 0, &ignored);
+  EXPECT_TRUE(link_send(c.a, wire::LinkFrameType::kNotice, msg, n, &why)) << why;
+  link_leave(c.a, false);
+  link_leave(c.b, false);
+}
+
 TEST(PeerLink, ConnectsWaitForTheFirstLinkToAProcess) {
   const wire::Nonce pa = proc_of(7), pb = proc_of(8);
   LinkClaim first, second;

@@ -38,8 +38,6 @@ struct Chan {
   std::deque<wire::PathMsg> path;
 };
 
-// A queue the peer does not drain: a link whose peer stopped reading for this long is unusable.
-constexpr size_t kTxMaxBytes = size_t{4} << 20;
 // Bytes one poll reads at most (the rest waits for the next poll).
 constexpr int kReadRounds = 16;
 
@@ -470,7 +468,7 @@ bool link_send(LinkEnd& e, wire::LinkFrameType t, const uint8_t* payload, size_t
     *why = "the link to the peer's process is gone";
     return false;
   }
-  if (l.tx.size() + len > kTxMaxBytes) {
+  if (l.tx.size() + len > kLinkTxMaxBytes) {
     *why = "the link to the peer's process has " + std::to_string(l.tx.size()) +
            " bytes queued that its peer has not read";
     return false;

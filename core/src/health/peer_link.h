@@ -124,6 +124,10 @@ bool link_poll(LinkEnd& e, PathMsgSink sink, void* ctx, int room, LinkSeen* out)
 // *why, when the link is gone or its queue is full (the peer has stopped reading).
 bool link_send(LinkEnd& e, wire::LinkFrameType t, const uint8_t* payload, size_t n,
                std::string* why);
+// The bound on what a link queues past its socket's buffer: a peer process that stops reading
+// (stopped, wedged) fails the sends of every comm on the link rather than growing this process's
+// memory. 4 MiB is some 16,000 notices or path messages, far more than failover and liveness send.
+inline constexpr size_t kLinkTxMaxBytes = size_t{4} << 20;
 // link_send of a failure notice carrying `reason` (wire::encode_notice): a comm's failure told to
 // its peer, or a handshake the listener released after answering "use".
 bool link_send_notice(LinkEnd& e, const std::string& reason, std::string* why);
