@@ -14,7 +14,8 @@
 //    encodes again to the same bytes;
 //  * decode_link_frame (link.h, the peer link's frames) on every prefix: the same prefix rules; an
 //    accepted frame is a header and its stated payload for a non-zero channel, and a frame whose
-//    payload was not refused encodes again to the same bytes.
+//    payload was not refused encodes again to the same bytes (a handshake's frame carries its
+//    payload as bytes, whole).
 #include <algorithm>
 #include <cstring>
 #include <string>
@@ -129,6 +130,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             "link frame used %zu of %zu", used, k);
         FUZZ_CHECK(f.chan != 0, "a frame for channel 0");
         FUZZ_CHECK(!f.bad || !f.text.empty(), "a payload refused without a reason");
+        if (f.type == wire::LinkFrameType::kHello || f.type == wire::LinkFrameType::kHsReply) {
+          const size_t len = used - wire::kLinkFrameHeaderBytes;
+          FUZZ_CHECK(len > 0 && len <= wire::kLinkHsMaxPayload && f.bytes.size() == len &&
+                         std::memcmp(f.bytes.data(), p + wire::kLinkFrameHeaderBytes, len) == 0,
+                     "a handshake frame's bytes are not its payload");
+        } else {
+          FUZZ_CHECK(f.bytes.empty(), "bytes on a frame that carries no handshake");
+        }
         if (lf_at == 0) {
           lf_at = used;
           FUZZ_CHECK(used == k, "a link frame accepted before its last byte");

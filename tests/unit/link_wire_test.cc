@@ -7,6 +7,7 @@
 
 #include <cstring>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "sluice/core/wire/link.h"
@@ -52,9 +53,14 @@ TEST(LinkHandle, TheListenersProcessRoundTripsAfterTheHandle) {
   uint8_t handle[kNcclHandleMaxSize] = {};
   Nonce got{};
   EXPECT_FALSE(handle_link(handle, &got)) << "a zeroed handle (an older listener) has no process";
-  put_handle_link(handle, proc_of(7));
-  ASSERT_TRUE(handle_link(handle, &got));
+  put_handle_link(handle, proc_of(7), 0);
+  uint8_t flags = 0xff;
+  ASSERT_TRUE(handle_link(handle, &got, &flags));
   EXPECT_TRUE(same_nonce(got, proc_of(7)));
+  EXPECT_EQ(flags, 0) << "a listener that takes no handshakes on the link (an older one: reserved)";
+  put_handle_link(handle, proc_of(7), kHandleLinkHello);
+  ASSERT_TRUE(handle_link(handle, &got, &flags));
+  EXPECT_EQ(flags, kHandleLinkHello);
   // Nothing of wire::Handle is touched: the link's part starts after it.
   for (size_t i = 0; i < sizeof(Handle); ++i) EXPECT_EQ(handle[i], 0) << "byte " << i;
   uint8_t bad[kNcclHandleMaxSize];
@@ -64,7 +70,7 @@ TEST(LinkHandle, TheListenersProcessRoundTripsAfterTheHandle) {
   std::memcpy(bad, handle, sizeof bad);
   bad[kHandleLinkOffset + 4] = kHandleLinkVersion + 1;
   EXPECT_FALSE(handle_link(bad, &got));
-  put_handle_link(bad, Nonce{});  // a zero process id is none
+  put_handle_link(bad, Nonce{}, 0);  // a zero process id is none
   EXPECT_FALSE(handle_link(bad, &got));
 }
 
@@ -119,7 +125,10 @@ TEST(LinkFrame, EachTypeRoundTripsWithEveryPrefixIncomplete) {
   const std::vector<std::vector<uint8_t>> frames = {
       frame(LinkFrameType::kGoodbye, 0x01020304, {}),
       frame(LinkFrameType::kNotice, 7, notice_bytes("watchdog: no completion on qpn 12")),
-      frame(LinkFrameType::kPath, 0xffffffff, path_bytes(checked_msg()))};
+      frame(LinkFrameType::kPath, 0xffffffff, path_bytes(checked_msg())),
+      frame(LinkFrameType::kHello, 11, std::vector<uint8_t>(kLinkHsMaxPayload, 0x3c)),
+      frame(LinkFrameType::kHsReply, 12, std::vector<uint8_t>(sizeof(Meta), 0x5d)),
+      frame(LinkFrameType::kHsReady, 13, {})};
   for (const auto& f : frames) {
     ASSERT_GE(f.size(), kLinkFrameHeaderBytes);
     for (size_t n = 0; n < f.size(); ++n) {
@@ -158,6 +167,20 @@ TEST(LinkFrame, EachTypeRoundTripsWithEveryPrefixIncomplete) {
   EXPECT_EQ(out.path.type, PathMsgType::kChecked);
   EXPECT_EQ(out.path.path, 1);
   EXPECT_EQ(out.path.epoch, 9u);
+  // A handshake's parts travel as bytes, whole, for connect/ to read (the hello names its sender).
+  ASSERT_EQ(decode_link_frame(frames[3].data(), frames[3].size(), &out, &why, &used),
+            LinkParse::kOk);
+  EXPECT_EQ(out.type, LinkFrameType::kHello);
+  EXPECT_EQ(out.chan, 11u);
+  EXPECT_EQ(out.bytes, std::vector<uint8_t>(kLinkHsMaxPayload, 0x3c));
+  ASSERT_EQ(decode_link_frame(frames[4].data(), frames[4].size(), &out, &why, &used),
+            LinkParse::kOk);
+  EXPECT_EQ(out.type, LinkFrameType::kHsReply);
+  EXPECT_EQ(out.bytes.size(), sizeof(Meta));
+  ASSERT_EQ(decode_link_frame(frames[5].data(), frames[5].size(), &out, &why, &used),
+            LinkParse::kOk);
+  EXPECT_EQ(out.type, LinkFrameType::kHsReady);
+  EXPECT_TRUE(out.bytes.empty());
 }
 
 TEST(LinkFrame, ABadHeaderEndsTheLinkWithAReason) {
@@ -169,7 +192,7 @@ TEST(LinkFrame, ABadHeaderEndsTheLinkWithAReason) {
     const char* says;
   };
   for (const Bad& b : {Bad{"magic", 0, 0xb7, "starts no link frame"},
-                       Bad{"type 0", 1, 0, "unknown type 0"}, Bad{"type 4", 1, 4, "unknown type 4"},
+                       Bad{"type 0", 1, 0, "unknown type 0"}, Bad{"type 7", 1, 7, "unknown type 7"},
                        Bad{"goodbye with a payload", 2, 1, "payload of 1 bytes"},
                        Bad{"channel 0", 4, 0, "channel 0"}}) {
     std::vector<uint8_t> f = good;
@@ -197,6 +220,19 @@ TEST(LinkFrame, ABadHeaderEndsTheLinkWithAReason) {
   EXPECT_EQ(encode_link_frame(LinkFrameType::kGoodbye, 3, &one, 1, buf), 0u);
   std::vector<uint8_t> big(kLinkFrameMaxPayload + 1, 0);
   EXPECT_EQ(encode_link_frame(LinkFrameType::kNotice, 3, big.data(), big.size(), buf), 0u);
+  // A ready mark has no payload; a hello or reply has one, at most the handshake's parts.
+  EXPECT_EQ(encode_link_frame(LinkFrameType::kHsReady, 3, &one, 1, buf), 0u);
+  EXPECT_EQ(encode_link_frame(LinkFrameType::kHello, 3, nullptr, 0, buf), 0u);
+  for (const auto& [what, type, len] :
+       {std::tuple{"ready with a payload", LinkFrameType::kHsReady, size_t{1}},
+        std::tuple{"empty hello", LinkFrameType::kHello, size_t{0}},
+        std::tuple{"empty reply", LinkFrameType::kHsReply, size_t{0}}}) {
+    std::vector<uint8_t> g = good;
+    g[1] = static_cast<uint8_t>(type);
+    g[2] = static_cast<uint8_t>(len);
+    g.resize(kLinkFrameHeaderBytes + len, 0);
+    EXPECT_EQ(decode_link_frame(g.data(), g.size(), &out, &why, &used), LinkParse::kBad) << what;
+  }
 }
 
 TEST(LinkFrame, ABadNoticeOrPathMessageConcernsItsChannelOnly) {

@@ -233,7 +233,7 @@ Status listen(int dev, void* handle, ListenComm** out) {
   std::memset(handle, 0, kHandleSize);
   std::memcpy(handle, &h, sizeof h);
   // The listener's process, for a connector that may offer a peer link (health/peer_link.h).
-  if (e->config().oob_link && link_proc_id_ok()) wire::put_handle_link(handle, link_proc_id());
+  if (e->config().oob_link && link_proc_id_ok()) wire::put_handle_link(handle, link_proc_id(), 0);
   SLUICE_INFO(kSubNet, "listening on %s for %s", l->addr_text.c_str(), d->name.c_str());
   {
     std::lock_guard<std::mutex> lk(listens().mu);

@@ -12,22 +12,32 @@ bool zero_proc(const Nonce& n) {
   return any == 0;
 }
 
+bool no_payload(LinkFrameType t) {
+  return t == LinkFrameType::kGoodbye || t == LinkFrameType::kHsReady;
+}
+
+bool carries_hs(LinkFrameType t) {
+  return t == LinkFrameType::kHello || t == LinkFrameType::kHsReply;
+}
+
 }  // namespace
 
-void put_handle_link(void* handle, const Nonce& proc) {
+void put_handle_link(void* handle, const Nonce& proc, uint8_t flags) {
   HandleLink hl{};
   hl.magic = kHandleLinkMagic;
   hl.version = kHandleLinkVersion;
+  hl.flags = flags;
   hl.proc = proc;
   std::memcpy(static_cast<uint8_t*>(handle) + kHandleLinkOffset, &hl, sizeof hl);
 }
 
-bool handle_link(const void* handle, Nonce* proc) {
+bool handle_link(const void* handle, Nonce* proc, uint8_t* flags) {
   HandleLink hl;
   std::memcpy(&hl, static_cast<const uint8_t*>(handle) + kHandleLinkOffset, sizeof hl);
   if (hl.magic != kHandleLinkMagic || hl.version != kHandleLinkVersion || zero_proc(hl.proc))
     return false;
   *proc = hl.proc;
+  if (flags != nullptr) *flags = hl.flags;
   return true;
 }
 
@@ -99,7 +109,7 @@ Status validate_link_answer(const MetaLink& m, uint64_t offered, const Nonce& li
 
 size_t encode_link_frame(LinkFrameType t, uint32_t chan, const uint8_t* payload, size_t n,
                          uint8_t* out) {
-  if (n > kLinkFrameMaxPayload || (t == LinkFrameType::kGoodbye && n != 0)) return 0;
+  if (n > kLinkFrameMaxPayload || (no_payload(t) && n != 0) || (carries_hs(t) && n == 0)) return 0;
   out[0] = kLinkFrameMagic;
   out[1] = static_cast<uint8_t>(t);
   out[2] = static_cast<uint8_t>(n & 0xff);
@@ -116,15 +126,16 @@ LinkParse decode_link_frame(const uint8_t* p, size_t n, LinkFrame* out, std::str
     *why = "a byte that starts no link frame";
     return LinkParse::kBad;
   }
-  if (n >= 2 && (p[1] < static_cast<uint8_t>(LinkFrameType::kGoodbye) ||
-                 p[1] > static_cast<uint8_t>(LinkFrameType::kPath))) {
+  if (n >= 2 &&
+      (p[1] < static_cast<uint8_t>(LinkFrameType::kGoodbye) || p[1] > kLinkFrameTypeLast)) {
     *why = "a link frame of unknown type " + std::to_string(p[1]);
     return LinkParse::kBad;
   }
   if (n < kLinkFrameHeaderBytes) return LinkParse::kIncomplete;
   const auto type = static_cast<LinkFrameType>(p[1]);
   const size_t len = static_cast<size_t>(p[2]) | static_cast<size_t>(p[3]) << 8;
-  if (len > kLinkFrameMaxPayload || (type == LinkFrameType::kGoodbye && len != 0)) {
+  if (len > kLinkFrameMaxPayload || (no_payload(type) && len != 0) ||
+      (carries_hs(type) && (len == 0 || len > kLinkHsMaxPayload))) {
     *why = "a link frame with a payload of " + std::to_string(len) + " bytes";
     return LinkParse::kBad;
   }
@@ -143,6 +154,11 @@ LinkParse decode_link_frame(const uint8_t* p, size_t n, LinkFrame* out, std::str
   std::string text;
   switch (type) {
     case LinkFrameType::kGoodbye:
+    case LinkFrameType::kHsReady:
+      break;
+    case LinkFrameType::kHello:
+    case LinkFrameType::kHsReply:
+      out->bytes.assign(body, body + len);  // the handshake's parts: connect/ reads them
       break;
     case LinkFrameType::kNotice: {
       const NoticeParse r = len > 0 && body[0] == kNoticeMagic

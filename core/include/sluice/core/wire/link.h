@@ -9,14 +9,20 @@
 //    link, or adopt this connection's socket as a new one) with its own channel;
 //  * then, on the link, frames (LinkFrame): a goodbye (the sender closed its end of the comm), a
 //    failure notice (wire.h's notice, whole), or a path message (path_msg.h's, whole), each naming
-//    the receiver's channel.
+//    the receiver's channel;
+//  * and, when the listener's handle says it takes them (kHandleLinkHello), the handshake of a new
+//    comm between two processes that already have a link: the connector's metadata and offer
+//    (kHello, naming the connector's channel), the listener's answer (kHsReply) and the ready mark
+//    (kHsReady), so a connect to a known peer makes no TCP connection at all.
 // Pure: no sockets, no state.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "sluice/core/base/status.h"
 #include "sluice/core/wire/path_msg.h"
@@ -28,10 +34,14 @@ namespace sluice::wire {
 
 inline constexpr uint32_t kHandleLinkMagic = 0x4b4c4c53;  // "SLLK"
 inline constexpr uint8_t kHandleLinkVersion = 1;
+// HandleLink::flags: the listener's process takes handshakes on the link (kHello). A listener of
+// an older Sluice writes 0 here (reserved), and is then reached by TCP as before.
+inline constexpr uint8_t kHandleLinkHello = 0x01;
 struct HandleLink {
   uint32_t magic;
   uint8_t version;
-  uint8_t reserved[3];
+  uint8_t flags;  // kHandleLinkHello
+  uint8_t reserved[2];
   Nonce proc;  // the listener's process
 };
 static_assert(sizeof(HandleLink) == 24 && std::is_trivially_copyable_v<HandleLink>);
@@ -39,9 +49,9 @@ inline constexpr size_t kHandleLinkOffset = sizeof(Handle);
 static_assert(kHandleLinkOffset + sizeof(HandleLink) <= kNcclHandleMaxSize,
               "the link's part of the handle fits NCCL_NET_HANDLE_MAXSIZE");
 // Writes the listener's process id into NCCL's handle (kNcclHandleMaxSize bytes).
-void put_handle_link(void* handle, const Nonce& proc);
-// The listener's process id, when the handle has one (a listener with the link on).
-bool handle_link(const void* handle, Nonce* proc);
+void put_handle_link(void* handle, const Nonce& proc, uint8_t flags);
+// The listener's process id, when the handle has one (a listener with the link on), and its flags.
+bool handle_link(const void* handle, Nonce* proc, uint8_t* flags = nullptr);
 
 // ---- In the handshake ---------------------------------------------------------------------------
 
@@ -88,12 +98,29 @@ Status validate_link_answer(const MetaLink& m, uint64_t offered, const Nonce& li
 // ---- On the link --------------------------------------------------------------------------------
 
 inline constexpr uint8_t kLinkFrameMagic = 0xa5;  // none of the goodbye, ready or notice bytes
-enum class LinkFrameType : uint8_t { kGoodbye = 1, kNotice = 2, kPath = 3 };
-// [0] kLinkFrameMagic  [1] type  [2..3] payload length n  [4..7] the receiver's channel
-// [8 .. 8+n) the payload: none (goodbye), a notice (encode_notice), a path message.
+// kHello .. kHsReady: a handshake on the link. kHello carries what the connector would have sent on
+// its TCP connection ([Meta][MetaMembers when fused][MetaLink offer]) and names the *sender's*
+// channel (the listener has none for the comm yet); kHsReply carries the listener's answer
+// ([Meta][MetaMembers][MetaCmAddrs][MetaLink answer], the parts its features name) to that
+// channel; kHsReady (no payload) is the connector's last word, the ready byte's place.
+enum class LinkFrameType : uint8_t {
+  kGoodbye = 1,
+  kNotice = 2,
+  kPath = 3,
+  kHello = 4,
+  kHsReply = 5,
+  kHsReady = 6
+};
+inline constexpr uint8_t kLinkFrameTypeLast = static_cast<uint8_t>(LinkFrameType::kHsReady);
+// [0] kLinkFrameMagic  [1] type  [2..3] payload length n  [4..7] the receiver's channel (kHello:
+// the sender's)  [8 .. 8+n) the payload: none (goodbye, ready), a notice (encode_notice), a path
+// message, or a handshake's metadata parts (at most kLinkHsMaxPayload).
 inline constexpr size_t kLinkFrameHeaderBytes = 8;
+inline constexpr size_t kLinkHsMaxPayload =
+    sizeof(Meta) + sizeof(MetaMembers) + sizeof(MetaCmAddrs) + sizeof(MetaLink);
 inline constexpr size_t kLinkFrameMaxPayload =
-    kNoticeMaxBytes > kPathMsgMaxBytes ? kNoticeMaxBytes : kPathMsgMaxBytes;
+    std::max({kNoticeMaxBytes, kPathMsgMaxBytes, kLinkHsMaxPayload});
+static_assert(kLinkFrameMaxPayload <= 0xffff, "the length field is 16 bits");
 inline constexpr size_t kLinkFrameMaxBytes = kLinkFrameHeaderBytes + kLinkFrameMaxPayload;
 
 // Encodes a frame into out[0..kLinkFrameMaxBytes); returns its length, 0 when the payload is too
@@ -107,6 +134,7 @@ struct LinkFrame {
   bool bad = false;  // a well-formed frame whose notice or path message is not valid (why says)
   std::string text;  // kNotice: the reason
   PathMsg path{};    // kPath
+  std::vector<uint8_t> bytes;  // kHello, kHsReply: the handshake's metadata parts, as sent
 };
 // Decodes the first n bytes of what the link delivered. kIncomplete: a valid prefix; kBad: not a
 // frame (*why says why): the link carries nothing more that can be trusted; kOk: *out holds the
