@@ -206,6 +206,84 @@ TEST(PeerLink, APeerThatStopsReadingFailsSendsAtTheQueueBoundNotGrowingMemory) {
   link_leave(c.b, false);
 }
 
+// A handshake on the link (no TCP connection): the connector's hello reaches the listener's
+// process as a LinkHello with a channel of its own registered; the reply and the ready mark reach
+// only their handshake's channel; both holds then become the comm's ends. A hello the listener
+// drops tells the connector why; one still waiting at the service's close is refused too.
+TEST(PeerLink, AHandshakeRunsOnTheLinkAndEndsInTwoEndsOfANewComm) {
+  const wire::Nonce pa = proc_of(9), pb = proc_of(10);
+  Pair first = adopt_pair(pa, pb, 0x9999, nullptr);
+  const size_t links = link_count();
+
+  LinkHold ha = link_hold_newest(pb, link_new_chan());  // A's connect, on its link to B
+  ASSERT_TRUE(ha.held());
+  const std::vector<uint8_t> meta(300, 0x11), answer(280, 0x22);
+  std::string why;
+  ASSERT_TRUE(ha.send(wire::LinkFrameType::kHello, 0, meta.data(), meta.size(), &why)) << why;
+  EXPECT_TRUE(link_take_hellos().empty()) << "nobody in B has read the link yet";
+  EXPECT_EQ(poll(first.b).seen, SocketSeen::kNothing) << "a hello concerns no comm";
+  std::vector<LinkHello> got = link_take_hellos();
+  ASSERT_EQ(got.size(), 1u);
+  LinkHello& h = got[0];
+  EXPECT_EQ(h.peer_chan, ha.chan()) << "the hello names the connector's channel";
+  EXPECT_EQ(h.bytes, meta);
+  ASSERT_TRUE(h.hold.held());
+  EXPECT_EQ(h.hold.id(), 0x9999u) << "held on the link it came on";
+  EXPECT_TRUE(link_take_hellos().empty()) << "taken once";
+
+  ASSERT_TRUE(
+      h.hold.send(wire::LinkFrameType::kHsReply, h.peer_chan, answer.data(), answer.size(), &why))
+      << why;
+  LinkHold::Seen r;
+  ASSERT_TRUE(ha.poll(&r));
+  ASSERT_TRUE(r.reply);
+  EXPECT_EQ(r.bytes, answer);
+  EXPECT_EQ(r.seen, SocketSeen::kNothing);
+  ASSERT_TRUE(ha.send(wire::LinkFrameType::kHsReady, h.hold.chan(), nullptr, 0, &why)) << why;
+  LinkHold::Seen ready;
+  ASSERT_TRUE(h.hold.poll(&ready));
+  EXPECT_TRUE(ready.ready);
+  EXPECT_FALSE(ready.reply) << "the reply went to the connector's channel only";
+
+  const uint32_t cb = h.hold.chan(), ca = ha.chan();
+  LinkEnd a = link_join(std::move(ha), cb), b = link_join(std::move(h.hold), ca);
+  EXPECT_EQ(link_count(), links) << "the new comm rides the existing link";
+  ASSERT_TRUE(send_notice(a, "the new comm's notice"));
+  LinkSeen s = poll(b);
+  EXPECT_EQ(s.seen, SocketSeen::kNotice);
+  EXPECT_EQ(s.text, "the new comm's notice");
+  EXPECT_EQ(poll(first.b).seen, SocketSeen::kNothing) << "only the new comm's end";
+
+  // A hello the listener drops: the connector reads why on its channel.
+  LinkHold hc = link_hold_newest(pb, link_new_chan());
+  ASSERT_TRUE(hc.send(wire::LinkFrameType::kHello, 0, meta.data(), meta.size(), &why)) << why;
+  (void)poll(first.b);
+  got = link_take_hellos();
+  ASSERT_EQ(got.size(), 1u);
+  link_hold_fail(std::move(got[0].hold), got[0].peer_chan, "nonce mismatch: no such listen");
+  ASSERT_TRUE(hc.poll(&r));
+  EXPECT_FALSE(r.reply);
+  EXPECT_EQ(r.seen, SocketSeen::kNotice);
+  EXPECT_EQ(r.text, "nonce mismatch: no such listen");
+  hc.release();
+
+  // One still waiting when the service closes (the listener's finalize) is refused too.
+  LinkHold hd = link_hold_newest(pb, link_new_chan());
+  ASSERT_TRUE(hd.send(wire::LinkFrameType::kHello, 0, meta.data(), meta.size(), &why)) << why;
+  (void)poll(first.b);
+  link_service_close();
+  EXPECT_TRUE(link_take_hellos().empty());
+  ASSERT_TRUE(hd.poll(&r));
+  EXPECT_EQ(r.seen, SocketSeen::kNotice);
+  EXPECT_NE(r.text.find("finalized"), std::string::npos) << r.text;
+  hd.release();
+
+  link_leave(a, false);
+  link_leave(b, false);
+  link_leave(first.a, false);
+  link_leave(first.b, false);
+}
+
 TEST(PeerLink, ConnectsWaitForTheFirstLinkToAProcess) {
   const wire::Nonce pa = proc_of(7), pb = proc_of(8);
   LinkClaim first, second;

@@ -15,6 +15,7 @@
 #include "comm/comm.h"
 #include "comm/fusion.h"
 #include "health/liveness.h"
+#include "health/peer_link.h"
 #include "sluice/core/base/hca_filter.h"
 #include "sluice/core/base/log.h"
 #include "sluice/core/base/verbs_ext.h"
@@ -377,6 +378,8 @@ Status engine_acquire(LogSink sink, LocalityProvider locality, DeviceOrderProvid
   g_engine = std::move(e).value().release();
   g_engine_ptr.store(g_engine, std::memory_order_release);
   g_refs = 1;
+  // Accept reads the handshakes that arrive on peer links through one epoll set (peer_link.h).
+  if (g_engine->config().oob_link && g_engine->config().oob_link_handshake) link_service_open();
   return Status::ok();
 }
 
@@ -388,6 +391,7 @@ void engine_release() {
   // listen comms' pending handshakes (comm.h).
   const size_t connects = reap_abandoned_connects(true);
   const size_t handshakes = reap_listens(true);
+  link_service_close();  // hellos no listen took are refused: their connectors are told
   if (connects + handshakes > 0) {
     SLUICE_INFO(kSubInit | kSubNet,
                 "finalize released %zu connect(s) and %zu accepted handshake(s) in progress",

@@ -1,5 +1,6 @@
 #include "health/peer_link.h"
 
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -36,6 +37,10 @@ struct Chan {
   bool bad = false;
   std::string text;
   std::deque<wire::PathMsg> path;
+  // A handshake on the link: the listener's reply (connector's side), the ready mark (listener's).
+  bool hs_reply = false;
+  std::vector<uint8_t> hs;
+  bool hs_ready = false;
 };
 
 // Bytes one poll reads at most (the rest waits for the next poll).
@@ -43,7 +48,7 @@ constexpr int kReadRounds = 16;
 
 }  // namespace
 
-struct PeerLink {
+struct PeerLink : std::enable_shared_from_this<PeerLink> {
   std::mutex mu;  // after the registry's
   // Set at creation, then read-only.
   int fd = -1;
@@ -51,6 +56,8 @@ struct PeerLink {
   uint64_t id = 0;
   uint8_t role = 0;
   std::string peer_text;
+  sockaddr_storage peer_addr{};  // the socket's peer (the listener's route check for a hello)
+  uint64_t serial = 0;           // its key in the epoll set (LinkRegistry::by_serial)
   // Under the registry's mutex.
   bool in_table = false;
   // Under mu.
@@ -75,7 +82,24 @@ struct LinkRegistry {
   std::map<ProcKey, std::vector<std::shared_ptr<PeerLink>>> by_peer;
   std::map<ProcKey, int> claims;  // connects making the first link to a process (LinkClaim)
   size_t open = 0;
+  // The epoll set over the links' sockets (link_service_open), each keyed by its serial.
+  int ep = -1;
+  uint64_t next_serial = 1;
+  std::unordered_map<uint64_t, std::weak_ptr<PeerLink>> by_serial;
 };
+
+// Hellos read from the links, not yet taken by a listen (link_take_hellos). A leaf lock: taken
+// under a link's mutex when a hello is sorted. `count` lets a call with none skip the lock.
+struct HelloBox {
+  std::mutex mu;
+  std::vector<LinkHello> q;
+  std::atomic<size_t> count{0};
+};
+
+HelloBox& hellos() {
+  static auto* b = new HelloBox;  // NOLINT: deliberately never destroyed
+  return *b;
+}
 
 LinkRegistry& registry() {
   static auto* r = new LinkRegistry;  // NOLINT: deliberately never destroyed
@@ -105,7 +129,29 @@ void flush_locked(PeerLink& l) {
   }
 }
 
+// A connector's hello (f.chan is its channel): a channel of ours registered for the comm, held by
+// the hello until a listen takes it.
+void hello_locked(PeerLink& l, wire::LinkFrame& f) {
+  if (f.bad) return;  // cannot happen: a hello's payload is not interpreted here
+  const uint32_t chan = link_new_chan();
+  l.chans[chan] = Chan{};
+  LinkHello h;
+  h.hold = LinkHold(l.shared_from_this(), chan);
+  h.peer_chan = f.chan;
+  h.bytes = std::move(f.bytes);
+  h.peer_text = l.peer_text;
+  h.peer_addr = l.peer_addr;
+  HelloBox& b = hellos();
+  std::lock_guard<std::mutex> bl(b.mu);
+  b.q.push_back(std::move(h));
+  b.count.store(b.q.size(), std::memory_order_release);
+}
+
 void dispatch_locked(PeerLink& l, wire::LinkFrame& f) {
+  if (f.type == wire::LinkFrameType::kHello) {
+    hello_locked(l, f);
+    return;
+  }
   auto it = l.chans.find(f.chan);
   if (it == l.chans.end()) return;  // an end closed here: what its peer still sent goes nowhere
   Chan& ch = it->second;
@@ -128,6 +174,15 @@ void dispatch_locked(PeerLink& l, wire::LinkFrame& f) {
       break;
     case wire::LinkFrameType::kPath:
       ch.path.push_back(f.path);
+      break;
+    case wire::LinkFrameType::kHsReply:
+      ch.hs_reply = true;
+      ch.hs = std::move(f.bytes);
+      break;
+    case wire::LinkFrameType::kHsReady:
+      ch.hs_ready = true;
+      break;
+    case wire::LinkFrameType::kHello:  // sorted above
       break;
   }
 }
@@ -180,6 +235,20 @@ void pump_locked(PeerLink& l) {
   }
 }
 
+// Adds l's socket to the epoll set (caller holds the registry's mutex, g.ep is open).
+void watch_locked(LinkRegistry& g, PeerLink& l) {
+  if (l.fd < 0) return;
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = l.serial;
+  if (epoll_ctl(g.ep, EPOLL_CTL_ADD, l.fd, &ev) != 0 && errno != EEXIST) {
+    SLUICE_WARN(
+        "peer link to %s: epoll_ctl failed (%s): its handshakes are read only when a comm "
+        "polls it",
+        l.peer_text.c_str(), std::strerror(errno));
+  }
+}
+
 // The last end went: out of the table (caller holds the registry's mutex), the queued frames
 // written as far as the socket takes them, what the peer sent read (closing a socket with unread
 // bytes resets it, which the peer would read as a crash), and the socket closed.
@@ -198,6 +267,11 @@ void close_locked(LinkRegistry& g, const std::shared_ptr<PeerLink>& l) {
     }
     l->in_table = false;
     --g.open;
+  }
+  if (l->serial != 0) {
+    if (g.ep >= 0 && l->fd >= 0) (void)epoll_ctl(g.ep, EPOLL_CTL_DEL, l->fd, nullptr);
+    g.by_serial.erase(l->serial);
+    l->serial = 0;
   }
   flush_locked(*l);
   if (l->fd >= 0) {
@@ -395,6 +469,8 @@ LinkEnd link_adopt(int fd, const wire::Nonce& peer, uint64_t id, uint8_t role, u
   l->id = id;
   l->role = role;
   l->peer_text = peer_text;
+  socklen_t alen = sizeof l->peer_addr;
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&l->peer_addr), &alen) != 0) l->peer_addr = {};
   l->chans[chan].peer_chan = peer_chan;
   set_socket_keepalive(fd, peer_text);
   {
@@ -403,6 +479,9 @@ LinkEnd link_adopt(int fd, const wire::Nonce& peer, uint64_t id, uint8_t role, u
     g.by_peer[l->peer].push_back(l);
     l->in_table = true;
     ++g.open;
+    l->serial = g.next_serial++;
+    g.by_serial[l->serial] = l;
+    if (g.ep >= 0) watch_locked(g, *l);
   }
   SLUICE_INFO(kSubNet,
               "peer link to %s (process %016llx, link %016llx) opened: its comms' "
@@ -454,15 +533,16 @@ bool link_poll(LinkEnd& e, PathMsgSink sink, void* ctx, int room, LinkSeen* out)
   return true;
 }
 
-bool link_send(LinkEnd& e, wire::LinkFrameType t, const uint8_t* payload, size_t n,
-               std::string* why) {
+namespace {
+
+bool send_frame(PeerLink& l, wire::LinkFrameType t, uint32_t chan, const uint8_t* payload, size_t n,
+                std::string* why) {
   uint8_t f[wire::kLinkFrameMaxBytes];
-  const size_t len = wire::encode_link_frame(t, e.peer_chan, payload, n, f);
+  const size_t len = wire::encode_link_frame(t, chan, payload, n, f);
   if (len == 0) {
     *why = "the frame did not encode (" + std::to_string(n) + " payload bytes)";
     return false;
   }
-  PeerLink& l = *e.link;
   std::lock_guard<std::mutex> lk(l.mu);
   if (l.dead) {
     *why = "the link to the peer's process is gone";
@@ -478,6 +558,62 @@ bool link_send(LinkEnd& e, wire::LinkFrameType t, const uint8_t* payload, size_t
   return true;
 }
 
+}  // namespace
+
+bool link_send(LinkEnd& e, wire::LinkFrameType t, const uint8_t* payload, size_t n,
+               std::string* why) {
+  return send_frame(*e.link, t, e.peer_chan, payload, n, why);
+}
+
+bool LinkHold::send(wire::LinkFrameType t, uint32_t peer_chan, const uint8_t* payload, size_t n,
+                    std::string* why) {
+  if (!link_) {
+    *why = "no link held";
+    return false;
+  }
+  return send_frame(*link_, t, t == wire::LinkFrameType::kHello ? chan_ : peer_chan, payload, n,
+                    why);
+}
+
+bool LinkHold::poll(Seen* out) {
+  *out = Seen{};
+  if (!link_) {
+    out->seen = SocketSeen::kEof;
+    return true;
+  }
+  PeerLink& l = *link_;
+  std::unique_lock<std::mutex> lk(l.mu, std::try_to_lock);
+  if (!lk.owns_lock()) return false;
+  pump_locked(l);
+  auto it = l.chans.find(chan_);
+  if (it == l.chans.end()) {
+    out->seen = SocketSeen::kGarbage;
+    return true;
+  }
+  Chan& ch = it->second;
+  if (ch.hs_reply) {
+    out->reply = true;
+    out->bytes = std::move(ch.hs);
+    ch.hs.clear();
+    ch.hs_reply = false;
+  }
+  out->ready = ch.hs_ready;
+  if (ch.notice) {
+    out->seen = SocketSeen::kNotice;
+    out->text = ch.text;
+  } else if (ch.bad) {
+    out->seen = SocketSeen::kBadNotice;
+    out->text = ch.text;
+  } else if (ch.goodbye) {
+    out->seen = SocketSeen::kEof;
+  } else if (l.dead) {
+    out->seen = l.seen;
+    out->err = l.err;
+    out->text = l.text;
+  }
+  return true;
+}
+
 void link_leave(LinkEnd& e, bool goodbye) {
   if (!e.link) return;
   detach(e.link, e.chan, goodbye, e.peer_chan);
@@ -489,6 +625,81 @@ size_t link_count() {
   LinkRegistry& g = registry();
   std::lock_guard<std::mutex> gl(g.mu);
   return g.open;
+}
+
+namespace {
+
+// Reads the links whose sockets have bytes (level-triggered: a link another thread is reading is
+// looked at again next time). A dead link leaves the set: it has nothing more to sort.
+void service_links() {
+  LinkRegistry& g = registry();
+  int ep;
+  {
+    std::lock_guard<std::mutex> gl(g.mu);
+    ep = g.ep;
+  }
+  if (ep < 0) return;
+  epoll_event ev[32];
+  const int n = epoll_wait(ep, ev, 32, 0);
+  for (int i = 0; i < n; ++i) {
+    std::shared_ptr<PeerLink> l;
+    {
+      std::lock_guard<std::mutex> gl(g.mu);
+      auto it = g.by_serial.find(ev[i].data.u64);
+      if (it != g.by_serial.end()) l = it->second.lock();
+    }
+    if (!l) continue;
+    std::unique_lock<std::mutex> lk(l->mu, std::try_to_lock);
+    if (!lk.owns_lock()) continue;
+    pump_locked(*l);
+    if (l->dead && l->fd >= 0) (void)epoll_ctl(ep, EPOLL_CTL_DEL, l->fd, nullptr);
+  }
+}
+
+}  // namespace
+
+std::vector<LinkHello> link_take_hellos() {
+  service_links();
+  HelloBox& b = hellos();
+  std::vector<LinkHello> out;
+  if (b.count.load(std::memory_order_acquire) == 0) return out;
+  std::lock_guard<std::mutex> bl(b.mu);
+  out.swap(b.q);
+  b.count.store(0, std::memory_order_release);
+  return out;
+}
+
+void link_service_open() {
+  LinkRegistry& g = registry();
+  std::lock_guard<std::mutex> gl(g.mu);
+  if (g.ep >= 0) return;
+  g.ep = epoll_create1(EPOLL_CLOEXEC);
+  if (g.ep < 0) {
+    SLUICE_WARN(
+        "peer links: epoll_create1 failed (%s): handshakes on a link are read only when a comm "
+        "polls it",
+        std::strerror(errno));
+    return;
+  }
+  for (auto& [serial, w] : g.by_serial) {
+    if (auto l = w.lock()) watch_locked(g, *l);
+  }
+}
+
+void link_service_close() {
+  std::vector<LinkHello> left;
+  {
+    LinkRegistry& g = registry();
+    std::lock_guard<std::mutex> gl(g.mu);
+    if (g.ep >= 0) close(g.ep);
+    g.ep = -1;
+    HelloBox& b = hellos();
+    std::lock_guard<std::mutex> bl(b.mu);
+    left.swap(b.q);
+    b.count.store(0, std::memory_order_release);
+  }
+  for (LinkHello& h : left)  // outside the locks: each tells its connector
+    link_hold_fail(std::move(h.hold), h.peer_chan, "the listener's process finalized");
 }
 
 }  // namespace sluice

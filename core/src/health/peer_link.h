@@ -3,8 +3,14 @@
 // liveness (EOF, reset, keepalive time-out of the link), goodbye, failure notice and failover path
 // messages travel on it as frames naming the receiver's channel (wire/link.h).
 //
-// How a comm gets onto a link: each connection's handshake still runs on a TCP connection of its
-// own to the listener's shared port (listener_internal.h). The connector offers the newest live
+// How a comm gets onto a link: when the connector's process already has a live link to the
+// listener's process and the listener's handle says it takes them (wire::kHandleLinkHello), the
+// handshake runs on that link as frames (kHello, kHsReply, kHsReady): no TCP connection at all.
+// The listener's process reads a hello whenever any of its calls services the links
+// (link_take_hellos: accept's, through an epoll set over the links' sockets, so a call costs the
+// links that have bytes, not every link) and hands it to the listen its nonce names
+// (listen_port.cc). Otherwise the handshake runs on a TCP connection of its own to the listener's
+// shared port (listener_internal.h). The connector offers the newest live
 // link it has to the listener's process (named in the handle) with its channel registered on it
 // (a LinkHold); the acceptor answers "use" when it has its end of that link alive (holding it in
 // turn), else "adopt": the handshake's socket becomes a new link. Once the handshake is done, a
@@ -24,9 +30,12 @@
 // next poll or send, from whichever comm. Lock order: the registry's mutex, then a link's.
 #pragma once
 
+#include <sys/socket.h>
+
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "health/liveness.h"
 #include "sluice/core/wire/link.h"
@@ -65,7 +74,23 @@ class LinkHold {
   bool held() const { return link_ != nullptr; }
   uint64_t id() const;
   uint8_t role() const;  // wire::kLinkEnd*: which side of its first handshake made this end
+  uint32_t chan() const { return chan_; }
   void release();
+  // A handshake's frame to the peer's channel `peer_chan` (kHello names our own channel instead).
+  // Never blocks; false, with *why, when the link is gone or its queue is full.
+  bool send(wire::LinkFrameType t, uint32_t peer_chan, const uint8_t* payload, size_t n,
+            std::string* why);
+  // What the peer's end has sent this handshake (its reply, its ready mark) or what ended it (a
+  // notice, the link gone). Reads the link (never blocks); false when another thread holds it.
+  struct Seen {
+    bool reply = false;  // the listener's answer arrived: `bytes`
+    std::vector<uint8_t> bytes;
+    bool ready = false;                      // the connector's ready mark arrived
+    SocketSeen seen = SocketSeen::kNothing;  // kNotice / kBadNotice (text), or the link's end
+    int err = 0;
+    std::string text;
+  };
+  bool poll(Seen* out);
 
  private:
   friend LinkEnd link_join(LinkHold&& h, uint32_t peer_chan);
@@ -137,5 +162,26 @@ void link_leave(LinkEnd& e, bool goodbye);
 
 // Links open in this process (tests, the fd census).
 size_t link_count();
+
+// ---- Handshakes on the link (the listener's process)
+
+// A connector's hello that arrived on a link: the listener's channel for the new comm is
+// registered on the link (`hold`); the listen its metadata names takes it (listen_port.cc), or it
+// is dropped, which tells the connector (link_hold_fail to `peer_chan`).
+struct LinkHello {
+  LinkHold hold;
+  uint32_t peer_chan = 0;      // the connector's channel for the comm
+  std::vector<uint8_t> bytes;  // [Meta][MetaMembers][MetaLink offer], as the connector sent them
+  std::string peer_text;       // the link's peer address, for messages
+  sockaddr_storage peer_addr{};
+};
+// Reads the links that have bytes (the epoll set, when open) and returns the hellos that have
+// arrived since the last call, oldest first. O(1) when nothing has arrived.
+std::vector<LinkHello> link_take_hellos();
+// The epoll set over the links' sockets that link_take_hellos reads: opened at the engine's
+// creation (one descriptor for the process, so a comm's set-up takes none) and closed at its
+// release. Without it (unit tests) hellos are read when a comm polls its link.
+void link_service_open();
+void link_service_close();
 
 }  // namespace sluice
