@@ -100,9 +100,12 @@ sluice_add_rdma_test(NAME core_datapath_eager COMMAND $<TARGET_FILE:core_datapat
 set_property(TEST core_datapath_eager APPEND PROPERTY ENVIRONMENT SLUICE_CM=oob SLUICE_EAGER_MAX=4096)
 set_property(TEST core_datapath_eager APPEND PROPERTY LABELS nosan)
 
-# The peer link's first-link wait (issue 32): a connect whose process has another connect's claim
-# on the first link to the peer waits for it at most 2 s, then goes on and makes its own link.
+# The peer link's handshakes (issue 32): a connect to a known process makes no TCP connection
+# (core_peer_link_tcp: SLUICE_OOB_LINK_HANDSHAKE=0, one each); a closed listen refuses at once; a
+# connect whose process has another connect's claim on the first link waits for it at most 2 s.
 add_executable(core_peer_link_test ${CMAKE_CURRENT_LIST_DIR}/core_peer_link_test.cc)
 target_include_directories(core_peer_link_test PRIVATE ${PROJECT_SOURCE_DIR}/core/src)
 target_link_libraries(core_peer_link_test PRIVATE sluice_core GTest::gtest_main)
 sluice_add_rdma_test(NAME core_peer_link COMMAND $<TARGET_FILE:core_peer_link_test> TIMEOUT 120)
+sluice_add_rdma_test(NAME core_peer_link_tcp COMMAND $<TARGET_FILE:core_peer_link_test> TIMEOUT 120)
+set_property(TEST core_peer_link_tcp APPEND PROPERTY ENVIRONMENT SLUICE_OOB_LINK_HANDSHAKE=0)

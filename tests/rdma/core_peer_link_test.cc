@@ -1,13 +1,19 @@
-// The peer link's first-link wait, over real verbs through core's API: a connect to a process that
-// another connect of this process is making the first link to waits for that link, but at most
-// kLinkFirstWaitMs (2 s, docs/failures.md "Peer links"). Here the other connect's claim is never
-// released (a handshake left unpolled), so the connect must go on past the wait, adopt its own
-// socket as a link, and carry data.
+// The peer link's handshakes, over real verbs through core's API (issue 32):
+//  * a connect to a process this one already has a link with runs its handshake on that link: no
+//    TCP connection is made (the kernel's TCP open counters do not move), and every comm carries
+//    data; with SLUICE_OOB_LINK_HANDSHAKE=0 (core_peer_link_tcp) each connect makes its own;
+//  * a connect on the link to a listen that was closed is refused with the reason, at once;
+//  * a connect whose process holds another connect's never-released claim on the first link to the
+//    peer waits for it at most kLinkFirstWaitMs (2 s), then adopts its own socket as a link.
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include "health/peer_link.h"
@@ -24,60 +30,104 @@ double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
 
-TEST(CorePeerLink, AConnectWaitsForAnotherConnectsFirstLinkAtMostTwoSeconds) {
-  auto pair = rdmatest::test_pair();
-  SLUICE_REQUIRE_PAIR(pair);
-  ASSERT_TRUE(engine_acquire(nullptr).is_ok());
-  int dev_a = -1, dev_b = -1;
-  for (int d = 0; d < device_count(); ++d) {
-    DeviceProperties p;
-    ASSERT_TRUE(device_properties(d, &p).is_ok());
-    if (dev_a < 0 && pair.a().matches(p.name)) dev_a = d;
-    if (dev_b < 0 && pair.b().matches(p.name)) dev_b = d;
-  }
-  ASSERT_GE(dev_a, 0);
-  ASSERT_GE(dev_b, 0);
-
-  std::vector<char> handle(kHandleSize);
-  ListenComm* l = nullptr;
-  ASSERT_TRUE(listen(dev_b, handle.data(), &l).is_ok());
-  wire::Nonce proc;
-  ASSERT_TRUE(wire::handle_link(handle.data(), &proc)) << "the handle names no process";
-  ASSERT_EQ(link_count(), 0u) << "a link is open before the test";
-  // Another connect of this process is making the first link to the listener's process, and its
-  // handshake is never polled again: its claim stays.
-  LinkClaim stuck;
-  ASSERT_TRUE(link_first(proc, &stuck));
-  ASSERT_TRUE(stuck.held());
-
-  SendComm* s = nullptr;
-  RecvComm* r = nullptr;
-  const auto t0 = Clock::now();
-  double connected_ms = -1;
-  while (s == nullptr || r == nullptr) {
-    ASSERT_LT(ms_since(t0), 30000.0) << "the connect never went on past the wait";
-    if (s == nullptr) {
-      Status st = connect(dev_a, handle.data(), CommConfig{}, &s);
-      ASSERT_TRUE(st.is_ok()) << st.message();
-      if (s != nullptr) connected_ms = ms_since(t0);
+// The kernel's count of TCP connections this network namespace opened actively (connect) and
+// passively (accept): /proc/net/snmp's Tcp ActiveOpens and PassiveOpens.
+struct TcpOpens {
+  long active = -1, passive = -1;
+};
+TcpOpens tcp_opens() {
+  std::ifstream f("/proc/net/snmp");
+  std::string names, values, line;
+  while (std::getline(f, line)) {
+    if (line.rfind("Tcp:", 0) != 0) continue;
+    if (names.empty()) {
+      names = line;
+    } else {
+      values = line;
+      break;
     }
-    if (r == nullptr) {
-      Status st = accept(l, &r);
-      ASSERT_TRUE(st.is_ok()) << st.message();
-      if (r != nullptr) {
-        ASSERT_TRUE(close_listen(l).is_ok());
+  }
+  TcpOpens t;
+  std::istringstream n(names), v(values);
+  std::string name, value;
+  while (n >> name && v >> value) {
+    if (name == "ActiveOpens") t.active = std::atol(value.c_str());
+    if (name == "PassiveOpens") t.passive = std::atol(value.c_str());
+  }
+  return t;
+}
+
+class CorePeerLink : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto pair = rdmatest::test_pair();
+    SLUICE_REQUIRE_PAIR(pair);
+    ASSERT_TRUE(engine_acquire(nullptr).is_ok());
+    acquired_ = true;
+    for (int d = 0; d < device_count(); ++d) {
+      DeviceProperties p;
+      ASSERT_TRUE(device_properties(d, &p).is_ok());
+      if (dev_a_ < 0 && pair.a().matches(p.name)) dev_a_ = d;
+      if (dev_b_ < 0 && pair.b().matches(p.name)) dev_b_ = d;
+    }
+    ASSERT_GE(dev_a_, 0);
+    ASSERT_GE(dev_b_, 0);
+    ASSERT_EQ(link_count(), 0u) << "a link is open before the test";
+  }
+  void TearDown() override {
+    if (acquired_) engine_release();
+  }
+
+  // A listen on dev_b; its handle.
+  ListenComm* listen_b(std::vector<char>* handle) {
+    handle->assign(kHandleSize, 0);
+    ListenComm* l = nullptr;
+    EXPECT_TRUE(listen(dev_b_, handle->data(), &l).is_ok());
+    return l;
+  }
+
+  // Connects to `handle` and accepts on `l` as NCCL does (closeListen after the accept). The
+  // connect's time in ms, -1 on failure (the test has failed then).
+  double pair_up(std::vector<char>& handle, ListenComm* l, SendComm** s, RecvComm** r) {
+    *s = nullptr;
+    *r = nullptr;
+    const auto t0 = Clock::now();
+    double connected_ms = -1;
+    while (*s == nullptr || *r == nullptr) {
+      if (ms_since(t0) > 30000.0) {
+        ADD_FAILURE() << "no pair within 30 s";
+        return -1;
+      }
+      if (*s == nullptr) {
+        Status st = connect(dev_a_, handle.data(), CommConfig{}, s);
+        if (!st.is_ok()) {
+          ADD_FAILURE() << st.message();
+          return -1;
+        }
+        if (*s != nullptr) connected_ms = ms_since(t0);
+      }
+      if (*r == nullptr) {
+        Status st = accept(l, r);
+        if (!st.is_ok()) {
+          ADD_FAILURE() << st.message();
+          return -1;
+        }
+        if (*r != nullptr) {
+          EXPECT_TRUE(close_listen(l).is_ok());
+        }
       }
     }
+    return connected_ms;
   }
-  std::printf("connect with another connect's first-link claim held: %.0f ms\n", connected_ms);
-  EXPECT_GE(connected_ms, 1900.0) << "the connect did not wait for the other connect's link";
-  EXPECT_LT(connected_ms, 2000.0 + 8000.0) << "the wait did not end at its bound";
-  EXPECT_TRUE(stuck.held()) << "the claim was never released: the connect went on past it";
-  EXPECT_EQ(link_count(), 2u) << "the connect adopted its socket: one link, its two ends here";
 
-  // The comm works over the link it made.
+  bool acquired_ = false;
+  int dev_a_ = -1, dev_b_ = -1;
+};
+
+// One message s -> r, its bytes checked.
+void check_data(SendComm* s, RecvComm* r, unsigned salt) {
   std::vector<uint8_t> src(3001), dst(4096, 0xab);
-  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i * 7 + 3);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i * 7 + salt);
   MemHandle *ms = nullptr, *mr = nullptr;
   ASSERT_TRUE(reg_mr(s, src.data(), src.size(), MemType::kHost, &ms).is_ok());
   ASSERT_TRUE(reg_mr(r, dst.data(), dst.size(), MemType::kHost, &mr).is_ok());
@@ -85,16 +135,17 @@ TEST(CorePeerLink, AConnectWaitsForAnotherConnectsFirstLinkAtMostTwoSeconds) {
   void* d = dst.data();
   size_t cap = dst.size();
   int tag = 5;
+  const auto t0 = Clock::now();
   ASSERT_TRUE(irecv(r, 1, &d, &cap, &tag, &mr, &rq).is_ok());
   while (sq == nullptr) {
-    ASSERT_LT(ms_since(t0), 60000.0);
+    ASSERT_LT(ms_since(t0), 30000.0);
     Status st = isend(s, src.data(), src.size(), tag, ms, &sq);
     ASSERT_TRUE(st.is_ok() || st.is_again()) << st.message();
   }
   int rdone = 0, sdone = 0;
   size_t got = 0;
   while (!rdone || !sdone) {
-    ASSERT_LT(ms_since(t0), 60000.0) << "message not delivered";
+    ASSERT_LT(ms_since(t0), 30000.0) << "message not delivered";
     if (!rdone) {
       ASSERT_TRUE(test(rq, &rdone, &got).is_ok());
     }
@@ -106,11 +157,100 @@ TEST(CorePeerLink, AConnectWaitsForAnotherConnectsFirstLinkAtMostTwoSeconds) {
   EXPECT_EQ(std::memcmp(src.data(), dst.data(), src.size()), 0);
   EXPECT_TRUE(dereg_mr(s, ms).is_ok());
   EXPECT_TRUE(dereg_mr(r, mr).is_ok());
+}
+
+TEST_F(CorePeerLink, AConnectToAKnownProcessMakesNoTcpConnection) {
+  const char* env = std::getenv("SLUICE_OOB_LINK_HANDSHAKE");
+  const bool on_link = env == nullptr || std::string(env) != "0";
+  constexpr int kMore = 8;
+  std::vector<char> handle;
+  std::vector<SendComm*> sends(kMore + 1, nullptr);
+  std::vector<RecvComm*> recvs(kMore + 1, nullptr);
+  // The first pair between the two "processes" (one here, loopback) makes the link, over TCP.
+  const TcpOpens t0 = tcp_opens();
+  ASSERT_GE(t0.active, 0) << "/proc/net/snmp has no Tcp ActiveOpens";
+  ListenComm* l = listen_b(&handle);
+  ASSERT_GE(pair_up(handle, l, &sends[0], &recvs[0]), 0.0);
+  const TcpOpens t1 = tcp_opens();
+  EXPECT_GE(t1.active - t0.active, 1) << "the first connect made no TCP connection?";
+  EXPECT_EQ(link_count(), 2u) << "one link: its two ends in this process";
+
+  double ms = 0;
+  for (int i = 1; i <= kMore; ++i) {
+    l = listen_b(&handle);
+    const double t = pair_up(handle, l, &sends[i], &recvs[i]);
+    ASSERT_GE(t, 0.0);
+    ms += t;
+  }
+  const TcpOpens t2 = tcp_opens();
+  std::printf("%d more connects (handshake %s): %.1f ms each; TCP opens: %ld active, %ld passive\n",
+              kMore, on_link ? "on the link" : "over TCP", ms / kMore, t2.active - t1.active,
+              t2.passive - t1.passive);
+  if (on_link) {
+    EXPECT_EQ(t2.active - t1.active, 0) << "a connect to a known process made a TCP connection";
+    EXPECT_EQ(t2.passive - t1.passive, 0) << "the listener took a TCP connection";
+  } else {
+    EXPECT_GE(t2.active - t1.active, kMore) << "SLUICE_OOB_LINK_HANDSHAKE=0: one per connect";
+  }
+  EXPECT_EQ(link_count(), 2u) << "every comm rides the first link";
+  for (int i = 0; i <= kMore; ++i) check_data(sends[i], recvs[i], static_cast<unsigned>(i));
+
+  // A connect to a listen closed meanwhile is refused with the reason, on the link too. (Another
+  // listen keeps the shared port open, so that over TCP the refusal is the listener's too.)
+  std::vector<char> keeper_handle;
+  ListenComm* keeper = listen_b(&keeper_handle);
+  l = listen_b(&handle);
+  ASSERT_TRUE(close_listen(l).is_ok());
+  SendComm* orphan = nullptr;
+  Status st;
+  const auto t_orphan = Clock::now();
+  while (orphan == nullptr && st.is_ok() && ms_since(t_orphan) < 30000.0) {
+    st = connect(dev_a_, handle.data(), CommConfig{}, &orphan);
+    RecvComm* none = nullptr;  // the listener's process reads (over TCP: takes) the connection
+    EXPECT_TRUE(accept(keeper, &none).is_ok());
+    EXPECT_EQ(none, nullptr) << "the keeper's listen had no connector";
+  }
+  EXPECT_EQ(orphan, nullptr);
+  EXPECT_EQ(st.code(), Code::kRemoteError) << st.message();
+  if (on_link) {
+    EXPECT_NE(st.message().find("nonce mismatch"), std::string::npos) << st.message();
+  }
+  EXPECT_LT(ms_since(t_orphan), 5000.0) << "refused at once, not at a time-out";
+  std::printf("connect to a closed listen: %.0f ms: %s\n", ms_since(t_orphan),
+              st.message().c_str());
+  EXPECT_TRUE(close_listen(keeper).is_ok());
+
+  for (int i = 0; i <= kMore; ++i) {
+    EXPECT_TRUE(close_send(sends[i]).is_ok());
+    EXPECT_TRUE(close_recv(recvs[i]).is_ok());
+  }
+  EXPECT_EQ(link_count(), 0u) << "the link outlived its comms";
+}
+
+TEST_F(CorePeerLink, AConnectWaitsForAnotherConnectsFirstLinkAtMostTwoSeconds) {
+  std::vector<char> handle;
+  ListenComm* l = listen_b(&handle);
+  wire::Nonce proc;
+  ASSERT_TRUE(wire::handle_link(handle.data(), &proc)) << "the handle names no process";
+  // Another connect of this process is making the first link to the listener's process, and its
+  // handshake is never polled again: its claim stays.
+  LinkClaim stuck;
+  ASSERT_TRUE(link_first(proc, &stuck));
+  ASSERT_TRUE(stuck.held());
+  SendComm* s = nullptr;
+  RecvComm* r = nullptr;
+  const double connected_ms = pair_up(handle, l, &s, &r);
+  ASSERT_GE(connected_ms, 0.0);
+  std::printf("connect with another connect's first-link claim held: %.0f ms\n", connected_ms);
+  EXPECT_GE(connected_ms, 1900.0) << "the connect did not wait for the other connect's link";
+  EXPECT_LT(connected_ms, 2000.0 + 8000.0) << "the wait did not end at its bound";
+  EXPECT_TRUE(stuck.held()) << "the claim was never released: the connect went on past it";
+  EXPECT_EQ(link_count(), 2u) << "the connect adopted its socket: one link, its two ends here";
+  check_data(s, r, 3);
   EXPECT_TRUE(close_send(s).is_ok());
   EXPECT_TRUE(close_recv(r).is_ok());
   EXPECT_EQ(link_count(), 0u) << "the link outlived its comms";
   stuck.release();
-  engine_release();
 }
 
 }  // namespace

@@ -112,6 +112,7 @@ TEST(Config, EveryParameterReachesItsField) {
       {"SLUICE_LIVENESS_POLL_MS", "250"},
       {"SLUICE_HEARTBEAT_MS", "0"},
       {"SLUICE_OOB_LINK", "0"},
+      {"SLUICE_OOB_LINK_HANDSHAKE", "0"},
       {"SLUICE_PROGRESS_TIMEOUT_MS", "60000"},
       {"SLUICE_PROFILER_EVENTS", "0"},
       {"SLUICE_CM", "rdmacm"},
@@ -180,6 +181,7 @@ TEST(Config, EveryParameterReachesItsField) {
   EXPECT_EQ(c.liveness_poll_ms, 250);
   EXPECT_EQ(c.heartbeat_ms, 0);
   EXPECT_FALSE(c.oob_link);
+  EXPECT_FALSE(c.oob_link_handshake);
   EXPECT_EQ(c.progress_timeout_ms, 60000);
   EXPECT_FALSE(c.profiler_events);
   EXPECT_EQ(c.cm_mode, 2);
@@ -508,7 +510,7 @@ TEST(Config, LogLevelForTheLoggerUsesTheTableRow) {
 
 TEST(ParamDocs, OneRowPerParameterWithEverythingFilledIn) {
   const auto& docs = param_docs();
-  EXPECT_EQ(docs.size(), 64u);
+  EXPECT_EQ(docs.size(), 65u);
   std::set<std::string> names;
   for (const ParamDoc& d : docs) {
     SCOPED_TRACE(d.name);

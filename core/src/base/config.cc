@@ -202,6 +202,13 @@ const std::vector<Param>& table() {
             "to it for liveness, failure notices and failover's path messages; each connection's "
             "own socket is closed once it is set up. 0: each comm keeps its own socket (as an "
             "older Sluice peer does; a link is used only when both sides have it on)"},
+    {.name = "SLUICE_OOB_LINK_HANDSHAKE", .type = Type::kBool,
+     .field = &Config::oob_link_handshake,
+     .doc = "With SLUICE_OOB_LINK: a connect to a process this one already has a peer link with "
+            "runs its handshake as frames on that link, so it makes no TCP connection (no "
+            "handshake, port or descriptor). 0: every connect makes its own TCP connection to the "
+            "listener's port, closed once the comm is on the link (as an older Sluice does; the "
+            "link carries handshakes only when both sides have it on)"},
     {.name = "SLUICE_PROGRESS_TIMEOUT_MS", .type = Type::kInt,
      .field = &Config::progress_timeout_ms, .min = 0, .max = 86400000,
      .doc = "Progress watchdog: a comm whose posted send-side work has had no completion on a "

@@ -61,7 +61,8 @@ struct ConnectState {
     kCmResolveMore,
     kCmConnect,
     kSendReady,
-    kRecvRefusal  // the listener answered with a failure notice (wire.h) instead of its metadata
+    kRecvRefusal,  // the listener answered with a failure notice (wire.h) instead of its metadata
+    kLinkReply     // the handshake runs on the peer link: waiting for the listener's answer
   } phase = kStart;
   FdCount counted{FdKind::kConnect};
   int dev = 0;
@@ -101,6 +102,11 @@ struct ConnectState {
   LinkHold link_hold;
   LinkClaim link_claim;  // this connect makes the first link to the listener's process
   bool link_checked = false;
+  // The listener's process takes handshakes on a link (wire::kHandleLinkHello); this one runs on
+  // the held link (no TCP connection); it fell back to TCP (the link ended before the answer).
+  bool listener_hello = false;
+  bool via_link = false;
+  bool no_hello = false;
   Clock::time_point link_wait_until;  // how long it waits for another connect's first link
 };
 
@@ -191,6 +197,68 @@ void offer_link(ConnectState& s) {
   s.link_offer = true;
 }
 
+// What the connector sends the listener: Meta, then (fusion) the members' extension right behind
+// it, then (peer link) our offer, as one byte stream (TCP) or one frame (a hello on the link).
+constexpr size_t kMetaOutMax =
+    sizeof(wire::Meta) + sizeof(wire::MetaMembers) + sizeof(wire::MetaLink);
+size_t meta_bytes(const ConnectState& s, uint8_t* out) {
+  size_t n = 0;
+  auto put = [&](const void* src, size_t len) {
+    std::memcpy(out + n, src, len);
+    n += len;
+  };
+  put(&s.local, sizeof s.local);
+  if (s.ext) put(&s.local_x, sizeof s.local_x);
+  if (s.link_offer) put(&s.local_link, sizeof s.local_link);
+  return n;
+}
+
+// Whether this connect's handshake runs on the link it offers: the listener's process takes
+// handshakes there, we have a live link to it (held), and both sides have it on.
+bool hello_ok(const ConnectState& s) {
+  return s.link_offer && s.link_hold.held() && s.listener_hello && !s.no_hello &&
+         engine()->config().oob_link_handshake;
+}
+
+// The handshake goes back to a TCP connection of its own (the link ended before the listener's
+// answer, or would not take the hello), with a fresh offer: the newest link still alive, if any.
+void fall_back_to_tcp(ConnectState& s, const std::string& why) {
+  SLUICE_INFO(kSubNet, "connect to %s: %s; making the handshake over TCP instead", s.peer.c_str(),
+              why.c_str());
+  s.no_hello = true;
+  s.via_link = false;
+  s.link_hold.release();
+  offer_link(s);
+  s.phase = ConnectState::kStart;
+}
+
+// The listener's answer on the link: [Meta][MetaMembers][MetaCmAddrs][MetaLink], the parts its
+// features and ours name, exactly.
+Status read_reply(ConnectState& s, const std::vector<uint8_t>& b) {
+  size_t at = 0;
+  auto take = [&](void* dst, size_t n) {
+    if (b.size() < at + n) return false;
+    std::memcpy(dst, b.data() + at, n);
+    at += n;
+    return true;
+  };
+  bool whole = take(&s.remote, sizeof s.remote);
+  if (whole) {
+    SLUICE_RETURN_IF_ERROR(wire::check_meta_prefix(&s.remote, sizeof s.remote)
+                               .with_context("accept reply from " + s.peer));
+  }
+  if (whole && s.ext) whole = take(&s.remote_x, sizeof s.remote_x);
+  if (whole && s.ext && s.cm.rdmacm) whole = take(&s.remote_cm, sizeof s.remote_cm);
+  if (whole && (s.remote.features & wire::kMetaFeatureLink) != 0)
+    whole = take(&s.remote_link, sizeof s.remote_link);
+  if (!whole || at != b.size()) {
+    return Status(Code::kRemoteError, "the listener at " + s.peer + " answered on the peer link " +
+                                          "with " + std::to_string(b.size()) +
+                                          " bytes, not the parts its metadata names");
+  }
+  return Status::ok();
+}
+
 // After the ready byte: the comm's end on the link the listener chose. "use": the held link, and
 // this connection's socket closes (the listener has read all we sent; it sends nothing more here).
 // "adopt": the socket becomes the link.
@@ -198,7 +266,7 @@ void join_link(ConnectState& s) {
   Conn& c = s.comm->c;
   if (s.remote_link.verdict == wire::kLinkUse) {
     c.link = link_join(std::move(s.link_hold), s.remote_link.chan);
-    close(c.fd);
+    if (c.fd >= 0) close(c.fd);
     c.fd = -1;
     return;
   }
@@ -296,6 +364,10 @@ std::string timeout_cause(const ConnectState& s) {
   if (s.phase == ConnectState::kSendReady) {
     return "the listener stopped reading before the last byte of the handshake";
   }
+  if (s.phase == ConnectState::kLinkReply) {
+    return "the listener's process did not answer the handshake sent on the peer link: it does not "
+           "call accept (stalled, or busy elsewhere)";
+  }
   return "the peer is not reachable on that address (host down, its link down, or packets "
          "filtered) or did not accept; check NCCL_SOCKET_IFNAME and firewalls";
 }
@@ -373,6 +445,63 @@ Status resolve_more_paths(ConnectState& s) {
   return Status::ok();
 }
 
+// The listener's answer is in (s.remote and the parts its features name, from the socket or the
+// link): checked, and the QPs brought up; sets the next phase.
+Status after_reply(ConnectState& s) {
+  SLUICE_RETURN_IF_ERROR(
+      wire::validate_meta(s.remote, 1, s.handle.nonce).with_context("accept reply from " + s.peer));
+  const bool link = s.link_offer && (s.remote.features & wire::kMetaFeatureLink) != 0;
+  if (s.via_link && (!link || s.remote_link.verdict != wire::kLinkUse)) {
+    return Status(Code::kRemoteError, "the listener at " + s.peer +
+                                          " answered a handshake on the peer link with no link "
+                                          "or another link than the one it came on");
+  }
+  if (link) {
+    SLUICE_RETURN_IF_ERROR(
+        wire::validate_link_answer(s.remote_link, s.link_hold.id(), s.listener_proc)
+            .with_context("accept reply from " + s.peer));
+  } else if (s.link_offer) {  // the listener keeps a socket per comm: so do we
+    s.link_offer = false;
+    s.link_hold.release();
+  }
+  if (s.ext) {
+    if ((s.remote.features & wire::kMetaFeatureMembers) == 0)
+      return Status(Code::kRemoteError,
+                    "the listener at " + s.peer + " answered without its members' metadata");
+    SLUICE_RETURN_IF_ERROR(
+        wire::validate_members(s.remote, s.remote_x).with_context("accept reply from " + s.peer));
+    SLUICE_RETURN_IF_ERROR(wire::check_peer_members(s.local_x, s.remote_x));
+  } else {
+    s.local_x = wire::members_of_meta(s.local);
+    s.remote_x = wire::members_of_meta(s.remote);
+  }
+  SendComm& c = *s.comm;
+  c.remote_records = s.remote.buf_addr;
+  SLUICE_RETURN_IF_ERROR(setup_send_eager(c, s.local.features, s.remote.features));
+  s.io = 0;
+  if (s.cm.rdmacm) {
+    if (s.remote.cm != wire::kMetaCmRdmacm)
+      return Status(Code::kRemoteError, "the listener at " + s.peer + " answered for oob");
+    SLUICE_RETURN_IF_ERROR(accept_peer_meta(c.c, s.local, s.remote));
+    if (s.npaths > 1) {
+      SLUICE_RETURN_IF_ERROR(wire::validate_cm_addrs(s.remote_x, s.remote_cm)
+                                 .with_context("accept reply from " + s.peer));
+      SLUICE_RETURN_IF_ERROR(resolve_more_paths(s));
+      s.phase = ConnectState::kCmResolveMore;
+      return Status::ok();
+    }
+    SLUICE_RETURN_IF_ERROR(cm_connect_start(*s.cm.link, c.c, s.local, s.handle.nonce));
+    set_paths(c.c, s.local_x, s.remote_x, true, s.remote.features);
+    s.phase = ConnectState::kCmConnect;
+    return Status::ok();
+  }
+  s.gid_route.check_pair(*c.c.dev, s.local, s.remote, s.peer);
+  SLUICE_RETURN_IF_ERROR(connect_qps(c.c, s.local, s.remote, s.local_x, s.remote_x, s.tc, s.sl));
+  set_paths(c.c, s.local_x, s.remote_x, true, s.remote.features);
+  s.phase = ConnectState::kSendReady;
+  return Status::ok();
+}
+
 // One step of the connector. ok() with *out set = connected; again = call later.
 Status connect_step(ConnectState& s, SendComm** out) {
   Engine* e = engine();
@@ -418,6 +547,17 @@ Status connect_step(ConnectState& s, SendComm** out) {
           }
           offer_link(s);
         }
+        if (!s.via_link && hello_ok(s)) {  // a known peer: the handshake on the link, no TCP
+          uint8_t out[kMetaOutMax];
+          const size_t n = meta_bytes(s, out);
+          std::string why;
+          if (s.link_hold.send(wire::LinkFrameType::kHello, 0, out, n, &why)) {
+            s.via_link = true;
+            s.phase = ConnectState::kLinkReply;
+            continue;
+          }
+          fall_back_to_tcp(s, "the peer link would not take the handshake (" + why + ")");
+        }
         Status st = start_tcp(s);
         if (st.is_ok()) {
           s.phase = ConnectState::kSendMeta;
@@ -457,14 +597,8 @@ Status connect_step(ConnectState& s, SendComm** out) {
         continue;
       }
       case ConnectState::kSendMeta: {
-        // Meta, then (fusion) the members' extension right behind it, as one byte stream.
-        // Then (peer link) our offer.
-        const size_t nx = s.ext ? sizeof s.local_x : 0;
-        const size_t n = sizeof s.local + nx + (s.link_offer ? sizeof s.local_link : 0);
-        uint8_t out[sizeof s.local + sizeof s.local_x + sizeof s.local_link];
-        std::memcpy(out, &s.local, sizeof s.local);
-        std::memcpy(out + sizeof s.local, &s.local_x, sizeof s.local_x);
-        std::memcpy(out + sizeof s.local + nx, &s.local_link, sizeof s.local_link);
+        uint8_t out[kMetaOutMax];
+        const size_t n = meta_bytes(s, out);
         Status st = send_some(s.comm->c.fd, out, n, &s.io, s.peer);
         if (!st.is_ok()) return st;
         s.phase = ConnectState::kRecvMeta;
@@ -511,52 +645,7 @@ Status connect_step(ConnectState& s, SendComm** out) {
           s.io = at + io;
           if (!st.is_ok()) return st;
         }
-        SLUICE_RETURN_IF_ERROR(wire::validate_meta(s.remote, 1, s.handle.nonce)
-                                   .with_context("accept reply from " + s.peer));
-        if (link) {
-          SLUICE_RETURN_IF_ERROR(
-              wire::validate_link_answer(s.remote_link, s.link_hold.id(), s.listener_proc)
-                  .with_context("accept reply from " + s.peer));
-        } else if (s.link_offer) {  // the listener keeps a socket per comm: so do we
-          s.link_offer = false;
-          s.link_hold.release();
-        }
-        if (s.ext) {
-          if ((s.remote.features & wire::kMetaFeatureMembers) == 0)
-            return Status(Code::kRemoteError,
-                          "the listener at " + s.peer + " answered without its members' metadata");
-          SLUICE_RETURN_IF_ERROR(wire::validate_members(s.remote, s.remote_x)
-                                     .with_context("accept reply from " + s.peer));
-          SLUICE_RETURN_IF_ERROR(wire::check_peer_members(s.local_x, s.remote_x));
-        } else {
-          s.local_x = wire::members_of_meta(s.local);
-          s.remote_x = wire::members_of_meta(s.remote);
-        }
-        SendComm& c = *s.comm;
-        c.remote_records = s.remote.buf_addr;
-        SLUICE_RETURN_IF_ERROR(setup_send_eager(c, s.local.features, s.remote.features));
-        s.io = 0;
-        if (s.cm.rdmacm) {
-          if (s.remote.cm != wire::kMetaCmRdmacm)
-            return Status(Code::kRemoteError, "the listener at " + s.peer + " answered for oob");
-          SLUICE_RETURN_IF_ERROR(accept_peer_meta(c.c, s.local, s.remote));
-          if (s.npaths > 1) {
-            SLUICE_RETURN_IF_ERROR(wire::validate_cm_addrs(s.remote_x, s.remote_cm)
-                                       .with_context("accept reply from " + s.peer));
-            SLUICE_RETURN_IF_ERROR(resolve_more_paths(s));
-            s.phase = ConnectState::kCmResolveMore;
-            continue;
-          }
-          SLUICE_RETURN_IF_ERROR(cm_connect_start(*s.cm.link, c.c, s.local, s.handle.nonce));
-          set_paths(c.c, s.local_x, s.remote_x, true, s.remote.features);
-          s.phase = ConnectState::kCmConnect;
-          continue;
-        }
-        s.gid_route.check_pair(*c.c.dev, s.local, s.remote, s.peer);
-        SLUICE_RETURN_IF_ERROR(
-            connect_qps(c.c, s.local, s.remote, s.local_x, s.remote_x, s.tc, s.sl));
-        set_paths(c.c, s.local_x, s.remote_x, true, s.remote.features);
-        s.phase = ConnectState::kSendReady;
+        SLUICE_RETURN_IF_ERROR(after_reply(s));
         continue;
       }
       case ConnectState::kCmResolveMore: {
@@ -588,9 +677,42 @@ Status connect_step(ConnectState& s, SendComm** out) {
       }
       case ConnectState::kRecvRefusal:
         return recv_refusal(s);
+      case ConnectState::kLinkReply: {
+        LinkHold::Seen r;
+        if (!s.link_hold.poll(&r)) return Status::again();  // another thread reads the link
+        if (r.reply) {
+          SLUICE_RETURN_IF_ERROR(read_reply(s, r.bytes));
+          SLUICE_RETURN_IF_ERROR(after_reply(s));
+          continue;
+        }
+        if (r.seen == SocketSeen::kNothing) return Status::again();
+        if (r.seen == SocketSeen::kNotice) {
+          return Status(Code::kRemoteError,
+                        "the listener at " + s.peer + " refused the connection: " + r.text);
+        }
+        if (r.seen == SocketSeen::kBadNotice) {
+          return Status(Code::kRemoteError,
+                        "the listener at " + s.peer +
+                            " answered on the peer link with a bad frame: " + r.text);
+        }
+        // The link ended first: the listener's process closed its last comm to us meanwhile (its
+        // end went with it), or it is gone, which the TCP attempts will tell.
+        fall_back_to_tcp(s, "the peer link ended before the listener answered");
+        continue;
+      }
       case ConnectState::kSendReady: {
-        Status st = send_some(s.comm->c.fd, &kReadyByte, 1, &s.io, s.peer);
-        if (!st.is_ok()) return st;
+        if (s.via_link) {
+          std::string why;
+          if (!s.link_hold.send(wire::LinkFrameType::kHsReady, s.remote_link.chan, nullptr, 0,
+                                &why)) {
+            return Status(
+                Code::kRemoteError,
+                "the peer link to " + s.peer + " failed before the handshake's last step: " + why);
+          }
+        } else {
+          Status st = send_some(s.comm->c.fd, &kReadyByte, 1, &s.io, s.peer);
+          if (!st.is_ok()) return st;
+        }
         SLUICE_INFO(kSubNet, "connected %s -> %s (%s), %d QP(s), %s", s.comm->c.local_desc.c_str(),
                     s.comm->c.remote_dev.c_str(), s.peer.c_str(), s.comm->c.nqps,
                     s.comm->c.describe_qp(0).c_str());
@@ -637,7 +759,9 @@ Status connect(int dev, void* handle, const CommConfig& cfg, SendComm** out) {
     st->dev = dev;
     st->cfg = cfg;
     st->handle = h;
-    st->listener_has_link = wire::handle_link(handle, &st->listener_proc);
+    uint8_t link_flags = 0;
+    st->listener_has_link = wire::handle_link(handle, &st->listener_proc, &link_flags);
+    st->listener_hello = (link_flags & wire::kHandleLinkHello) != 0;
     wire::handle_address(h, &st->addr, &st->addr_len);
     st->peer = sockaddr_text(st->addr);
     st->deadline = Clock::now() + std::chrono::milliseconds(e->config().connect_timeout_ms);

@@ -292,6 +292,96 @@ Status accept_new(ListenPort& port, const ListenComm& l, Clock::time_point now) 
   return Status::ok();
 }
 
+// The listen in this process whose key `n` names, on any port (caller holds ports().mu).
+ListenComm* owner_of(const wire::Nonce& n) {
+  const uint64_t key = port_key(n);
+  for (auto& port : ports().ports) {
+    auto it = port->by_key.find(key);
+    if (it != port->by_key.end()) return it->second;
+  }
+  return nullptr;
+}
+
+// A hello's parts ([Meta][MetaMembers when fused][MetaLink offer]), read as name_one and the
+// listener's kRecvMembers and kRecvLink read them from a socket, and its owner found. The answer:
+// use the link it came on. Caller holds ports().mu.
+Status read_hello(Pending& p, const std::vector<uint8_t>& b, ListenComm** owner) {
+  const Config& cfg = engine()->config();
+  size_t at = 0;
+  auto take = [&](void* dst, size_t n, const char* what) -> Status {
+    if (b.size() < at + n) {
+      return Status(Code::kRemoteError, "the hello on the peer link ends inside its " +
+                                            std::string(what) + " (" + std::to_string(b.size()) +
+                                            " bytes)");
+    }
+    std::memcpy(dst, b.data() + at, n);
+    at += n;
+    return Status::ok();
+  };
+  SLUICE_RETURN_IF_ERROR(take(&p.remote, sizeof p.remote, "metadata"));
+  SLUICE_RETURN_IF_ERROR(wire::check_meta_prefix(&p.remote, sizeof p.remote));
+  ListenComm* l = owner_of(p.remote.nonce);
+  if (l == nullptr) {
+    return Status(Code::kRemoteError,
+                  "peer metadata is for another listener (nonce mismatch: no listen open in this "
+                  "process has its nonce; closed, or a handle of another process)");
+  }
+  SLUICE_RETURN_IF_ERROR(wire::validate_meta(p.remote, 0, l->nonce));  // constant time
+  *owner = l;
+  p.identified = true;
+  p.deadline = p.accepted + std::chrono::milliseconds(
+                                std::max(cfg.handshake_timeout_ms, cfg.connect_timeout_ms));
+  if ((p.remote.features & wire::kMetaFeatureMembers) != 0) {
+    SLUICE_RETURN_IF_ERROR(take(&p.remote_x, sizeof p.remote_x, "members' metadata"));
+    SLUICE_RETURN_IF_ERROR(wire::validate_members(p.remote, p.remote_x));
+  }
+  const uint32_t chan = p.remote_link.chan;  // the frame's: where a refusal goes
+  if ((p.remote.features & wire::kMetaFeatureLink) == 0)
+    return Status(Code::kRemoteError, "a hello on the peer link without a link offer");
+  SLUICE_RETURN_IF_ERROR(take(&p.remote_link, sizeof p.remote_link, "link offer"));
+  const wire::MetaLink offer = p.remote_link;
+  p.remote_link.chan = chan;
+  SLUICE_RETURN_IF_ERROR(wire::validate_link_offer(offer));
+  if (offer.chan != chan || offer.link_id != p.link_hold.id()) {
+    return Status(Code::kRemoteError,
+                  "the hello's link offer names another channel or link than the one it came on");
+  }
+  if (at != b.size()) {
+    return Status(Code::kRemoteError, "the hello on the peer link has " + std::to_string(b.size()) +
+                                          " bytes, its parts " + std::to_string(at));
+  }
+  p.local_link =
+      wire::make_meta_link(link_proc_id(), wire::kLinkUse, p.link_hold.id(), 0, p.link_hold.chan());
+  p.link_on = true;
+  return Status::ok();
+}
+
+// The hellos that arrived on this process's peer links (health/peer_link.h), each handed to the
+// listen its nonce names, as name_one hands a TCP connection; a hello naming none, or malformed,
+// is dropped, which tells its connector the reason on the link (~Pending). Caller holds ports().mu.
+void name_hellos(Clock::time_point now) {
+  for (LinkHello& h : link_take_hellos()) {
+    auto p = std::make_unique<Pending>();
+    p->via_link = true;
+    p->peer = h.peer_text;
+    p->peer_addr = h.peer_addr;
+    p->accepted = now;
+    p->deadline = now + std::chrono::milliseconds(engine()->config().handshake_timeout_ms);
+    p->remote_link.chan = h.peer_chan;
+    p->link_hold = std::move(h.hold);
+    ListenComm* owner = nullptr;
+    Status why = read_hello(*p, h.bytes, &owner);
+    if (!why.is_ok()) {
+      drop_handshake("the peer link to " + h.peer_text, owner ? owner->dev : nullptr, *p, why);
+      p->drop_reason = why.message();
+      continue;  // ~Pending tells the connector
+    }
+    p->phase = Pending::kGidRoute;
+    owner->inbox.push_back(std::move(p));
+    queue_for_reaper(*owner, now);
+  }
+}
+
 }  // namespace
 
 ListenComm::~ListenComm() {
@@ -366,6 +456,7 @@ Status port_service(ListenComm& l, Clock::time_point now) {
   ListenPort& port = *l.port;
   Status st = accept_new(port, l, now);
   if (!port.unnamed.empty()) name_all(port, now);
+  name_hellos(now);
   for (auto& p : l.inbox) l.pending.push_back(std::move(p));
   l.inbox.clear();
   return st;
@@ -386,6 +477,7 @@ size_t port_reap(bool all, Clock::time_point now) {
     return 0;
   }
   size_t n = 0;
+  if (!all) name_hellos(now);  // hellos for a listen whose accept is not being called
   for (auto& port : r.ports) {
     if (!all && now <= port->next_due) continue;  // one comparison per port (one per address)
     port->next_due = Clock::time_point::max();

@@ -232,8 +232,12 @@ Status listen(int dev, void* handle, ListenComm** out) {
                 "the handle fits NCCL_NET_HANDLE_MAXSIZE");
   std::memset(handle, 0, kHandleSize);
   std::memcpy(handle, &h, sizeof h);
-  // The listener's process, for a connector that may offer a peer link (health/peer_link.h).
-  if (e->config().oob_link && link_proc_id_ok()) wire::put_handle_link(handle, link_proc_id(), 0);
+  // The listener's process, for a connector that may offer a peer link (health/peer_link.h), and
+  // whether this process takes handshakes on a link it has (listen_port.cc, port_name_hellos).
+  if (e->config().oob_link && link_proc_id_ok()) {
+    wire::put_handle_link(handle, link_proc_id(),
+                          e->config().oob_link_handshake ? wire::kHandleLinkHello : 0);
+  }
   SLUICE_INFO(kSubNet, "listening on %s for %s", l->addr_text.c_str(), d->name.c_str());
   {
     std::lock_guard<std::mutex> lk(listens().mu);
@@ -294,6 +298,27 @@ Status answer_link(ListenComm::Pending& p) {
 }
 
 enum class Step { kWait, kDone, kDrop };
+
+// kRecvReady on the link: the connector's ready mark (kHsReady) on our channel, as the ready byte
+// (p.io = 1 once it came, for cm_accept_poll's message); a notice or the link's end fails it.
+Status recv_ready_on_link(ListenComm::Pending& p) {
+  if (p.io == 1) return Status::ok();
+  LinkHold::Seen s;
+  if (!p.link_hold.poll(&s)) return Status::again();  // another thread is reading the link
+  if (s.ready) {
+    p.ready = kReadyByte;
+    p.io = 1;
+    return Status::ok();
+  }
+  if (s.seen == SocketSeen::kNothing) return Status::again();
+  return Status(Code::kRemoteError,
+                "the peer link to " + p.peer + " ended the handshake before its ready mark (" +
+                    (s.seen == SocketSeen::kNotice      ? "the connector's notice: " + s.text
+                     : s.seen == SocketSeen::kBadNotice ? "bad frame: " + s.text
+                     : s.text.empty()                   ? "the link closed or failed"
+                                                        : s.text) +
+                    ")");
+}
 
 // Advances one handshake as far as its socket allows. kDone: *out is the new comm. kDrop: *why says
 // why the connection must go.
@@ -367,7 +392,14 @@ Step step(ListenComm& l, ListenComm::Pending& p, Clock::time_point now, RecvComm
         if (ext) put(&p.local_x, sizeof p.local_x);
         if (cm_addrs) put(&l.cm_addrs, sizeof l.cm_addrs);
         if (p.link_on) put(&p.local_link, sizeof p.local_link);
-        Status st = send_some(p.fd, out, n, &p.io, p.peer);
+        Status st = Status::ok();
+        if (p.via_link) {  // one frame, queued whole
+          std::string w;
+          if (!p.link_hold.send(wire::LinkFrameType::kHsReply, p.remote_link.chan, out, n, &w))
+            st = Status(Code::kRemoteError, "the answer on the peer link to " + p.peer + ": " + w);
+        } else {
+          st = send_some(p.fd, out, n, &p.io, p.peer);
+        }
         if (st.is_again()) break;
         if (!st.is_ok()) {
           *why = st;
@@ -378,7 +410,8 @@ Step step(ListenComm& l, ListenComm::Pending& p, Clock::time_point now, RecvComm
         continue;
       }
       case ListenComm::Pending::kRecvReady: {
-        Status st = recv_some(p.fd, &p.ready, 1, &p.io, p.peer);
+        Status st =
+            p.via_link ? recv_ready_on_link(p) : recv_some(p.fd, &p.ready, 1, &p.io, p.peer);
         if (st.is_again()) break;
         if (st.is_ok() && p.ready != kReadyByte)
           st = Status(Code::kRemoteError, "peer " + p.peer + " sent a bad ready byte");
@@ -395,7 +428,7 @@ Step step(ListenComm& l, ListenComm::Pending& p, Clock::time_point now, RecvComm
         if (p.link_on) {  // the ready byte was the connector's last on this socket
           if (p.local_link.verdict == wire::kLinkUse) {
             c->c.link = link_join(std::move(p.link_hold), p.remote_link.chan);
-            close(c->c.fd);
+            if (c->c.fd >= 0) close(c->c.fd);
           } else {
             c->c.link =
                 link_adopt(c->c.fd, p.remote_link.proc, p.local_link.link_id,
@@ -425,6 +458,7 @@ Step step(ListenComm& l, ListenComm::Pending& p, Clock::time_point now, RecvComm
                       : p.phase == ListenComm::Pending::kSendMeta
                           ? "our metadata is not sent yet (peer not reading)"
                       : p.cm && p.io == 1 ? "rdma_cm: " + p.cm->progress
+                      : p.via_link        ? "the peer's ready mark did not arrive on the peer link"
                                           : "the peer's ready byte did not arrive";
     const std::string bound =
         p.identified

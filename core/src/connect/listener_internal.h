@@ -100,6 +100,9 @@ struct ListenComm::Pending {
   bool link_on = false;
   wire::MetaLink remote_link{}, local_link{};
   LinkHold link_hold;
+  // The handshake runs on the link itself (a hello, listen_port.cc): no socket; our answer goes out
+  // as a kHsReply frame and the connector's ready mark comes as kHsReady, on link_hold's channel.
+  bool via_link = false;
   std::string drop_reason;  // why it was dropped, when it was (drop())
   ~Pending() {
     // Released after we answered "use" on a peer link: the connector may already be done and on the

@@ -53,6 +53,7 @@ struct Config {
   int liveness_poll_ms = 1000;       // SLUICE_LIVENESS_POLL_MS: period of the peer socket check
   int heartbeat_ms = 10000;          // SLUICE_HEARTBEAT_MS: TCP keepalive period (0 = off)
   bool oob_link = true;              // SLUICE_OOB_LINK: one out-of-band socket per peer process
+  bool oob_link_handshake = true;  // SLUICE_OOB_LINK_HANDSHAKE: a known peer's connect on the link
   int progress_timeout_ms = 0;       // SLUICE_PROGRESS_TIMEOUT_MS: watchdog bound (0 = derive)
   int cm_mode = 0;                   // SLUICE_CM: CmMode (cm_choice.h): 0 auto, 1 oob, 2 rdmacm
   bool profiler_events = true;       // SLUICE_PROFILER_EVENTS: per-WR events to NCCL's profiler
