@@ -233,7 +233,7 @@ Status listen(int dev, void* handle, ListenComm** out) {
   std::memset(handle, 0, kHandleSize);
   std::memcpy(handle, &h, sizeof h);
   // The listener's process, for a connector that may offer a peer link (health/peer_link.h), and
-  // whether this process takes handshakes on a link it has (listen_port.cc, port_name_hellos).
+  // whether this process takes handshakes on a link it has (listen_port.cc, name_hellos).
   if (e->config().oob_link && link_proc_id_ok()) {
     wire::put_handle_link(handle, link_proc_id(),
                           e->config().oob_link_handshake ? wire::kHandleLinkHello : 0);
