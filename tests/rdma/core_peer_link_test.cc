@@ -3,6 +3,7 @@
 //    TCP connection is made (the kernel's TCP open counters do not move), and every comm carries
 //    data; with SLUICE_OOB_LINK_HANDSHAKE=0 (core_peer_link_tcp) each connect makes its own;
 //  * a connect on the link to a listen that was closed is refused with the reason, at once;
+//  * a connect whose link ends before the listener answers (its hello unread) goes on over TCP;
 //  * a connect whose process holds another connect's never-released claim on the first link to the
 //    peer waits for it at most kLinkFirstWaitMs (2 s), then adopts its own socket as a link.
 #include <gtest/gtest.h>
@@ -175,6 +176,7 @@ TEST_F(CorePeerLink, AConnectToAKnownProcessMakesNoTcpConnection) {
   EXPECT_GE(t1.active - t0.active, 1) << "the first connect made no TCP connection?";
   EXPECT_EQ(link_count(), 2u) << "one link: its two ends in this process";
 
+  const LinkHandshakeCounts before = link_handshake_counts();
   double ms = 0;
   for (int i = 1; i <= kMore; ++i) {
     l = listen_b(&handle);
@@ -193,6 +195,10 @@ TEST_F(CorePeerLink, AConnectToAKnownProcessMakesNoTcpConnection) {
     EXPECT_GE(t2.active - t1.active, kMore) << "SLUICE_OOB_LINK_HANDSHAKE=0: one per connect";
   }
   EXPECT_EQ(link_count(), 2u) << "every comm rides the first link";
+  const LinkHandshakeCounts after = link_handshake_counts();
+  EXPECT_EQ(after.hellos_sent - before.hellos_sent, on_link ? static_cast<uint64_t>(kMore) : 0u);
+  EXPECT_EQ(after.hellos_taken - before.hellos_taken, after.hellos_sent - before.hellos_sent);
+  EXPECT_EQ(after.fell_back, before.fell_back);
   for (int i = 0; i <= kMore; ++i) check_data(sends[i], recvs[i], static_cast<unsigned>(i));
 
   // A connect to a listen closed meanwhile is refused with the reason, on the link too. (Another
@@ -225,6 +231,48 @@ TEST_F(CorePeerLink, AConnectToAKnownProcessMakesNoTcpConnection) {
     EXPECT_TRUE(close_recv(recvs[i]).is_ok());
   }
   EXPECT_EQ(link_count(), 0u) << "the link outlived its comms";
+}
+
+// The link ends after the hello went out and before the listener read it (the listener's process
+// closed its last comm to this one: its end of the link closed, the hello unread): the connect
+// goes on over TCP, with a new link, and the comm works. The connect sees the link's end only
+// because it had its hello out on it: a link already seen closed is never offered.
+TEST_F(CorePeerLink, AConnectWhoseLinkEndsBeforeTheAnswerGoesOnOverTcp) {
+  const char* env = std::getenv("SLUICE_OOB_LINK_HANDSHAKE");
+  if (env != nullptr && std::string(env) == "0") GTEST_SKIP() << "no handshakes on the link";
+  std::vector<char> handle1, handle2;
+  SendComm *s1 = nullptr, *s2 = nullptr;
+  RecvComm *r1 = nullptr, *r2 = nullptr;
+  ListenComm* l1 = listen_b(&handle1);
+  ASSERT_GE(pair_up(handle1, l1, &s1, &r1), 0.0);  // the link
+  ListenComm* l2 = listen_b(&handle2);
+  const LinkHandshakeCounts c0 = link_handshake_counts();
+  const TcpOpens t0 = tcp_opens();
+  // connect until its hello is out (no accept is called: nobody here reads the listener's end).
+  const auto t_start = Clock::now();
+  while (link_handshake_counts().hellos_sent == c0.hellos_sent) {
+    ASSERT_LT(ms_since(t_start), 10000.0) << "the connect never sent its hello";
+    ASSERT_TRUE(connect(dev_a_, handle2.data(), CommConfig{}, &s2).is_ok());
+    ASSERT_EQ(s2, nullptr) << "connected without the listener";
+  }
+  // Both comms on the link close. In one process both ends of the link are this process's, and
+  // the hello went out on either: the end it went to has no comm left and closes with the hello
+  // unread (the other is held open by the connect's hold), as the listener's process closing its
+  // last comm to this one does.
+  ASSERT_TRUE(close_recv(r1).is_ok());
+  ASSERT_TRUE(close_send(s1).is_ok());
+  ASSERT_GE(pair_up(handle2, l2, &s2, &r2), 0.0);
+  const LinkHandshakeCounts c1 = link_handshake_counts();
+  const TcpOpens t1 = tcp_opens();
+  std::printf("link ended under a hello: fell back %llu time(s), TCP opens %ld active\n",
+              static_cast<unsigned long long>(c1.fell_back - c0.fell_back), t1.active - t0.active);
+  EXPECT_EQ(c1.fell_back - c0.fell_back, 1u) << "the connect did not go back to TCP";
+  EXPECT_EQ(c1.hellos_taken, c0.hellos_taken) << "the hello was read after all";
+  EXPECT_EQ(t1.active - t0.active, 1) << "the fallback's one TCP connection";
+  check_data(s2, r2, 9);
+  EXPECT_TRUE(close_send(s2).is_ok());
+  EXPECT_TRUE(close_recv(r2).is_ok());
+  EXPECT_EQ(link_count(), 0u) << "a link outlived its comms";
 }
 
 TEST_F(CorePeerLink, AConnectWaitsForAnotherConnectsFirstLinkAtMostTwoSeconds) {

@@ -235,6 +235,23 @@ TEST(LinkFrame, ABadHeaderEndsTheLinkWithAReason) {
   }
 }
 
+TEST(LinkFrame, AHandshakesPartsAreTakenInOrderAndExactly) {
+  std::vector<uint8_t> b(12);
+  for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<uint8_t>(i);
+  HsParts parts(b);
+  uint32_t a = 0;
+  uint8_t rest[8] = {};
+  ASSERT_TRUE(parts.take(&a, sizeof a));
+  EXPECT_EQ(a, 0x03020100u);
+  EXPECT_FALSE(parts.done());
+  uint8_t too_many[9];
+  EXPECT_FALSE(parts.take(too_many, sizeof too_many)) << "8 bytes are left, not 9";
+  ASSERT_TRUE(parts.take(rest, sizeof rest)) << "a refused take consumes nothing";
+  EXPECT_EQ(rest[7], 11);
+  EXPECT_TRUE(parts.done());
+  EXPECT_FALSE(parts.take(&a, 1));
+}
+
 TEST(LinkFrame, ABadNoticeOrPathMessageConcernsItsChannelOnly) {
   std::vector<uint8_t> n = notice_bytes("reason");
   n[n.size() - 1] ^= 0x5a;  // its checksum

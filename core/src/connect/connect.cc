@@ -225,6 +225,7 @@ bool hello_ok(const ConnectState& s) {
 void fall_back_to_tcp(ConnectState& s, const std::string& why) {
   SLUICE_INFO(kSubNet, "connect to %s: %s; making the handshake over TCP instead", s.peer.c_str(),
               why.c_str());
+  link_count_fallback();
   s.no_hello = true;
   s.via_link = false;
   s.link_hold.release();
@@ -235,13 +236,8 @@ void fall_back_to_tcp(ConnectState& s, const std::string& why) {
 // The listener's answer on the link: [Meta][MetaMembers][MetaCmAddrs][MetaLink], the parts its
 // features and ours name, exactly.
 Status read_reply(ConnectState& s, const std::vector<uint8_t>& b) {
-  size_t at = 0;
-  auto take = [&](void* dst, size_t n) {
-    if (b.size() < at + n) return false;
-    std::memcpy(dst, b.data() + at, n);
-    at += n;
-    return true;
-  };
+  wire::HsParts parts(b);
+  auto take = [&](void* dst, size_t n) { return parts.take(dst, n); };
   bool whole = take(&s.remote, sizeof s.remote);
   if (whole) {
     SLUICE_RETURN_IF_ERROR(wire::check_meta_prefix(&s.remote, sizeof s.remote)
@@ -251,7 +247,7 @@ Status read_reply(ConnectState& s, const std::vector<uint8_t>& b) {
   if (whole && s.ext && s.cm.rdmacm) whole = take(&s.remote_cm, sizeof s.remote_cm);
   if (whole && (s.remote.features & wire::kMetaFeatureLink) != 0)
     whole = take(&s.remote_link, sizeof s.remote_link);
-  if (!whole || at != b.size()) {
+  if (!whole || !parts.done()) {
     return Status(Code::kRemoteError, "the listener at " + s.peer + " answered on the peer link " +
                                           "with " + std::to_string(b.size()) +
                                           " bytes, not the parts its metadata names");

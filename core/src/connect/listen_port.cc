@@ -307,16 +307,12 @@ ListenComm* owner_of(const wire::Nonce& n) {
 // use the link it came on. Caller holds ports().mu.
 Status read_hello(Pending& p, const std::vector<uint8_t>& b, ListenComm** owner) {
   const Config& cfg = engine()->config();
-  size_t at = 0;
+  wire::HsParts parts(b);
   auto take = [&](void* dst, size_t n, const char* what) -> Status {
-    if (b.size() < at + n) {
-      return Status(Code::kRemoteError, "the hello on the peer link ends inside its " +
-                                            std::string(what) + " (" + std::to_string(b.size()) +
-                                            " bytes)");
-    }
-    std::memcpy(dst, b.data() + at, n);
-    at += n;
-    return Status::ok();
+    if (parts.take(dst, n)) return Status::ok();
+    return Status(Code::kRemoteError, "the hello on the peer link ends inside its " +
+                                          std::string(what) + " (" + std::to_string(b.size()) +
+                                          " bytes)");
   };
   SLUICE_RETURN_IF_ERROR(take(&p.remote, sizeof p.remote, "metadata"));
   SLUICE_RETURN_IF_ERROR(wire::check_meta_prefix(&p.remote, sizeof p.remote));
@@ -346,9 +342,9 @@ Status read_hello(Pending& p, const std::vector<uint8_t>& b, ListenComm** owner)
     return Status(Code::kRemoteError,
                   "the hello's link offer names another channel or link than the one it came on");
   }
-  if (at != b.size()) {
+  if (!parts.done()) {
     return Status(Code::kRemoteError, "the hello on the peer link has " + std::to_string(b.size()) +
-                                          " bytes, its parts " + std::to_string(at));
+                                          " bytes, more than the parts its metadata names");
   }
   p.local_link =
       wire::make_meta_link(link_proc_id(), wire::kLinkUse, p.link_hold.id(), 0, p.link_hold.chan());
@@ -377,6 +373,7 @@ void name_hellos(Clock::time_point now) {
       continue;  // ~Pending tells the connector
     }
     p->phase = Pending::kGidRoute;
+    link_count_hello_taken();
     owner->inbox.push_back(std::move(p));
     queue_for_reaper(*owner, now);
   }

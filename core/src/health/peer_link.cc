@@ -565,14 +565,42 @@ bool link_send(LinkEnd& e, wire::LinkFrameType t, const uint8_t* payload, size_t
   return send_frame(*e.link, t, e.peer_chan, payload, n, why);
 }
 
+namespace {
+
+struct HsCounts {
+  std::atomic<uint64_t> sent{0}, taken{0}, fell_back{0};
+};
+HsCounts& hs_counts() {
+  static auto* c = new HsCounts;  // NOLINT: deliberately never destroyed
+  return *c;
+}
+
+}  // namespace
+
+LinkHandshakeCounts link_handshake_counts() {
+  const HsCounts& c = hs_counts();
+  return {c.sent.load(std::memory_order_relaxed), c.taken.load(std::memory_order_relaxed),
+          c.fell_back.load(std::memory_order_relaxed)};
+}
+
+void link_count_hello_taken() {
+  hs_counts().taken.fetch_add(1, std::memory_order_relaxed);
+}
+
+void link_count_fallback() {
+  hs_counts().fell_back.fetch_add(1, std::memory_order_relaxed);
+}
+
 bool LinkHold::send(wire::LinkFrameType t, uint32_t peer_chan, const uint8_t* payload, size_t n,
                     std::string* why) {
   if (!link_) {
     *why = "no link held";
     return false;
   }
-  return send_frame(*link_, t, t == wire::LinkFrameType::kHello ? chan_ : peer_chan, payload, n,
-                    why);
+  const bool hello = t == wire::LinkFrameType::kHello;
+  if (!send_frame(*link_, t, hello ? chan_ : peer_chan, payload, n, why)) return false;
+  if (hello) hs_counts().sent.fetch_add(1, std::memory_order_relaxed);
+  return true;
 }
 
 bool LinkHold::poll(Seen* out) {

@@ -163,6 +163,18 @@ void link_leave(LinkEnd& e, bool goodbye);
 // Links open in this process (tests, the fd census).
 size_t link_count();
 
+// What the handshakes on links did in this process (counts since it started; tests, benchmarks):
+// hellos sent, hellos this side's listens took, and connects that went back to TCP because the
+// link ended (or would not take the hello) before the listener answered.
+struct LinkHandshakeCounts {
+  uint64_t hellos_sent = 0;
+  uint64_t hellos_taken = 0;
+  uint64_t fell_back = 0;
+};
+LinkHandshakeCounts link_handshake_counts();
+void link_count_hello_taken();
+void link_count_fallback();
+
 // ---- Handshakes on the link (the listener's process)
 
 // A connector's hello that arrived on a link: the listener's channel for the new comm is

@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -136,6 +137,25 @@ struct LinkFrame {
   PathMsg path{};    // kPath
   std::vector<uint8_t> bytes;  // kHello, kHsReply: the handshake's metadata parts, as sent
 };
+// A handshake frame's parts (kHello, kHsReply) read in order: each take copies the next n bytes;
+// false when fewer are left. done(): every byte was taken (a frame carries its parts exactly).
+class HsParts {
+ public:
+  explicit HsParts(const std::vector<uint8_t>& b) : b_(b) {}
+  bool take(void* dst, size_t n) {
+    if (b_.size() - at_ < n) return false;
+    std::memcpy(dst, b_.data() + at_, n);
+    at_ += n;
+    return true;
+  }
+  bool done() const { return at_ == b_.size(); }
+  size_t size() const { return b_.size(); }
+
+ private:
+  const std::vector<uint8_t>& b_;
+  size_t at_ = 0;
+};
+
 // Decodes the first n bytes of what the link delivered. kIncomplete: a valid prefix; kBad: not a
 // frame (*why says why): the link carries nothing more that can be trusted; kOk: *out holds the
 // frame (out->bad: its payload was refused, which concerns its channel only) and *used its length.
