@@ -250,6 +250,14 @@ TEST_F(CtsPublish, BurstOnOneCommPublishesEachReceiveAtOnce) {
     for (int k = 0; k < kWin; ++k) irecv(0, k, &rq[k]);
     for (int k = 0; k < kWin; ++k) {
       ASSERT_TRUE(post_until("isend", &sq[k], [&](void** r) {
+        // As NCCL's proxy does while it waits: it tests the receives too. A receive whose
+        // clear-to-send was staged (its QP's budget taken by writes the NIC has not reported
+        // yet: a loaded host) goes out at the comm's next irecv or test; without one the last
+        // receives of the burst would wait for ever. The newest cannot complete before its send.
+        int done = 0;
+        const ncclResult_t t = net().test(rq[kWin - 1], &done, nullptr);
+        if (t != ncclSuccess) return t;
+        EXPECT_EQ(done, 0) << "receive " << kWin - 1 << " completed before its send";
         return net().isend(conns_[0].send, sbufs_[0]->data() + k * kStride, kMsg, k,
                            sbufs_[0]->mh(), r);
       }));
