@@ -107,5 +107,6 @@ add_executable(core_peer_link_test ${CMAKE_CURRENT_LIST_DIR}/core_peer_link_test
 target_include_directories(core_peer_link_test PRIVATE ${PROJECT_SOURCE_DIR}/core/src)
 target_link_libraries(core_peer_link_test PRIVATE sluice_core GTest::gtest_main)
 sluice_add_rdma_test(NAME core_peer_link COMMAND $<TARGET_FILE:core_peer_link_test> TIMEOUT 120)
-sluice_add_rdma_test(NAME core_peer_link_tcp COMMAND $<TARGET_FILE:core_peer_link_test> TIMEOUT 120)
+sluice_add_rdma_test(NAME core_peer_link_tcp COMMAND $<TARGET_FILE:core_peer_link_test>
+                     --gtest_filter=-*EndsBeforeTheAnswer* TIMEOUT 120)
 set_property(TEST core_peer_link_tcp APPEND PROPERTY ENVIRONMENT SLUICE_OOB_LINK_HANDSHAKE=0)

@@ -239,7 +239,8 @@ TEST_F(CorePeerLink, AConnectToAKnownProcessMakesNoTcpConnection) {
 // because it had its hello out on it: a link already seen closed is never offered.
 TEST_F(CorePeerLink, AConnectWhoseLinkEndsBeforeTheAnswerGoesOnOverTcp) {
   const char* env = std::getenv("SLUICE_OOB_LINK_HANDSHAKE");
-  if (env != nullptr && std::string(env) == "0") GTEST_SKIP() << "no handshakes on the link";
+  ASSERT_FALSE(env != nullptr && std::string(env) == "0")
+      << "needs handshakes on the link (core_peer_link_tcp leaves this test out)";
   std::vector<char> handle1, handle2;
   SendComm *s1 = nullptr, *s2 = nullptr;
   RecvComm *r1 = nullptr, *r2 = nullptr;
