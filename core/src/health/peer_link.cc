@@ -495,6 +495,33 @@ LinkEnd link_adopt(int fd, const wire::Nonce& peer, uint64_t id, uint8_t role, u
   return e;
 }
 
+namespace {
+
+// The verdict on one channel, for a comm's end (link_poll) and a handshake's hold
+// (LinkHold::poll) alike: the peer's notice first, then a bad frame, then the peer's goodbye,
+// then the link's own end, once the channel's path messages are handed out (a handshake's channel
+// never holds any).
+LinkSeen channel_seen(const PeerLink& l, const Chan& ch) {
+  LinkSeen v;
+  if (ch.notice) {
+    v.seen = SocketSeen::kNotice;
+    v.text = ch.text;
+  } else if (ch.bad) {
+    v.seen = SocketSeen::kBadNotice;
+    v.text = ch.text;
+  } else if (ch.goodbye) {
+    v.seen = SocketSeen::kEof;
+    v.goodbye = true;
+  } else if (l.dead && ch.path.empty()) {
+    v.seen = l.seen;
+    v.err = l.err;
+    v.text = l.text;
+  }
+  return v;
+}
+
+}  // namespace
+
 bool link_poll(LinkEnd& e, PathMsgSink sink, void* ctx, int room, LinkSeen* out) {
   *out = LinkSeen{};
   PeerLink& l = *e.link;
@@ -516,20 +543,7 @@ bool link_poll(LinkEnd& e, PathMsgSink sink, void* ctx, int room, LinkSeen* out)
     ch.path.pop_front();
     --room;
   }
-  if (ch.notice) {
-    out->seen = SocketSeen::kNotice;
-    out->text = ch.text;
-  } else if (ch.bad) {
-    out->seen = SocketSeen::kBadNotice;
-    out->text = ch.text;
-  } else if (ch.goodbye) {
-    out->seen = SocketSeen::kEof;
-    out->goodbye = true;
-  } else if (l.dead && ch.path.empty()) {
-    out->seen = l.seen;
-    out->err = l.err;
-    out->text = l.text;
-  }
+  *out = channel_seen(l, ch);
   return true;
 }
 
@@ -626,19 +640,10 @@ bool LinkHold::poll(Seen* out) {
     ch.hs_reply = false;
   }
   out->ready = ch.hs_ready;
-  if (ch.notice) {
-    out->seen = SocketSeen::kNotice;
-    out->text = ch.text;
-  } else if (ch.bad) {
-    out->seen = SocketSeen::kBadNotice;
-    out->text = ch.text;
-  } else if (ch.goodbye) {
-    out->seen = SocketSeen::kEof;
-  } else if (l.dead) {
-    out->seen = l.seen;
-    out->err = l.err;
-    out->text = l.text;
-  }
+  LinkSeen v = channel_seen(l, ch);
+  out->seen = v.seen;
+  out->err = v.err;
+  out->text = std::move(v.text);
   return true;
 }
 
