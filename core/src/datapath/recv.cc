@@ -257,7 +257,7 @@ Status publish_staged(RecvComm& r, uint64_t end) {
     const uint64_t to = std::min<uint64_t>(end, wrap);
     bool fits = false;
     SLUICE_RETURN_IF_ERROR(cts_room(r, from, &fits));
-    if (!fits) break;  // stays staged: the next call of any comm tries again
+    if (!fits) break;  // stays staged: the comm's own next irecv or test tries again
     SLUICE_RETURN_IF_ERROR(write_cts(r, from, to));
   }
   return Status::ok();
