@@ -302,11 +302,14 @@ Status build_send_comm(ConnectState& s) {
   comm->eg.block = reinterpret_cast<wire::EagerGrant*>(base + fifo_bytes + rec_bytes);
   comm->eg.head_src = reinterpret_cast<uint64_t*>(comm->eg.block + 1);
   comm->eg.ask_src = reinterpret_cast<char*>(comm->eg.head_src + 2);  // 32 bytes of the cell's 48
-  comm->pool = reinterpret_cast<SendReq*>(base + reg_bytes);
-  comm->free_list = reinterpret_cast<uint16_t*>(base + reg_bytes + pool_bytes);
+  // The free list right after the registered part, in its last page (which registration has
+  // already made resident), then the pool: an idle comm touches no page for its free list.
+  comm->free_list = reinterpret_cast<uint16_t*>(base + reg_bytes);
+  comm->pool = reinterpret_cast<SendReq*>(base + reg_bytes + free_bytes);
   static_assert(std::is_trivially_destructible_v<SendReq>, "lives in raw comm memory");
   static_assert(sizeof(wire::DoneRecord) % alignof(SendReq) == 0);
   static_assert(sizeof(wire::EagerGrant) % alignof(SendReq) == 0);
+  static_assert(sizeof(uint16_t) * SendComm::kPool % alignof(SendReq) == 0);
   SLUICE_RETURN_IF_ERROR(register_comm_memory(*d, comm->mem, reg_bytes, &comm->mem_mr));
   SLUICE_RETURN_IF_ERROR(register_member_memory(comm->c, comm->mem, reg_bytes, comm->mem_mr));
   // Requests are constructed when first handed out (datapath.cc), so pool pages a connection
