@@ -375,7 +375,8 @@ class SendComm : public CommBase {
   struct Eager {
     bool on = false;
     bool granted = false;  // the receiver's grant block was read and checked
-    eager::SenderBook book;
+    // Its book (2.1 KiB), made at set-up only where eager is on: read only under `on`.
+    std::unique_ptr<eager::SenderBook> book;
     wire::EagerGrant grant{};           // its copy
     wire::EagerGrant* block = nullptr;  // where the receiver writes it (in `mem`, registered)
     size_t max = 0;                     // min(ours, the receiver's)
@@ -432,7 +433,8 @@ class RecvComm : public CommBase {
   // The eager path (docs/eager.md; datapath/eager.cc). on: negotiated (one path, both ends).
   struct Eager {
     bool on = false;
-    eager::ReceiverBook book;
+    // Its book (5 KiB), made at set-up only where eager is on: read only under `on`.
+    std::unique_ptr<eager::ReceiverBook> book;
     EagerRef ref;               // before `ring`: given back after it
     EagerLease ring;            // lent at the first receive of host memory, while rings last
     bool grant_sent = false;    // the grant block is written (before any credit could be used)

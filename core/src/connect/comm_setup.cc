@@ -68,8 +68,9 @@ Status setup_send_eager(SendComm& s, uint8_t local_features, uint8_t remote_feat
   auto pool = eager_pool_for(s.c, local_features, remote_features);
   if (!pool.is_ok()) return pool.status();
   s.eg.on = pool.value() != nullptr;
-  s.eg.book.reset(s.eg.on);
   if (s.eg.on) {
+    s.eg.book = std::make_unique<eager::SenderBook>();
+    s.eg.book->reset(true);
     s.eg.ref.adapter = s.c.dev->adapter;  // eager_pool_of's reference
     s.eg.staging.pool = pool.value();     // borrowed at the first eager send
   }
@@ -86,7 +87,8 @@ Status setup_recv_eager(RecvComm& r, uint8_t local_features, uint8_t remote_feat
   if (!r.eg.on) return Status::ok();
   r.eg.ref.adapter = r.c.dev->adapter;  // eager_pool_of's reference
   r.eg.ring.pool = pool.value();        // borrowed at the first receive of host memory
-  r.eg.book.reset(pool.value()->slots());
+  r.eg.book = std::make_unique<eager::ReceiverBook>();
+  r.eg.book->reset(pool.value()->slots());
   r.eg.hold = engine()->config().eager_hold;
   // The sender's grant block follows its FIFO and records (connect.cc), one-path layout.
   r.eg.remote_block = r.remote_fifo +

@@ -258,7 +258,7 @@ Status test(Request* req, int* done, size_t* sizes) {
         if (!e.done) return Status::ok();
       }
     }
-    rc.eg.book.finish(r->seq);
+    rc.eg.book->finish(r->seq);
   }
   if (sizes != nullptr)
     for (int i = 0; i < r->n; ++i) sizes[i] = r->received[i];

@@ -75,7 +75,7 @@ Status copy_part(RecvComm& r, RecvReq& req, int i, uint64_t counter) {
   }
   req.received[i] = h.size;
   req.eager_got |= static_cast<uint8_t>(bit);
-  r.eg.book.consume(counter);
+  r.eg.book->consume(counter);
   r.c.stats.eager.add(1);
   return Status::ok();
 }
@@ -102,7 +102,7 @@ Status resolve(RecvComm& r, RecvReq& req, int64_t* now) {
 Status take_ask(RecvComm& r, uint64_t counter, const wire::EagerHeader& h) {
   uint64_t seq = UINT64_MAX;
   const bool all = (h.size & wire::kEagerAskAll) != 0;
-  if (Status st = r.eg.book.arrive_ask(counter, h.tag, h.ordinal, all, &seq); !st.is_ok())
+  if (Status st = r.eg.book->arrive_ask(counter, h.tag, h.ordinal, all, &seq); !st.is_ok())
     return fail(r.c, Status(Code::kRemoteError, st.message() + " on " + r.c.describe_qp(0)));
   r.eg.lazy = false;
   if (all) {  // the sender cannot number a tag it sends: nothing is held on this comm any more
@@ -193,15 +193,15 @@ Status eager_recv_post(RecvComm& r, RecvReq& req, const MemHandle* const* mhs,
     }
   }
   // Parts whose tag this end numbers say so in their entries (the sender sends eagerly only those).
-  const uint8_t numbered = r.eg.book.post(req.seq, req.tags, n);
+  const uint8_t numbered = r.eg.book->post(req.seq, req.tags, n);
   const uint32_t at = static_cast<uint32_t>(req.seq % wire::kFifoSlots);
   for (int i = 0; i < n; ++i)
     if (numbered >> i & 1u) r.c.entry(r.stage, at, i)->index |= wire::kCtsNumbered;
   if (!ring.held()) return Status::ok();
   // An ask came before this receive was posted: its clear-to-send goes now.
-  if (r.eg.book.take_ask(req.seq)) r.eg.flush_to = req.seq + 1;
+  if (r.eg.book->take_ask(req.seq)) r.eg.flush_to = req.seq + 1;
   uint64_t c[wire::kEntriesPerSlot];
-  const uint8_t mask = r.eg.book.fill_from_ring(req.seq, c);
+  const uint8_t mask = r.eg.book->fill_from_ring(req.seq, c);
   for (int i = 0; i < n; ++i)
     if (mask >> i & 1u) SLUICE_RETURN_IF_ERROR(copy_part(r, req, i, c[i]));
   // What landed since the ring was last read (for this receive's parts too).
@@ -214,7 +214,7 @@ Status eager_recv_post(RecvComm& r, RecvReq& req, const MemHandle* const* mhs,
 
 Status eager_poll(RecvComm& r) {
   if (!r.eg.on || !r.eg.ring.held()) return Status::ok();
-  eager::ReceiverBook& b = r.eg.book;
+  eager::ReceiverBook& b = *r.eg.book;
   const size_t max = r.eg.ring.stride - wire::kEagerHeaderBytes;
   for (uint64_t c = b.prefix(); c < b.credited(); ++c) {
     // A copy below may move the prefix past later counters (those copied earlier): their slots
@@ -281,15 +281,15 @@ uint64_t eager_publish_end(const RecvComm& r) {
   // Held back while its message is expected in the ring: a lazy comm's receive (its traffic is
   // eager), every part a numbered tag in host memory, no ask for it.
   const bool lazy =
-      r.eg.hold && r.eg.lazy && r.eg.ring.held() && r.eg.grant_sent && r.eg.book.credited() > 0;
+      r.eg.hold && r.eg.lazy && r.eg.ring.held() && r.eg.grant_sent && r.eg.book->credited() > 0;
   auto at = [&](uint64_t k) {
     const RecvReq& q = r.pool[k % wire::kFifoSlots];
     if (q.resolved) return eager::Pending::kResolved;
-    if (!lazy || k < r.eg.flush_to || q.host != all_parts(q) || !r.eg.book.all_numbered(k))
+    if (!lazy || k < r.eg.flush_to || q.host != all_parts(q) || !r.eg.book->all_numbered(k))
       return eager::Pending::kNeeded;
     return eager::Pending::kHeld;
   };
-  return eager::publish_end(r.published, r.seq, r.eg.book.credit_due(), r.eg.flush, at);
+  return eager::publish_end(r.published, r.seq, r.eg.book->credit_due(), r.eg.flush, at);
 }
 
 // ---- Sender
@@ -355,8 +355,8 @@ Status read_head(SendComm& s) {
       if ((s.snap.e[i].index & wire::kCtsNumbered) != 0) marks |= static_cast<uint8_t>(1u << i);
     }
     eager::SlotMatch m;
-    if (Status b = s.eg.book.on_slot(tags, sizes, marks, s.snap.nreqs, s.snap.resolved,
-                                     s.snap.e[0].reserved, &m);
+    if (Status b = s.eg.book->on_slot(tags, sizes, marks, s.snap.nreqs, s.snap.resolved,
+                                      s.snap.e[0].reserved, &m);
         !b.is_ok()) {
       return fail(s.c, on_qp(s.c, 0, b));
     }
@@ -403,7 +403,7 @@ Status eager_send(SendComm& s, const void* data, size_t size, int tag, bool host
     if (rd == wire::SlotRead::kCorrupt)
       return fail(s.c, Status(Code::kRemoteError, why + " on " + s.c.describe_qp(0)));
     g.granted = true;
-    g.book.set_slots(g.grant.slots);
+    g.book->set_slots(g.grant.slots);
   }
   EagerLease& st = g.staging;
   if (!st.held()) {
@@ -418,8 +418,8 @@ Status eager_send(SendComm& s, const void* data, size_t size, int tag, bool host
     st.stride = p.stride();
     g.max = std::min<size_t>(p.max_bytes(), g.grant.max_bytes);
   }
-  if (!g.book.may_send(tag, size, g.max)) return Status::again();
-  const uint64_t counter = g.book.counter();
+  if (!g.book->may_send(tag, size, g.max)) return Status::again();
+  const uint64_t counter = g.book->counter();
   const uint32_t ss = static_cast<uint32_t>(counter % st.slots);
   const int q = kEagerQp;
   if ((g.busy >> ss & 1u) != 0 || s.c.qp[q].sq_used + 1 > kSendSqDepth) {
@@ -449,7 +449,7 @@ Status eager_send(SendComm& s, const void* data, size_t size, int tag, bool host
   r->parent = parent;
   char* src = st.base + static_cast<size_t>(ss) * st.stride;
   const size_t bytes =
-      wire::encode_eager_slot(src, counter, g.grant.grant, tag, g.book.send_ordinal(tag), data,
+      wire::encode_eager_slot(src, counter, g.grant.grant, tag, g.book->send_ordinal(tag), data,
                               static_cast<uint32_t>(size), s.head);
   ibv_sge sge{reinterpret_cast<uintptr_t>(src), static_cast<uint32_t>(bytes), st.lkey};
   ibv_send_wr w{};
@@ -469,7 +469,7 @@ Status eager_send(SendComm& s, const void* data, size_t size, int tag, bool host
   }
   s.c.qp[q].sq_used += 1;
   g.busy |= uint64_t{1} << ss;
-  g.book.on_eager(tag, static_cast<uint32_t>(size), index);
+  g.book->on_eager(tag, static_cast<uint32_t>(size), index);
   s.c.stats.wrs.add(1);
   s.c.stats.doorbells.add(1);
   s.c.stats.messages.add(1);
@@ -517,19 +517,19 @@ Status eager_ask(SendComm& s, size_t size, int tag, bool host) {
   // waits for them: only one that cannot (in GPU memory, too large, no staging, its tag not known
   // numbered) asks.
   const bool limit = !host || !g.staging.held() || size > g.max;
-  if (!limit && g.book.confirmed(tag)) return Status::ok();
-  if (!g.book.may_ask(tag)) return Status::ok();
+  if (!limit && g.book->confirmed(tag)) return Status::ok();
+  if (!g.book->may_ask(tag)) return Status::ok();
   if (s.c.qp[kEagerQp].sq_used + 1 > kSendSqDepth) return Status::ok();  // a later call asks
-  const uint64_t counter = g.book.counter();
-  const bool all = !g.book.numbers(tag);
+  const uint64_t counter = g.book->counter();
+  const bool all = !g.book->numbers(tag);
   const size_t bytes =
       wire::encode_eager_ask(g.ask_src, counter, g.grant.grant, tag,
-                             all ? 0 : g.book.send_ordinal(tag), size, all, limit, s.head);
+                             all ? 0 : g.book->send_ordinal(tag), size, all, limit, s.head);
   SLUICE_RETURN_IF_ERROR(post_small_write(s, g.ask_src, static_cast<uint32_t>(bytes),
                                           wire::ring_slot_addr(g.grant, counter), g.grant.rkey,
                                           kWrEager | uint64_t{kAskWrite} << 8, "eager ask"));
   g.ask_busy = true;
-  g.book.on_ask(tag);
+  g.book->on_ask(tag);
   return Status::ok();
 }
 

@@ -136,7 +136,7 @@ Status write_cts(RecvComm& r, uint64_t from, uint64_t to) {
   wire::CtsEntry* e = &r.stage[at];
   const int q = cts_qp(r, from);
   if (r.eg.on) {  // every entry carries the eager credit as it stands now (wire/eager.h)
-    const uint16_t credit = r.eg.book.credit();
+    const uint16_t credit = r.eg.book->credit();
     for (uint64_t k = from; k < to; ++k) {
       const uint32_t sl = static_cast<uint32_t>(k % wire::kFifoSlots);
       for (uint32_t i = 0; i < r.pool[sl].n; ++i)
@@ -176,7 +176,7 @@ Status write_cts(RecvComm& r, uint64_t from, uint64_t to) {
   r.c.stats.cts_entries.add(to - from);
   r.published = to;
   if (r.eg.on) {
-    r.eg.book.on_credit_written();
+    r.eg.book->on_credit_written();
     r.eg.held = 0;
     r.eg.flush = false;
   }
