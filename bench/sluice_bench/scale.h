@@ -35,6 +35,9 @@ struct ScaleSnap {
   // This process's TCP sockets whose keepalive timer runs (the plugin runs one per peer host).
   int32_t keepalive = 0;
   int32_t listening = 0;  // and those listening (the plugin shares one per address)
+  // The network namespace's TCP connections opened so far (/proc/net/snmp Tcp: ActiveOpens,
+  // PassiveOpens): a connect to a process the plugin already has a peer link to opens none.
+  int64_t tcp_active = -1, tcp_passive = -1;
 };
 struct TcpCounts {
   int32_t keepalive = 0, listening = 0;

@@ -51,7 +51,9 @@ struct Row {
 // keepalive the most sockets with a keepalive timer running that each
 // side may hold with every pair up (the plugin runs one per peer host), or for listen the most
 // listening sockets the receiver's listens of a round may hold (RECV only; the plugin shares one
-// per address); nofile:
+// per address), or for tcp_opens the most TCP connections the set-up may open, counted by the
+// namespace's /proc/net/snmp (SEND: ActiveOpens, RECV: PassiveOpens; the plugin's peer link carries
+// the handshakes of a known process); nofile:
 // each side's soft RLIMIT_NOFILE is its hard one by the set-up (the plugin's init raised it) and,
 // with --nofile, each side held more fds than that soft limit.
 struct Expect {
@@ -76,10 +78,10 @@ Expect parse_expect(const std::string& spec) {
       fail("--scale-expect: '%s' is not KEY=SEND/RECV", item.c_str());
     const std::string key = item.substr(0, eq);
     if (key != "fds" && key != "fds_total" && key != "qps" && key != "cqs" && key != "mrs" &&
-        key != "keepalive" && key != "listen")
+        key != "keepalive" && key != "listen" && key != "tcp_opens")
       fail(
           "--scale-expect: unknown key '%s' (fds, fds_total, qps, cqs, mrs, keepalive, listen, "
-          "nofile=raised)",
+          "tcp_opens, nofile=raised)",
           key.c_str());
     m[key] = {atof(item.substr(eq + 1, sl - eq - 1).c_str()), atof(item.substr(sl + 1).c_str())};
     if (c == std::string::npos) break;
@@ -94,6 +96,14 @@ int64_t growth(const ScaleReport& r, const std::string& key) {
   if (key == "qps") return b.qps - a.qps;
   if (key == "cqs") return b.cqs - a.cqs;
   return b.mrs - a.mrs;
+}
+
+// The TCP connections the set-up opened, as the side's namespace counted them: the sender's
+// connects (ActiveOpens), the receiver's accepts (PassiveOpens); -1 where /proc/net/snmp had none.
+int64_t tcp_opened(const ScaleReport& r, bool sender) {
+  const int64_t a = sender ? r.snap_base.tcp_active : r.snap_base.tcp_passive;
+  const int64_t b = sender ? r.snap_up.tcp_active : r.snap_up.tcp_passive;
+  return a < 0 || b < 0 ? -1 : b - a;
 }
 
 double per(double v, uint64_t n) {
@@ -246,6 +256,17 @@ void scale_run(const Options& o, Side& s, std::vector<Table>* tables, uint64_t* 
           if (!ok) row.problems.push_back("more keepalive sockets than expected");
           continue;
         }
+        if (key == "tcp_opens") {  // ceilings on the TCP connections the set-up opened
+          const int64_t a = tcp_opened(row.me, true), p = tcp_opened(row.peer, false);
+          const bool ok = a >= 0 && p >= 0 && a <= want.first && p <= want.second;
+          printf(
+              "# scale N=%llu: TCP connections opened by the set-up %lld / %lld (connects / "
+              "accepts), at most %g / %g: %s\n",
+              (unsigned long long)n, (long long)a, (long long)p, want.first, want.second,
+              ok ? "ok" : "MISMATCH");
+          if (!ok) row.problems.push_back("more TCP connections opened than expected");
+          continue;
+        }
         if (key == "listen") {  // a ceiling on the receiver's listening sockets in a round
           const int lr = row.peer.round_listening;
           const bool ok = lr >= 0 && lr <= want.second;
@@ -306,9 +327,11 @@ void scale_run(const Options& o, Side& s, std::vector<Table>* tables, uint64_t* 
     printf(
         "# scale N=%llu: TCP sockets with keepalive running %d / %d with every pair up, %d / %d "
         "before (sender / receiver; one per peer host); the receiver's %d listens of a round "
-        "held %d listening socket(s)\n",
+        "held %d listening socket(s); TCP connections opened by the set-up %lld / %lld "
+        "(connects / accepts, /proc/net/snmp; a known process's handshakes go on its peer link)\n",
         (unsigned long long)n, me.snap_up.keepalive, pe.snap_up.keepalive, me.snap_base.keepalive,
-        pe.snap_base.keepalive, pe.round_listens, pe.round_listening);
+        pe.snap_base.keepalive, pe.round_listens, pe.round_listening,
+        (long long)tcp_opened(me, true), (long long)tcp_opened(pe, false));
     for (const std::string& p : row.problems)
       printf("# scale N=%llu: %s\n", (unsigned long long)n, p.c_str());
     fflush(stdout);
@@ -316,9 +339,10 @@ void scale_run(const Options& o, Side& s, std::vector<Table>* tables, uint64_t* 
     rows.push_back(std::move(row));
   }
 
-  Table t("scale", {"pairs", "up_send", "up_recv", "status", "establish_s", "ms/pair",
-                    "close_ms_send", "close_ms_recv", "close_ms/pair", "dereg_ms_send",
-                    "dereg_ms_recv", "verified", "nofile_soft_send", "nofile_soft_recv"});
+  Table t("scale",
+          {"pairs", "up_send", "up_recv", "status", "establish_s", "ms/pair", "close_ms_send",
+           "close_ms_recv", "close_ms/pair", "dereg_ms_send", "dereg_ms_recv", "verified",
+           "nofile_soft_send", "nofile_soft_recv", "tcp_opens_send", "tcp_opens_recv"});
   Table m("scale_mem", {"pairs",
                         "rss_KiB/conn_send",
                         "rss_KiB/conn_recv",
@@ -383,7 +407,9 @@ void scale_run(const Options& o, Side& s, std::vector<Table>* tables, uint64_t* 
            Table::num(me.dereg_s * 1e3, "%.1f"), Table::num(pe.dereg_s * 1e3, "%.1f"),
            Table::integer(static_cast<long long>(pe.verified)),
            Table::integer(static_cast<long long>(me.nofile_soft)),
-           Table::integer(static_cast<long long>(pe.nofile_soft))});
+           Table::integer(static_cast<long long>(pe.nofile_soft)),
+           Table::integer(static_cast<long long>(tcp_opened(me, true))),
+           Table::integer(static_cast<long long>(tcp_opened(pe, false)))});
     auto obj = [&](const ScaleReport& x, int64_t ScaleSnap::*f) {
       return x.snap_base.verbs_valid && x.snap_up.verbs_valid
                  ? per(static_cast<double>(x.snap_up.*f - x.snap_base.*f), x.up)
