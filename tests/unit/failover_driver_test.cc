@@ -31,6 +31,7 @@ void make_comm(Conn& c, bool sender, int* peer_fd) {
   c.fd = sv[0];
   *peer_fd = sv[1];
   c.npaths = 2;
+  c.qp.make(2);
   c.nqps = 2;
   c.qpp = 1;
   c.peer = "test-peer";

@@ -292,7 +292,7 @@ struct Conn {
   // comm, and registers them all before its first receive.
   mutable std::atomic<bool> cuda_registered{false};
   // Each QP index's current incarnation (qp_life.h): the QP and every count about its work.
-  QpLife qp[wire::kMaxQps];
+  QpSet qp;                               // nqps of them (create_qps)
   uint8_t qp_member[wire::kMaxQps] = {};  // the member each QP lives on (its CQ, PD and port)
   int npaths = 1;                         // fusion: QP q is on path q / (nqps / npaths) (wire.h)
   int qpp = 1;                            // QPs per path (= nqps when npaths is 1)

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
 #include "health/qp_ledger.h"
 #include "sluice/core/base/verbs.h"
@@ -47,6 +48,24 @@ struct QpLife {
 
   explicit operator bool() const { return static_cast<bool>(qp); }
   ibv_qp* get() const { return qp.get(); }
+};
+
+// A comm's QP incarnations, one per QP index (Conn::nqps of them), made once by create_qps before
+// the first QP: a one-QP comm holds one QpLife (144 bytes), not wire::kMaxQps of them. Every
+// reader indexes below Conn::nqps, which create_qps sets after make().
+class QpSet {
+ public:
+  void make(int n) {
+    p_ = std::make_unique<QpLife[]>(static_cast<size_t>(n));
+    n_ = n;
+  }
+  int size() const { return n_; }
+  QpLife& operator[](int q) { return p_[q]; }
+  const QpLife& operator[](int q) const { return p_[q]; }
+
+ private:
+  std::unique_ptr<QpLife[]> p_;
+  int n_ = 0;
 };
 
 // An incarnation replaced by failback or dropped by a failed attempt, kept until its queues'

@@ -118,6 +118,7 @@ Status create_qps(Conn& c, int nqps, const QpCaps& caps, int cqe, wire::Meta* m)
                           errno);
     }
   }
+  c.qp.make(nqps);
   c.nqps = nqps;
   m->nqps = static_cast<uint8_t>(nqps);
   c.max_inline = caps.max_inline_data;
