@@ -11,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "core_pair.h"
 #include "rdma_env.h"
 #include "sluice/core/api.h"
 
@@ -49,15 +50,7 @@ class CoreDatapath : public ::testing::Test {
     acquired_ = true;
     ASSERT_GE(device_count(), 1);
     // core's indices of the test pair's ports (core names them "dev" or "dev:port").
-    dev_a_ = dev_b_ = -1;
-    for (int d = 0; d < device_count(); ++d) {
-      DeviceProperties p;
-      ASSERT_TRUE(device_properties(d, &p).is_ok());
-      if (dev_a_ < 0 && pair.a().matches(p.name)) dev_a_ = d;
-      if (dev_b_ < 0 && pair.b().matches(p.name)) dev_b_ = d;
-    }
-    ASSERT_GE(dev_a_, 0) << pair.a().label() << " not among core's devices";
-    ASSERT_GE(dev_b_, 0) << pair.b().label() << " not among core's devices";
+    ASSERT_TRUE(rdmatest::core_pair_devices(pair, &dev_a_, &dev_b_));
     std::printf("ports: %s (core devices %d -> %d)\n", pair.describe().c_str(), dev_a_, dev_b_);
   }
   void TearDown() override {

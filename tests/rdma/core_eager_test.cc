@@ -14,6 +14,7 @@
 #include <random>
 #include <vector>
 
+#include "core_pair.h"
 #include "rdma_env.h"
 #include "sluice/core/api.h"
 
@@ -41,15 +42,7 @@ class CoreEager : public ::testing::Test {
     SLUICE_REQUIRE_PAIR(pair);
     ASSERT_TRUE(engine_acquire(test_sink).is_ok());
     acquired_ = true;
-    dev_a_ = dev_b_ = -1;
-    for (int d = 0; d < device_count(); ++d) {
-      DeviceProperties p;
-      ASSERT_TRUE(device_properties(d, &p).is_ok());
-      if (dev_a_ < 0 && pair.a().matches(p.name)) dev_a_ = d;
-      if (dev_b_ < 0 && pair.b().matches(p.name)) dev_b_ = d;
-    }
-    ASSERT_GE(dev_a_, 0);
-    ASSERT_GE(dev_b_, 0);
+    ASSERT_TRUE(rdmatest::core_pair_devices(pair, &dev_a_, &dev_b_));
     ASSERT_NO_FATAL_FAILURE(open_pair());
     src_.resize(kBuf);
     dst_.resize(kBuf);

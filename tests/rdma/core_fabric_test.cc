@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "comm/comm.h"
+#include "core_pair.h"
 #include "rdma_env.h"
 #include "sluice/core/api.h"
 
@@ -60,15 +61,7 @@ class CoreFabric : public ::testing::Test {
     Status st = engine_acquire(fabric_sink);
     ASSERT_TRUE(st.is_ok()) << st.message();
     acquired_ = true;
-    dev_a_ = dev_b_ = -1;
-    for (int d = 0; d < device_count(); ++d) {
-      DeviceProperties p;
-      ASSERT_TRUE(device_properties(d, &p).is_ok());
-      if (dev_a_ < 0 && pair.a().matches(p.name)) dev_a_ = d;
-      if (dev_b_ < 0 && pair.b().matches(p.name)) dev_b_ = d;
-    }
-    ASSERT_GE(dev_a_, 0);
-    ASSERT_GE(dev_b_, 0);
+    ASSERT_TRUE(rdmatest::core_pair_devices(pair, &dev_a_, &dev_b_));
   }
   void TearDown() override {
     if (acquired_) engine_release();

@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "comm/comm.h"
+#include "core_pair.h"
 #include "datapath/datapath_internal.h"
 #include "rdma_env.h"
 #include "sluice/core/api.h"
@@ -106,17 +107,7 @@ class CoreFaults : public ::testing::Test {
     Status st = engine_acquire(sink);
     ASSERT_TRUE(st.is_ok()) << st.message();
     acquired_ = true;
-    for (int d = 0; d < device_count(); ++d) {
-      DeviceProperties p;
-      ASSERT_TRUE(device_properties(d, &p).is_ok());
-      if (dev_a_ < 0 && pair.a().matches(p.name)) {
-        dev_a_ = d;
-        name_a_ = p.name;
-      }
-      if (dev_b_ < 0 && pair.b().matches(p.name)) dev_b_ = d;
-    }
-    ASSERT_GE(dev_a_, 0);
-    ASSERT_GE(dev_b_, 0);
+    ASSERT_TRUE(rdmatest::core_pair_devices(pair, &dev_a_, &dev_b_, &name_a_));
     // The first QP bring-up in the TCG bed takes ~1 s: one pair up front, so bounds measure faults.
     SendComm* s = nullptr;
     RecvComm* r = nullptr;

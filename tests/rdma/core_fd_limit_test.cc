@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "core_pair.h"
 #include "rdma_env.h"
 #include "sluice/core/api.h"
 #include "sluice/core/wire/wire.h"
@@ -54,19 +55,6 @@ bool has(const std::string& s, const std::string& part) {
 
 double ms_since(Clock::time_point t) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
-}
-
-// The engine's device indices of the test pair (after engine_acquire).
-bool pair_devices(int* a, int* b) {
-  auto pair = rdmatest::test_pair();
-  *a = *b = -1;
-  for (int d = 0; d < device_count(); ++d) {
-    DeviceProperties p;
-    if (!device_properties(d, &p).is_ok()) return false;
-    if (*a < 0 && pair.a().matches(p.name)) *a = d;
-    if (*b < 0 && pair.b().matches(p.name)) *b = d;
-  }
-  return *a >= 0 && *b >= 0;
 }
 
 // Lowers RLIMIT_NOFILE to kLimit (soft and hard) and fills every descriptor left with /dev/null.
@@ -119,7 +107,9 @@ bool read_all(int fd, void* p, size_t n) {
   };
   if (!engine_acquire(sink).is_ok()) finish(false, "engine_acquire");
   int a = -1, b = -1;
-  if (!pair_devices(&a, &b)) finish(false, "test pair not found");
+  if (!rdmatest::core_pair_devices(rdmatest::test_pair(), &a, &b)) {
+    finish(false, "test pair not found");
+  }
   char handle[kHandleSize];
   ListenComm* l = nullptr;
   Status st = listen(b, handle, &l);
@@ -173,7 +163,7 @@ TEST(FdLimit, AcceptorOutOfDescriptorsFailsAtOnceAndTheConnectorIsToldItsLimit) 
   ASSERT_TRUE(read_all(handle_pipe[0], handle, sizeof handle)) << "the acceptor gave no handle";
   ASSERT_TRUE(engine_acquire(sink).is_ok());
   int a = -1, b = -1;
-  ASSERT_TRUE(pair_devices(&a, &b));
+  ASSERT_TRUE(rdmatest::core_pair_devices(pair, &a, &b));
   rdmatest::ExpectWarns expected;
   SendComm* s = nullptr;
   Status st;
@@ -233,7 +223,7 @@ TEST(FdLimit, ConnectorOutOfDescriptorsNamesItsLimit) {
     std::string text;
     bool ok = engine_acquire(sink).is_ok();
     int a = -1, b = -1;
-    ok = ok && pair_devices(&a, &b);
+    ok = ok && rdmatest::core_pair_devices(pair, &a, &b);
     char handle[kHandleSize];
     ListenComm* l = nullptr;
     ok = ok && listen(b, handle, &l).is_ok();  // a listener to connect to, before running out

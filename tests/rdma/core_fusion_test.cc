@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "comm/comm.h"
+#include "core_pair.h"
 #include "datapath/datapath_internal.h"
 #include "datapath/flush.h"
 #include "rdma_env.h"
@@ -80,14 +81,7 @@ class CoreFusion : public ::testing::Test {
     Status st = engine_acquire(nullptr);
     ASSERT_TRUE(st.is_ok()) << st.message();
     acquired_ = true;
-    for (int d = 0; d < device_count(); ++d) {
-      DeviceProperties p;
-      ASSERT_TRUE(device_properties(d, &p).is_ok());
-      if (dev_a_ < 0 && pair.a().matches(p.name)) dev_a_ = d;
-      if (dev_b_ < 0 && pair.b().matches(p.name)) dev_b_ = d;
-    }
-    ASSERT_GE(dev_a_, 0);
-    ASSERT_GE(dev_b_, 0);
+    ASSERT_TRUE(rdmatest::core_pair_devices(pair, &dev_a_, &dev_b_));
     if (dev_a_ == dev_b_) GTEST_SKIP() << "one port only (loopback pair): nothing to fuse";
     st = engine()->test_add_vdevice({dev_a_, dev_b_}, {1, 1}, &fused_);
     ASSERT_TRUE(st.is_ok()) << st.message();

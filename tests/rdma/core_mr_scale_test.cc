@@ -12,6 +12,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core_pair.h"
 #include "rdma_env.h"
 #include "sluice/core/api.h"
 
@@ -89,14 +90,7 @@ TEST(MrScale, TenThousandRegistrationsAndClosesDoNotWalkTheCache) {
     ~Release() { engine_release(); }
   } release;
   int dev_a = -1, dev_b = -1;
-  for (int d = 0; d < device_count(); ++d) {
-    DeviceProperties p;
-    ASSERT_TRUE(device_properties(d, &p).is_ok());
-    if (dev_a < 0 && pair.a().matches(p.name)) dev_a = d;
-    if (dev_b < 0 && pair.b().matches(p.name)) dev_b = d;
-  }
-  ASSERT_GE(dev_a, 0);
-  ASSERT_GE(dev_b, 0);
+  ASSERT_TRUE(rdmatest::core_pair_devices(pair, &dev_a, &dev_b));
   Pair main_pair;
   ASSERT_TRUE(open_pair(dev_a, dev_b, &main_pair));
   const long mr0 = count_own("mr");

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "core_pair.h"
 #include "health/peer_link.h"
 #include "rdma_env.h"
 #include "sluice/core/api.h"
@@ -65,14 +66,7 @@ class CorePeerLink : public ::testing::Test {
     SLUICE_REQUIRE_PAIR(pair);
     ASSERT_TRUE(engine_acquire(nullptr).is_ok());
     acquired_ = true;
-    for (int d = 0; d < device_count(); ++d) {
-      DeviceProperties p;
-      ASSERT_TRUE(device_properties(d, &p).is_ok());
-      if (dev_a_ < 0 && pair.a().matches(p.name)) dev_a_ = d;
-      if (dev_b_ < 0 && pair.b().matches(p.name)) dev_b_ = d;
-    }
-    ASSERT_GE(dev_a_, 0);
-    ASSERT_GE(dev_b_, 0);
+    ASSERT_TRUE(rdmatest::core_pair_devices(pair, &dev_a_, &dev_b_));
     ASSERT_EQ(link_count(), 0u) << "a link is open before the test";
   }
   void TearDown() override {

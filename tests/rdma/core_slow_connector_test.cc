@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "core_pair.h"
 #include "rdma_env.h"
 #include "sluice/core/api.h"
 #include "sluice/core/base/config.h"
@@ -102,14 +103,7 @@ TEST(SlowConnector, PolledLessOftenThanTheHandshakeBoundStillCompletesBothSides)
     ~Release() { engine_release(); }
   } release;
   int dev_a = -1, dev_b = -1;
-  for (int d = 0; d < device_count(); ++d) {
-    DeviceProperties p;
-    ASSERT_TRUE(device_properties(d, &p).is_ok());
-    if (dev_a < 0 && pair.a().matches(p.name)) dev_a = d;
-    if (dev_b < 0 && pair.b().matches(p.name)) dev_b = d;
-  }
-  ASSERT_GE(dev_a, 0);
-  ASSERT_GE(dev_b, 0);
+  ASSERT_TRUE(rdmatest::core_pair_devices(pair, &dev_a, &dev_b));
   const char* t = std::getenv("SLUICE_HANDSHAKE_TIMEOUT_MS");
   const int handshake_ms = t != nullptr ? std::atoi(t) : Config{}.handshake_timeout_ms;
   const char* c = std::getenv("SLUICE_CONNECT_TIMEOUT_MS");

@@ -29,6 +29,7 @@
 #include <thread>
 #include <vector>
 
+#include "core_pair.h"
 #include "rdma_env.h"
 #include "sluice/core/api.h"
 #include "sluice/core/base/config.h"
@@ -116,14 +117,7 @@ class CoreTeardown : public ::testing::Test {
     auto pair = rdmatest::test_pair();
     SLUICE_REQUIRE_PAIR(pair);
     ASSERT_TRUE(acquire());
-    for (int d = 0; d < device_count(); ++d) {
-      DeviceProperties p;
-      ASSERT_TRUE(device_properties(d, &p).is_ok());
-      if (dev_a_ < 0 && pair.a().matches(p.name)) dev_a_ = d, name_a_ = p.name;
-      if (dev_b_ < 0 && pair.b().matches(p.name)) dev_b_ = d, name_b_ = p.name;
-    }
-    ASSERT_GE(dev_a_, 0);
-    ASSERT_GE(dev_b_, 0);
+    ASSERT_TRUE(rdmatest::core_pair_devices(pair, &dev_a_, &dev_b_, &name_a_, &name_b_));
     std::printf("ports: %s\n", pair.describe().c_str());
     // librdmacm opens a device's verbs context (file descriptors) the first time the process uses
     // rdma_cm on it and keeps it until the library is unloaded: one connection before any test
