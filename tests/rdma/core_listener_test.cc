@@ -141,42 +141,6 @@ double ms_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
-// One message each way of the pair (s -> r), bytes checked.
-void check_data(SendComm* s, RecvComm* r, unsigned salt) {
-  std::vector<uint8_t> src(4099), dst(8192, 0xab);
-  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i * 131 + salt);
-  MemHandle *ms = nullptr, *mr = nullptr;
-  ASSERT_TRUE(reg_mr(s, src.data(), src.size(), MemType::kHost, &ms).is_ok());
-  ASSERT_TRUE(reg_mr(r, dst.data(), dst.size(), MemType::kHost, &mr).is_ok());
-  Request *rq = nullptr, *sq = nullptr;
-  void* d = dst.data();
-  size_t cap = dst.size();
-  int tag = 9;
-  ASSERT_TRUE(irecv(r, 1, &d, &cap, &tag, &mr, &rq).is_ok());
-  const auto deadline = Clock::now() + std::chrono::seconds(30);
-  while (sq == nullptr) {
-    ASSERT_LT(Clock::now(), deadline);
-    Status st = isend(s, src.data(), src.size(), tag, ms, &sq);
-    ASSERT_TRUE(st.is_ok() || st.is_again()) << st.message();
-  }
-  int rdone = 0, sdone = 0;
-  size_t got = 0;
-  while (!rdone || !sdone) {
-    ASSERT_LT(Clock::now(), deadline) << "message not delivered";
-    if (!rdone) {
-      ASSERT_TRUE(test(rq, &rdone, &got).is_ok());
-    }
-    if (!sdone) {
-      ASSERT_TRUE(test(sq, &sdone, nullptr).is_ok());
-    }
-  }
-  EXPECT_EQ(got, src.size());
-  EXPECT_EQ(std::memcmp(src.data(), dst.data(), src.size()), 0);
-  EXPECT_EQ(dst[src.size()], 0xab);
-  EXPECT_TRUE(dereg_mr(s, ms).is_ok());
-  EXPECT_TRUE(dereg_mr(r, mr).is_ok());
-}
-
 TEST_F(CoreListener, StraysNeverDelayARealPeer) {
   ASSERT_GE(handshake_ms_, 500) << "set SLUICE_HANDSHAKE_TIMEOUT_MS to a second or two";
   char handle[kHandleSize];
@@ -279,7 +243,7 @@ TEST_F(CoreListener, StraysNeverDelayARealPeer) {
   EXPECT_LT(real_ms, strays_deadline_ms) << "the real peer waited for the strays' deadline";
 
   // Data flows on the new comm.
-  ASSERT_NO_FATAL_FAILURE(check_data(s, r, 3));
+  ASSERT_NO_FATAL_FAILURE(rdmatest::check_one_message(s, r, 3));
 
   // Every stray goes by its deadline plus slack; accept never fails and yields no comm.
   const auto limit = strays_at + milliseconds(handshake_ms_ + 3000);
@@ -522,7 +486,8 @@ TEST_F(CoreListener, ListensShareOneSocketAndEachGetsItsOwnConnector) {
       << "the listener did not say why it dropped the closed listen's connector";
   EXPECT_FALSE(find_log({"dropping the connection from"}, nullptr)) << "a real peer was dropped";
   for (int i = 0; i < kLive; ++i) {
-    check_data(sends[i], recvs[i], static_cast<unsigned>(i));  // a misrouted pair carries nothing
+    // A misrouted pair carries nothing.
+    rdmatest::check_one_message(sends[i], recvs[i], static_cast<unsigned>(i));
     EXPECT_TRUE(close_send(sends[i]).is_ok());
     EXPECT_TRUE(close_recv(recvs[i]).is_ok());
   }
@@ -587,7 +552,7 @@ TEST_F(CoreListener, ForeignAndCorruptHandlesFailConnectCleanly) {
       ASSERT_TRUE(accept(l, &rr).is_ok());
     }
   }
-  ASSERT_NO_FATAL_FAILURE(check_data(rs, rr, 5));
+  ASSERT_NO_FATAL_FAILURE(rdmatest::check_one_message(rs, rr, 5));
   EXPECT_TRUE(close_send(rs).is_ok());
   EXPECT_TRUE(close_recv(rr).is_ok());
   if (qp0 < 0) {
@@ -700,7 +665,7 @@ TEST_F(CoreListener, FailureAfterTheMetadataDropsOnlyThatConnection) {
       ASSERT_TRUE(accept(l, &r).is_ok());
     }
   }
-  ASSERT_NO_FATAL_FAILURE(check_data(s, r, 7));
+  ASSERT_NO_FATAL_FAILURE(rdmatest::check_one_message(s, r, 7));
   EXPECT_TRUE(close_send(s).is_ok());
   EXPECT_TRUE(close_recv(r).is_ok());
   EXPECT_TRUE(close_listen(l).is_ok());
@@ -767,7 +732,7 @@ TEST_F(CoreListener, MoreStraysThanHandshakeSlotsDoNotLockOutARealPeer) {
       << "the oldest stray did not make room";
   EXPECT_EQ(first.level, kLogInfo);
   EXPECT_EQ(warn_count(), 0);
-  ASSERT_NO_FATAL_FAILURE(check_data(s, r, 11));
+  ASSERT_NO_FATAL_FAILURE(rdmatest::check_one_message(s, r, 11));
   EXPECT_TRUE(close_send(s).is_ok());
   EXPECT_TRUE(close_recv(r).is_ok());
   EXPECT_TRUE(close_listen(l).is_ok());  // with strays still pending: their sockets are closed

@@ -1,10 +1,14 @@
-// Shared by the core rdma tests (core_*_test.cc): the engine's devices for the test pair. Core's
-// public API only (sluice/core/api.h).
+// Shared by the core rdma tests (core_*_test.cc): the engine's devices for the test pair, and one
+// message over a comm pair with its bytes checked. Core's public API only (sluice/core/api.h).
 #pragma once
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstdint>
+#include <cstring>
 #include <string>
+#include <vector>
 
 #include "rdma_env.h"
 #include "sluice/core/api.h"
@@ -42,6 +46,45 @@ inline ::testing::AssertionResult core_pair_devices(const TestPair& pair, int* a
     return ::testing::AssertionFailure() << pair.b().label() << " not among core's devices";
   }
   return ::testing::AssertionSuccess();
+}
+
+// One 4099-byte message s -> r (tag 5, byte i = i * 131 + salt) into an 8192-byte buffer of 0xab:
+// the send and the receive complete within 30 s, the receive reports 4099 bytes, every byte is as
+// sent and the byte after them untouched; both registrations are released. Its failures are fatal
+// to it only: wrap it in ASSERT_NO_FATAL_FAILURE to stop the caller.
+inline void check_one_message(SendComm* s, RecvComm* r, unsigned salt) {
+  std::vector<uint8_t> src(4099), dst(8192, 0xab);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i * 131 + salt);
+  MemHandle *ms = nullptr, *mr = nullptr;
+  ASSERT_TRUE(reg_mr(s, src.data(), src.size(), MemType::kHost, &ms).is_ok());
+  ASSERT_TRUE(reg_mr(r, dst.data(), dst.size(), MemType::kHost, &mr).is_ok());
+  Request *rq = nullptr, *sq = nullptr;
+  void* d = dst.data();
+  size_t cap = dst.size();
+  int tag = 5;
+  ASSERT_TRUE(irecv(r, 1, &d, &cap, &tag, &mr, &rq).is_ok());
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (sq == nullptr) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline);
+    Status st = isend(s, src.data(), src.size(), tag, ms, &sq);
+    ASSERT_TRUE(st.is_ok() || st.is_again()) << st.message();
+  }
+  int rdone = 0, sdone = 0;
+  size_t got = 0;
+  while (!rdone || !sdone) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "message not delivered";
+    if (!rdone) {
+      ASSERT_TRUE(test(rq, &rdone, &got).is_ok());
+    }
+    if (!sdone) {
+      ASSERT_TRUE(test(sq, &sdone, nullptr).is_ok());
+    }
+  }
+  EXPECT_EQ(got, src.size());
+  EXPECT_EQ(std::memcmp(src.data(), dst.data(), src.size()), 0);
+  EXPECT_EQ(dst[src.size()], 0xab);
+  EXPECT_TRUE(dereg_mr(s, ms).is_ok());
+  EXPECT_TRUE(dereg_mr(r, mr).is_ok());
 }
 
 }  // namespace sluice::rdmatest

@@ -119,41 +119,6 @@ class CorePeerLink : public ::testing::Test {
   int dev_a_ = -1, dev_b_ = -1;
 };
 
-// One message s -> r, its bytes checked.
-void check_data(SendComm* s, RecvComm* r, unsigned salt) {
-  std::vector<uint8_t> src(3001), dst(4096, 0xab);
-  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i * 7 + salt);
-  MemHandle *ms = nullptr, *mr = nullptr;
-  ASSERT_TRUE(reg_mr(s, src.data(), src.size(), MemType::kHost, &ms).is_ok());
-  ASSERT_TRUE(reg_mr(r, dst.data(), dst.size(), MemType::kHost, &mr).is_ok());
-  Request *rq = nullptr, *sq = nullptr;
-  void* d = dst.data();
-  size_t cap = dst.size();
-  int tag = 5;
-  const auto t0 = Clock::now();
-  ASSERT_TRUE(irecv(r, 1, &d, &cap, &tag, &mr, &rq).is_ok());
-  while (sq == nullptr) {
-    ASSERT_LT(ms_since(t0), 30000.0);
-    Status st = isend(s, src.data(), src.size(), tag, ms, &sq);
-    ASSERT_TRUE(st.is_ok() || st.is_again()) << st.message();
-  }
-  int rdone = 0, sdone = 0;
-  size_t got = 0;
-  while (!rdone || !sdone) {
-    ASSERT_LT(ms_since(t0), 30000.0) << "message not delivered";
-    if (!rdone) {
-      ASSERT_TRUE(test(rq, &rdone, &got).is_ok());
-    }
-    if (!sdone) {
-      ASSERT_TRUE(test(sq, &sdone, nullptr).is_ok());
-    }
-  }
-  EXPECT_EQ(got, src.size());
-  EXPECT_EQ(std::memcmp(src.data(), dst.data(), src.size()), 0);
-  EXPECT_TRUE(dereg_mr(s, ms).is_ok());
-  EXPECT_TRUE(dereg_mr(r, mr).is_ok());
-}
-
 TEST_F(CorePeerLink, AConnectToAKnownProcessMakesNoTcpConnection) {
   const char* env = std::getenv("SLUICE_OOB_LINK_HANDSHAKE");
   const bool on_link = env == nullptr || std::string(env) != "0";
@@ -193,7 +158,9 @@ TEST_F(CorePeerLink, AConnectToAKnownProcessMakesNoTcpConnection) {
   EXPECT_EQ(after.hellos_sent - before.hellos_sent, on_link ? static_cast<uint64_t>(kMore) : 0u);
   EXPECT_EQ(after.hellos_taken - before.hellos_taken, after.hellos_sent - before.hellos_sent);
   EXPECT_EQ(after.fell_back, before.fell_back);
-  for (int i = 0; i <= kMore; ++i) check_data(sends[i], recvs[i], static_cast<unsigned>(i));
+  for (int i = 0; i <= kMore; ++i) {
+    rdmatest::check_one_message(sends[i], recvs[i], static_cast<unsigned>(i));
+  }
 
   // A connect to a listen closed meanwhile is refused with the reason, on the link too. (Another
   // listen keeps the shared port open, so that over TCP the refusal is the listener's too.)
@@ -264,7 +231,7 @@ TEST_F(CorePeerLink, AConnectWhoseLinkEndsBeforeTheAnswerGoesOnOverTcp) {
   EXPECT_EQ(c1.fell_back - c0.fell_back, 1u) << "the connect did not go back to TCP";
   EXPECT_EQ(c1.hellos_taken, c0.hellos_taken) << "the hello was read after all";
   EXPECT_EQ(t1.active - t0.active, 1) << "the fallback's one TCP connection";
-  check_data(s2, r2, 9);
+  rdmatest::check_one_message(s2, r2, 9);
   EXPECT_TRUE(close_send(s2).is_ok());
   EXPECT_TRUE(close_recv(r2).is_ok());
   EXPECT_EQ(link_count(), 0u) << "a link outlived its comms";
@@ -289,7 +256,7 @@ TEST_F(CorePeerLink, AConnectWaitsForAnotherConnectsFirstLinkAtMostTwoSeconds) {
   EXPECT_LT(connected_ms, 2000.0 + 8000.0) << "the wait did not end at its bound";
   EXPECT_TRUE(stuck.held()) << "the claim was never released: the connect went on past it";
   EXPECT_EQ(link_count(), 2u) << "the connect adopted its socket: one link, its two ends here";
-  check_data(s, r, 3);
+  rdmatest::check_one_message(s, r, 3);
   EXPECT_TRUE(close_send(s).is_ok());
   EXPECT_TRUE(close_recv(r).is_ok());
   EXPECT_EQ(link_count(), 0u) << "the link outlived its comms";

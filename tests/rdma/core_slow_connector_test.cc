@@ -59,42 +59,6 @@ double ms_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
-// One 4099-byte message s -> r, every byte checked.
-void check_data(SendComm* s, RecvComm* r) {
-  std::vector<uint8_t> src(4099), dst(8192, 0xab);
-  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i * 131 + 17);
-  MemHandle *ms = nullptr, *mr = nullptr;
-  ASSERT_TRUE(reg_mr(s, src.data(), src.size(), MemType::kHost, &ms).is_ok());
-  ASSERT_TRUE(reg_mr(r, dst.data(), dst.size(), MemType::kHost, &mr).is_ok());
-  Request *rq = nullptr, *sq = nullptr;
-  void* d = dst.data();
-  size_t cap = dst.size();
-  int tag = 5;
-  ASSERT_TRUE(irecv(r, 1, &d, &cap, &tag, &mr, &rq).is_ok());
-  const auto deadline = Clock::now() + std::chrono::seconds(30);
-  while (sq == nullptr) {
-    ASSERT_LT(Clock::now(), deadline);
-    Status st = isend(s, src.data(), src.size(), tag, ms, &sq);
-    ASSERT_TRUE(st.is_ok() || st.is_again()) << st.message();
-  }
-  int rdone = 0, sdone = 0;
-  size_t got = 0;
-  while (!rdone || !sdone) {
-    ASSERT_LT(Clock::now(), deadline) << "message not delivered";
-    if (!rdone) {
-      ASSERT_TRUE(test(rq, &rdone, &got).is_ok());
-    }
-    if (!sdone) {
-      ASSERT_TRUE(test(sq, &sdone, nullptr).is_ok());
-    }
-  }
-  EXPECT_EQ(got, src.size());
-  EXPECT_EQ(std::memcmp(src.data(), dst.data(), src.size()), 0);
-  EXPECT_EQ(dst[src.size()], 0xab);
-  EXPECT_TRUE(dereg_mr(s, ms).is_ok());
-  EXPECT_TRUE(dereg_mr(r, mr).is_ok());
-}
-
 TEST(SlowConnector, PolledLessOftenThanTheHandshakeBoundStillCompletesBothSides) {
   auto pair = rdmatest::test_pair();
   SLUICE_REQUIRE_PAIR(pair);
@@ -186,7 +150,7 @@ TEST(SlowConnector, PolledLessOftenThanTheHandshakeBoundStillCompletesBothSides)
   EXPECT_GT(gap_ms, handshake_ms);
   EXPECT_FALSE(logged("dropping")) << "the listener dropped the slowly polled connector";
   EXPECT_EQ(g_warns, 0);
-  ASSERT_NO_FATAL_FAILURE(check_data(s, r));
+  ASSERT_NO_FATAL_FAILURE(rdmatest::check_one_message(s, r, 17));
   EXPECT_TRUE(close_send(s).is_ok());
   EXPECT_TRUE(close_recv(r).is_ok());
   EXPECT_TRUE(close_listen(l).is_ok());
