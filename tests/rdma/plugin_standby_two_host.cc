@@ -22,9 +22,13 @@
 //    its primary sends at most kSlackPackets, the standby carries; both hosts log "failed over"
 //    and "fenced on both sides";
 //  * at half it takes eth1 up and waits for the port and its GID; then each host must log
-//    "back (epoch" (failback) while the stream goes on. From kWindow messages after that (the
-//    receives posted before it may still name the standby's path) to the end, the standby sends at
-//    most kQuiet packets again and the primary carries every message.
+//    "back (epoch" (failback) while the stream goes on, then "back in full" once its ramp
+//    (SLUICE_FAILBACK_RAMP_MS) ends: until then the receiver stripes part of its receives on the
+//    standby's path. From kWindow messages after "back in full" (the receives posted before it may
+//    still name the standby's path; the receiver's comes first, as the sender's failback follows
+//    the receiver's answer) to the end, the standby sends at most kQuiet packets again and the
+//    primary carries every message. (Counted from "back (epoch", the sender's window sometimes
+//    began inside the receiver's ramp: the standby then sent thousands of packets there.)
 // The longest wait between two completions per phase and the time from "back" to the end are
 // printed. init gets a profiler callback and every isend / irecv a step handle, as NCCL gives them
 // with no profiler plugin loaded (nccl_profiler_default.h). A warm-up comm (opened, 3 messages,
@@ -152,7 +156,7 @@ int phase_of(const Run& r) {
 // The stream (host1 sends, host0 receives), kWindow in flight, every completion checked. The
 // actor takes its eth1 down at down_at and up at up_at (then waits for the port and its GID) and
 // tells the other host ('D', 'U'); each host marks "back" when its comm logs the failback, and
-// "settled" kWindow messages later. actor -1: no fault.
+// "settled" kWindow messages after its comm logs "back in full". actor -1: no fault.
 std::string stream(Ctx& x, void* comm, RegBuf& buf, const std::vector<Msg>& msgs, int actor,
                    int down_at, int up_at, LinkGuard& link, Run* run) {
   const bool sender = x.host == 1;
@@ -161,6 +165,7 @@ std::string stream(Ctx& x, void* comm, RegBuf& buf, const std::vector<Msg>& msgs
   const int total = static_cast<int>(msgs.size());
   std::vector<void*> reqs(kWindow, nullptr);
   int posted = 0, done = 0;
+  int full_at = -1;  // messages done when the comm logged "back in full" (its ramp's end)
   auto mark = [&](int k) {
     Mark& m = run->mark[k];
     m.t = Clock::now();
@@ -250,9 +255,10 @@ std::string stream(Ctx& x, void* comm, RegBuf& buf, const std::vector<Msg>& msgs
       next_poll = now + milliseconds(5);
       if (run->mark[kUp].set && !run->mark[kBack].set && !info_with(info0, "back (epoch").empty())
         mark(kBack);
+      if (run->mark[kBack].set && full_at < 0 && !info_with(info0, "back in full").empty())
+        full_at = done;
     }
-    if (run->mark[kBack].set && !run->mark[kSettled].set && done >= run->mark[kBack].done + kWindow)
-      mark(kSettled);
+    if (full_at >= 0 && !run->mark[kSettled].set && done >= full_at + kWindow) mark(kSettled);
   }
   mark(kEnd);
   if (told && !run->mark[kUp].set) {  // the actor's bytes may come after the stream ended
