@@ -110,3 +110,11 @@ sluice_add_rdma_test(NAME core_peer_link COMMAND $<TARGET_FILE:core_peer_link_te
 sluice_add_rdma_test(NAME core_peer_link_tcp COMMAND $<TARGET_FILE:core_peer_link_test>
                      --gtest_filter=-*EndsBeforeTheAnswer* TIMEOUT 120)
 set_property(TEST core_peer_link_tcp APPEND PROPERTY ENVIRONMENT SLUICE_OOB_LINK_HANDSHAKE=0)
+# Crossed first connects, two processes (this binary exec'd twice): one link for the pair when
+# both poll connect and accept; when one accepts only after 3 s, the other's answer waits 2 s at
+# most and the later answer names the link made meanwhile (listener.cc answer_waits, answer_link).
+add_executable(core_peer_link_crossed_test ${CMAKE_CURRENT_LIST_DIR}/core_peer_link_crossed_test.cc)
+target_include_directories(core_peer_link_crossed_test PRIVATE ${PROJECT_SOURCE_DIR}/core/src)
+target_link_libraries(core_peer_link_crossed_test PRIVATE sluice_core GTest::gtest_main)
+sluice_add_rdma_test(NAME core_peer_link_crossed COMMAND $<TARGET_FILE:core_peer_link_crossed_test>
+  TIMEOUT 180)

@@ -104,21 +104,51 @@ TEST(LinkMeta, AnAnswerUsesOnlyTheOfferedLinkOrAdoptsANewOne) {
   const Nonce listener = proc_of(3);
   // "use" names exactly the offered link.
   EXPECT_TRUE(
-      validate_link_answer(make_meta_link(listener, kLinkUse, 42, 0, 9), 42, listener).is_ok());
-  Status st = validate_link_answer(make_meta_link(listener, kLinkUse, 43, 0, 9), 42, listener);
+      validate_link_answer(make_meta_link(listener, kLinkUse, 42, 0, 9), 42, listener, false)
+          .is_ok());
+  Status st =
+      validate_link_answer(make_meta_link(listener, kLinkUse, 43, 0, 9), 42, listener, false);
   EXPECT_NE(st.message().find("did not offer"), std::string::npos) << st.message();
-  st = validate_link_answer(make_meta_link(listener, kLinkUse, 42, 0, 9), 0, listener);
+  st = validate_link_answer(make_meta_link(listener, kLinkUse, 42, 0, 9), 0, listener, false);
   EXPECT_NE(st.message().find("did not offer"), std::string::npos) << st.message();
   // "adopt" names a new, non-zero link, whatever was offered.
   EXPECT_TRUE(
-      validate_link_answer(make_meta_link(listener, kLinkAdopt, 77, 0, 9), 42, listener).is_ok());
-  st = validate_link_answer(make_meta_link(listener, kLinkAdopt, 0, 0, 9), 0, listener);
+      validate_link_answer(make_meta_link(listener, kLinkAdopt, 77, 0, 9), 42, listener, false)
+          .is_ok());
+  st = validate_link_answer(make_meta_link(listener, kLinkAdopt, 0, 0, 9), 0, listener, false);
   EXPECT_NE(st.message().find("id 0"), std::string::npos) << st.message();
   // The answer comes from the process the handle named, with a known verdict.
-  st = validate_link_answer(make_meta_link(proc_of(4), kLinkAdopt, 77, 0, 9), 0, listener);
+  st = validate_link_answer(make_meta_link(proc_of(4), kLinkAdopt, 77, 0, 9), 0, listener, false);
   EXPECT_NE(st.message().find("another process"), std::string::npos) << st.message();
-  st = validate_link_answer(make_meta_link(listener, kLinkOffer, 77, 0, 9), 0, listener);
+  st = validate_link_answer(make_meta_link(listener, kLinkOffer, 77, 0, 9), 0, listener, false);
   EXPECT_NE(st.message().find("verdict 0"), std::string::npos) << st.message();
+}
+
+TEST(LinkMeta, AConnectorThatTakesTheirsAcceptsUseOfALinkOfTheListenersChoice) {
+  const Nonce listener = proc_of(3);
+  // Crossed first connects: no link offered, the listener names the link its own connect made,
+  // with its end's role; only a connector that said it takes that (kLinkOfferTakesTheirs).
+  EXPECT_TRUE(validate_link_answer(make_meta_link(listener, kLinkUse, 77, kLinkEndConnector, 9), 0,
+                                   listener, true)
+                  .is_ok());
+  EXPECT_TRUE(validate_link_answer(make_meta_link(listener, kLinkUse, 77, kLinkEndAcceptor, 9), 0,
+                                   listener, true)
+                  .is_ok());
+  Status st =
+      validate_link_answer(make_meta_link(listener, kLinkUse, 77, 0, 9), 0, listener, false);
+  EXPECT_NE(st.message().find("did not offer"), std::string::npos) << st.message();
+  st = validate_link_answer(make_meta_link(listener, kLinkUse, 0, 0, 9), 0, listener, true);
+  EXPECT_NE(st.message().find("id 0"), std::string::npos) << st.message();
+  st = validate_link_answer(make_meta_link(listener, kLinkUse, 77, 2, 9), 0, listener, true);
+  EXPECT_NE(st.message().find("end role 2"), std::string::npos) << st.message();
+  // With a link offered, "use" still names exactly that one, whatever the flag.
+  st = validate_link_answer(make_meta_link(listener, kLinkUse, 43, 0, 9), 42, listener, true);
+  EXPECT_NE(st.message().find("did not offer"), std::string::npos) << st.message();
+  // The flag rides in a byte an older Sluice leaves 0, which an offer's checks do not read.
+  MetaLink m = make_meta_link(listener, kLinkOffer, 0, 0, 9);
+  EXPECT_EQ(m.flags, 0);
+  m.flags = kLinkOfferTakesTheirs;
+  EXPECT_TRUE(validate_link_offer(m).is_ok());
 }
 
 TEST(LinkFrame, EachTypeRoundTripsWithEveryPrefixIncomplete) {

@@ -62,7 +62,8 @@ struct ConnectState {
     kCmConnect,
     kSendReady,
     kRecvRefusal,  // the listener answered with a failure notice (wire.h) instead of its metadata
-    kLinkReply     // the handshake runs on the peer link: waiting for the listener's answer
+    kLinkReply,    // the handshake runs on the peer link: waiting for the listener's answer
+    kLinkTheirs    // crossed first connects: waiting for our end of the link the listener named
   } phase = kStart;
   FdCount counted{FdKind::kConnect};
   int dev = 0;
@@ -108,6 +109,7 @@ struct ConnectState {
   bool via_link = false;
   bool no_hello = false;
   Clock::time_point link_wait_until;  // how long it waits for another connect's first link
+  Clock::time_point theirs_until;     // kLinkTheirs: how long it waits for its end of that link
 };
 
 int remaining_ms(const ConnectState& s) {
@@ -193,6 +195,7 @@ void offer_link(ConnectState& s) {
   s.link_hold = link_hold_newest(s.listener_proc, chan);
   s.local_link = wire::make_meta_link(link_proc_id(), wire::kLinkOffer, s.link_hold.id(),
                                       s.link_hold.role(), chan);
+  s.local_link.flags = wire::kLinkOfferTakesTheirs;  // kLinkTheirs below
   s.local.features |= wire::kMetaFeatureLink;
   s.link_offer = true;
 }
@@ -367,6 +370,10 @@ std::string timeout_cause(const ConnectState& s) {
     return "the listener's process did not answer the handshake sent on the peer link: it does not "
            "call accept (stalled, or busy elsewhere)";
   }
+  if (s.phase == ConnectState::kLinkTheirs) {
+    return "this process's end of the peer link the listener named did not come: this process "
+           "does not call accept for the listener's own connect to it";
+  }
   return "the peer is not reachable on that address (host down, its link down, or packets "
          "filtered) or did not accept; check NCCL_SOCKET_IFNAME and firewalls";
 }
@@ -457,8 +464,17 @@ Status after_reply(ConnectState& s) {
   }
   if (link) {
     SLUICE_RETURN_IF_ERROR(
-        wire::validate_link_answer(s.remote_link, s.link_hold.id(), s.listener_proc)
+        wire::validate_link_answer(s.remote_link, s.link_hold.id(), s.listener_proc,
+                                   (s.local_link.flags & wire::kLinkOfferTakesTheirs) != 0)
             .with_context("accept reply from " + s.peer));
+    if (s.remote_link.verdict == wire::kLinkUse && !s.link_hold.held()) {
+      // Crossed first connects (listener.cc answer_waits): the listener named the link its own
+      // connect to this process made. Our end of it is made by our accept of that connect (its
+      // ready byte read): wait for it before anything of this reply is used (kLinkTheirs).
+      s.theirs_until = Clock::now() + std::chrono::milliseconds(kLinkFirstWaitMs);
+      s.phase = ConnectState::kLinkTheirs;
+      return Status::ok();
+    }
   } else if (s.link_offer) {  // the listener keeps a socket per comm: so do we
     s.link_offer = false;
     s.link_hold.release();
@@ -697,6 +713,29 @@ Status connect_step(ConnectState& s, SendComm** out) {
         // The link ended first: the listener's process closed its last comm to us meanwhile (its
         // end went with it), or it is gone, which the TCP attempts will tell.
         fall_back_to_tcp(s, "the peer link ended before the listener answered");
+        continue;
+      }
+      case ConnectState::kLinkTheirs: {
+        s.link_hold = link_hold_id(s.listener_proc, s.remote_link.link_id, s.remote_link.end_role,
+                                   s.local_link.chan);
+        if (s.link_hold.held()) {
+          SLUICE_INFO(kSubNet,
+                      "connect to %s: the listener named its process's peer link to this one "
+                      "(made by a connect of either): one link for the pair",
+                      s.peer.c_str());
+          SLUICE_RETURN_IF_ERROR(after_reply(s));  // now the use of the offered (held) link
+          continue;
+        }
+        if (Clock::now() < s.theirs_until) return Status::again();
+        // Our accept of the listener's connect is not done (not polled beside this connect, or
+        // dropped): a handshake of our own over a new TCP connection, as if the link had ended.
+        // The listener's side of this one sees the socket close before the ready byte and drops it.
+        if (s.comm->c.fd >= 0) close(s.comm->c.fd);
+        s.comm->c.fd = -1;
+        fall_back_to_tcp(s,
+                         "this process's end of the peer link the listener named (its own "
+                         "connect's) did not come within " +
+                             std::to_string(kLinkFirstWaitMs) + " ms");
         continue;
       }
       case ConnectState::kSendReady: {

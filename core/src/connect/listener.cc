@@ -283,16 +283,66 @@ void drop(const ListenComm& l, ListenComm::Pending& p, const Status& why) {
   p.drop_reason = why.message();  // for the connector on the link, if we answered "use" (~Pending)
 }
 
+// Crossed first connects: this process and the connector's each connect to the other with no link
+// yet, so each offers none, and each answer would adopt its own connection's socket: two links
+// for one pair of processes. The process with the larger id lets its answer wait while its own
+// first connect to the connector's process is in flight (its claim held, no live link yet), then
+// names the link that connect made (answer_link); the other process never waits, so that connect
+// is answered and nothing waits in a circle. The wait ends at kCrossWaitMs whatever happens (that
+// connect stalls, say, because the peer calls accept only once its own connect is done): the
+// answer then adopts, and the peer's later answer to that connect names the link so made; only
+// two answers given while neither connect is done leave two links. Only for a connector that takes
+// such an answer (wire::kLinkOfferTakesTheirs); an older one is answered at once.
+constexpr int kCrossWaitMs = 2000;
+bool proc_above(const wire::Nonce& a, const wire::Nonce& b) {
+  return std::memcmp(a.bytes, b.bytes, sizeof a.bytes) > 0;
+}
+bool answer_waits(ListenComm::Pending& p, Clock::time_point now) {
+  const wire::MetaLink& o = p.remote_link;
+  if (o.link_id != 0 || (o.flags & wire::kLinkOfferTakesTheirs) == 0) return false;
+  if (!wire::validate_link_offer(o).is_ok()) return false;  // answer_link refuses it
+  if (!p.deferred) {
+    if (!proc_above(link_proc_id(), o.proc) || !link_making(o.proc)) return false;
+    p.deferred = true;
+    p.defer_until = now + std::chrono::milliseconds(kCrossWaitMs);
+    SLUICE_INFO(kSubNet,
+                "accept from %s: its process and this one connect to each other with no peer link "
+                "yet; the answer waits (at most %d ms) for the link this process's own connect "
+                "makes, so that both share one",
+                p.peer.c_str(), kCrossWaitMs);
+  }
+  return now < p.defer_until && link_making(o.proc);
+}
+
 // The connector's link offer (health/peer_link.h): "use" the link it named when we have our end of
-// it alive (held, our channel on it), else "adopt" this connection's socket as a new link.
+// it alive (held, our channel on it), else "adopt" this connection's socket as a new link. An
+// offer of none from a connector that takes our choice (wire::kLinkOfferTakesTheirs) is answered
+// "use" with the newest live link to its process, with our end's role, when we have one: its end
+// of that link is made (or was) by its accept of our own connect, so crossed first connects end
+// with one link whichever answer comes first (answer_waits orders the simultaneous ones).
 Status answer_link(ListenComm::Pending& p) {
   SLUICE_RETURN_IF_ERROR(wire::validate_link_offer(p.remote_link));
   const uint32_t chan = link_new_chan();
   p.link_hold =
       link_hold_id(p.remote_link.proc, p.remote_link.link_id, p.remote_link.end_role, chan);
+  const bool theirs = !p.link_hold.held() && p.remote_link.link_id == 0 &&
+                      (p.remote_link.flags & wire::kLinkOfferTakesTheirs) != 0;
+  if (theirs) p.link_hold = link_hold_newest(p.remote_link.proc, chan);
   const bool use = p.link_hold.held();
   p.local_link = wire::make_meta_link(link_proc_id(), use ? wire::kLinkUse : wire::kLinkAdopt,
-                                      use ? p.link_hold.id() : link_new_id(), 0, chan);
+                                      use ? p.link_hold.id() : link_new_id(),
+                                      use && theirs ? p.link_hold.role() : 0, chan);
+  if (theirs && use) {
+    SLUICE_INFO(kSubNet,
+                "accept from %s: it offered no peer link; naming this process's link to it "
+                "(link %016llx), which its accept of this process's connect makes on its side",
+                p.peer.c_str(), static_cast<unsigned long long>(p.link_hold.id()));
+  } else if (p.deferred) {
+    SLUICE_INFO(kSubNet,
+                "accept from %s: no link from this process's own connect within %d ms; adopting "
+                "this connection's socket as a new link",
+                p.peer.c_str(), kCrossWaitMs);
+  }
   p.link_on = true;
   return Status::ok();
 }
@@ -349,6 +399,7 @@ Step step(ListenComm& l, ListenComm::Pending& p, Clock::time_point now, RecvComm
                                  "the connector offered a peer link this listener did not "
                                  "advertise (SLUICE_OOB_LINK=0 here)");
         if (st.is_again()) break;
+        if (st.is_ok() && answer_waits(p, now)) break;  // the offer read; its answer waits
         if (st.is_ok()) st = answer_link(p);
         if (!st.is_ok()) {
           *why = st;

@@ -100,6 +100,10 @@ struct ListenComm::Pending {
   bool link_on = false;
   wire::MetaLink remote_link{}, local_link{};
   LinkHold link_hold;
+  // Crossed first connects (answer_link): this answer waits, until defer_until, for the link this
+  // process's own first connect to the connector's process makes; `deferred` once it waited.
+  bool deferred = false;
+  Clock::time_point defer_until{};
   // The handshake runs on the link itself (a hello, listen_port.cc): no socket; our answer goes out
   // as a kHsReply frame and the connector's ready mark comes as kHsReady, on link_hold's channel.
   bool via_link = false;

@@ -400,6 +400,21 @@ bool link_first(const wire::Nonce& peer, LinkClaim* claim) {
   return true;
 }
 
+bool link_making(const wire::Nonce& peer) {
+  LinkRegistry& g = registry();
+  std::lock_guard<std::mutex> gl(g.mu);
+  const ProcKey k = key_of(peer);
+  if (g.claims.count(k) == 0) return false;
+  auto it = g.by_peer.find(k);
+  if (it != g.by_peer.end()) {
+    for (const auto& l : it->second) {
+      std::lock_guard<std::mutex> lk(l->mu);
+      if (!l->dead) return false;
+    }
+  }
+  return true;
+}
+
 namespace {
 
 LinkHold hold_where(const wire::Nonce& peer, uint32_t chan, uint64_t id, int role) {

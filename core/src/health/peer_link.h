@@ -118,6 +118,9 @@ class LinkClaim {
 // does and nobody else is making one (*claim now holds the claim: this connect's handshake makes
 // it); false to wait: another connect of this process is making the first link to `peer`.
 bool link_first(const wire::Nonce& peer, LinkClaim* claim);
+// Acceptor: one of this process's connects is making its first link to `peer` (holds the claim)
+// and no live link to `peer` exists yet. Crossed first connects (wire::kLinkOfferTakesTheirs).
+bool link_making(const wire::Nonce& peer);
 
 // Connector: the newest live link to process `peer`, `chan` registered on it; !held() when none.
 LinkHold link_hold_newest(const wire::Nonce& peer, uint32_t chan);

@@ -86,11 +86,20 @@ Status validate_link_offer(const MetaLink& m) {
   return Status::ok();
 }
 
-Status validate_link_answer(const MetaLink& m, uint64_t offered, const Nonce& listener) {
+Status validate_link_answer(const MetaLink& m, uint64_t offered, const Nonce& listener,
+                            bool takes_theirs) {
   SLUICE_RETURN_IF_ERROR(common_checks(m, "the listener's"));
   if (!same_nonce(m.proc, listener)) {
     return Status(Code::kRemoteError,
                   "the listener's link extension names another process than its handle");
+  }
+  if (m.verdict == kLinkUse && offered == 0 && takes_theirs) {  // a link of the listener's choice
+    if (m.link_id == 0) return Status(Code::kRemoteError, "the listener named link id 0 to use");
+    if (m.end_role > kLinkEndAcceptor) {
+      return Status(Code::kRemoteError,
+                    "the listener's link extension names end role " + std::to_string(m.end_role));
+    }
+    return Status::ok();
   }
   if (m.verdict == kLinkUse) {
     if (offered == 0 || m.link_id != offered) {

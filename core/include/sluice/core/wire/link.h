@@ -75,12 +75,20 @@ inline constexpr uint8_t kLinkEndAcceptor = 1;
 
 inline constexpr uint32_t kMetaLinkMagic = 0x4b4e4c53;  // "SLNK"
 inline constexpr uint8_t kMetaLinkVersion = 1;
+// MetaLink::flags of an offer. kLinkOfferTakesTheirs: this connector takes, for an offer of no
+// link (link_id 0), an answer kLinkUse naming a link of the listener's choice (end_role: the
+// listener's end of it), and waits for its own end of that link. An older connector writes 0 here
+// (reserved) and is answered as before. The listener uses it when first connects cross (each
+// process connecting to the other with no link yet): the process with the larger id waits for
+// the link its own connect makes, and names it, so that the two processes share one link.
+inline constexpr uint8_t kLinkOfferTakesTheirs = 0x01;
 struct MetaLink {
   uint32_t magic;
   uint8_t version;
   uint8_t verdict;   // kLinkOffer, kLinkUse, kLinkAdopt
-  uint8_t end_role;  // offer: the role of the proposer's end of link_id; otherwise 0
-  uint8_t reserved;
+  uint8_t end_role;  // offer: the role of the proposer's end of link_id; a kLinkUse answer to an
+                     // offer of none: the listener's end of the link it names; otherwise 0
+  uint8_t flags;     // an offer's kLinkOffer* flags; 0 in an answer
   Nonce proc;        // the sender's process
   uint64_t link_id;  // offer: a link the connector has to the listener's process (0 = none)
   uint32_t chan;     // the sender's channel for this comm (non-zero)
@@ -93,8 +101,10 @@ MetaLink make_meta_link(const Nonce& proc, uint8_t verdict, uint64_t link_id, ui
 // The connector's offer as an acceptor reads it.
 Status validate_link_offer(const MetaLink& m);
 // The acceptor's answer as the connector reads it: `offered` is the link id the connector proposed
-// (0 = none), `listener` the process the handle named.
-Status validate_link_answer(const MetaLink& m, uint64_t offered, const Nonce& listener);
+// (0 = none), `listener` the process the handle named, `takes_theirs` whether the offer carried
+// kLinkOfferTakesTheirs (then a kLinkUse answer to an offer of none is valid).
+Status validate_link_answer(const MetaLink& m, uint64_t offered, const Nonce& listener,
+                            bool takes_theirs);
 
 // ---- On the link --------------------------------------------------------------------------------
 
