@@ -43,6 +43,12 @@ target_link_libraries(core_listener_test PRIVATE sluice_core GTest::gtest_main T
 sluice_add_rdma_test(NAME core_listener COMMAND $<TARGET_FILE:core_listener_test> TIMEOUT 300)
 set_property(TEST core_listener APPEND PROPERTY ENVIRONMENT SLUICE_HANDSHAKE_TIMEOUT_MS=1000)
 
+# The shared listening socket outlives its last listen while comms are open (NCCL's rounds keep
+# one port), refuses a closed listen's connector, and goes with the last comm.
+add_executable(core_listen_linger_test ${CMAKE_CURRENT_LIST_DIR}/core_listen_linger_test.cc)
+target_link_libraries(core_listen_linger_test PRIVATE sluice_core GTest::gtest_main)
+sluice_add_rdma_test(NAME core_listen_linger COMMAND $<TARGET_FILE:core_listen_linger_test> TIMEOUT 300)
+
 # NIC fusion's connection (issue 24): a fused device of the bed's two ports to a fused device and
 # to a single port, both directions; QPs laid over the members' paths; no verbs object left behind.
 add_executable(core_fusion_test ${CMAKE_CURRENT_LIST_DIR}/core_fusion_test.cc)

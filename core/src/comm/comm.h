@@ -485,5 +485,9 @@ void retire_comm(Conn& c, const std::string& why);
 
 size_t reap_abandoned_connects(bool all);
 size_t reap_listens(bool all);
+// A listening socket whose last listen closed stays open while the process has a send or receive
+// comm open, so NCCL's next round of listens takes the same port (listen_port.cc). Called when the
+// count of open comms reaches 0, and at the last finalize: closes every such socket.
+void close_idle_listen_ports();
 
 }  // namespace sluice

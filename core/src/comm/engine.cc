@@ -414,6 +414,7 @@ void engine_release() {
       g_engine->open_comms.fetch_sub(1);
     }
   }
+  close_idle_listen_ports();  // listens NCCL left open keep theirs (reap_listens(true) above)
   if (int open = g_engine->open_comms.load(); open > 0) {
     SLUICE_WARN("last finalize with %d comm(s) still open: keeping devices alive for them", open);
     // Keep the engine (a leak) rather than free resources still in use; threads are stopped.

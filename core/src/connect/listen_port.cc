@@ -1,8 +1,11 @@
 // One listening socket per process and address, shared by every listen comm on it
-// (listener_internal.h). Every accept call services the shared socket: it takes what waits in the
-// backlog and reads each new connection's metadata until the nonce in it names a listen, then hands
-// the connection to that listen, whose own accept finishes the handshake. The work per call is
-// bounded by the connections not yet named (kMaxUnnamed), never by the listens open.
+// (listener_internal.h). It outlives its last listen while the process has a send or receive comm
+// open, so NCCL's rounds (listen, accept, closeListen) keep one port for the job's life instead of
+// taking a fresh ephemeral port per round; the count of open comms reaching 0 closes it. Every
+// accept call services the shared socket: it takes what waits in the backlog and reads each new
+// connection's metadata until the nonce in it names a listen, then hands the connection to that
+// listen, whose own accept finishes the handshake. The work per call is bounded by the connections
+// not yet named (kMaxUnnamed), never by the listens open.
 //
 // The nonce's key: the index is looked up with a 64-bit key of the nonce mixed with a per-process
 // secret, so the lookup's time says nothing an attacker could use about any listen's nonce; the
@@ -130,6 +133,28 @@ bool connection_level_error(int err) {
   return err == ECONNABORTED || err == EPROTO || err == EPERM || err == ENETDOWN ||
          err == ENOPROTOOPT || err == EHOSTDOWN || err == ENONET || err == EHOSTUNREACH ||
          err == EOPNOTSUPP || err == ENETUNREACH || err == ETIMEDOUT || err == ECONNRESET;
+}
+
+// A socket with no listen (lingering: port_leave) is drained this often by the connect, listen and
+// accept calls' reaping: a connection to it names a closed listen, and its connector learns it
+// within this time of such a call rather than at its own bound.
+constexpr auto kIdleDrainEvery = std::chrono::milliseconds(100);
+
+// Closes what waits in an idle socket's backlog (at most kMaxUnnamed per call; caller holds
+// ports().mu). Each was meant for a listen that has closed.
+void drain_idle(ListenPort& port) {
+  for (size_t n = 0; n < kMaxUnnamed; ++n) {
+    sockaddr_storage sa{};
+    socklen_t len = sizeof sa;
+    const int fd =
+        accept4(port.fd, reinterpret_cast<sockaddr*>(&sa), &len, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) return;  // empty, or out of descriptors: the connector's own bound then applies
+    SLUICE_INFO(kSubNet,
+                "%s: dropping connection from %s: no listen is open on this address (its listen "
+                "closed; the socket stays open for the next listen while comms are open)",
+                port.addr_text.c_str(), sockaddr_text(sa).c_str());
+    close(fd);
+  }
 }
 
 enum class Named { kWait, kHanded, kDrop };
@@ -431,7 +456,12 @@ void port_leave(ListenComm& l) {
     ListenPort& port = *l.port;
     port.by_key.erase(l.key);
     gone.swap(l.inbox);
-    if (--port.users == 0) {
+    // The last listen: the socket lingers while a send or receive comm is open (read under r.mu:
+    // the close that takes the count to 0 then calls close_idle_listen_ports, which waits for it).
+    Engine* e = engine();
+    if (--port.users == 0 && e != nullptr && e->open_comms.load() > 0) {
+      port.next_due = Clock::now();  // drained by the next reap
+    } else if (port.users == 0) {
       for (auto it = r.ports.begin(); it != r.ports.end(); ++it) {
         if (it->get() == &port) {
           closed = std::move(*it);
@@ -478,6 +508,10 @@ size_t port_reap(bool all, Clock::time_point now) {
   for (auto& port : r.ports) {
     if (!all && now <= port->next_due) continue;  // one comparison per port (one per address)
     port->next_due = Clock::time_point::max();
+    if (port->users == 0 && !all) {
+      drain_idle(*port);  // no listen to name: refused at once instead of at the connector's bound
+      port->next_due = now + kIdleDrainEvery;
+    }
     for (size_t i = 0; i < port->unnamed.size();) {
       Pending& p = *port->unnamed[i];
       if (!all && now <= p.deadline) {
@@ -493,6 +527,30 @@ size_t port_reap(bool all, Clock::time_point now) {
     }
   }
   return n;
+}
+
+void close_idle_listen_ports() {
+  PortRegistry& r = ports();
+  std::vector<std::unique_ptr<ListenPort>> closed;  // closed with the lock released
+  {
+    std::lock_guard<std::mutex> lk(r.mu);
+    Engine* e = engine();
+    if (e != nullptr && e->open_comms.load() > 0) return;  // a comm opened since: they linger on
+    for (auto it = r.ports.begin(); it != r.ports.end();) {
+      if ((*it)->users == 0) {
+        closed.push_back(std::move(*it));
+        it = r.ports.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (auto& p : closed) {
+    if (!p->unnamed.empty()) {
+      SLUICE_INFO(kSubNet, "%s: closing with %zu connection(s) not yet named (no listen open)",
+                  p->addr_text.c_str(), p->unnamed.size());
+    }
+  }
 }
 
 size_t port_count() {

@@ -136,8 +136,9 @@ ListenComm::Pending::Phase after_meta_parts(const ListenComm::Pending& p);
 // first listen on it; indexes l's nonce (drawing a fresh one in the 2^-64 case that its key is
 // taken). Sets l.port, l.key, l.addr_text and *bound (the address with its port, for the handle).
 Status port_join(ListenComm& l, const sockaddr_storage& addr, sockaddr_storage* bound);
-// Undoes port_join: l's index entry and its inbox go; the last listen closes the socket and drops
-// the connections whose metadata had not yet named a listen. No lock may be held.
+// Undoes port_join: l's index entry and its inbox go. The last listen closes the socket, dropping
+// the connections whose metadata had not yet named a listen, unless a send or receive comm is open:
+// then the socket lingers for the next listen (close_idle_listen_ports). No lock may be held.
 void port_leave(ListenComm& l);
 // accept's work on the shared socket (caller holds l.mu): takes the connections waiting in the
 // backlog, reads each one's metadata until it names a listen, hands each named one to its listen

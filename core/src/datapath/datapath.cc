@@ -438,7 +438,8 @@ Status close_send(SendComm* s) {
   const auto key = reinterpret_cast<uintptr_t>(s);  // only a key once `s` is freed
   delete s;  // QPs to ERROR, CQ drained, QPs/CQ/MR/memory released (member order)
   release_deferred_mrs(a, key, nullptr);  // the NIC is done with the requests that deferred them
-  if (Engine* e = engine(); e != nullptr && counted) e->open_comms.fetch_sub(1);
+  if (Engine* e = engine(); e != nullptr && counted && e->open_comms.fetch_sub(1) == 1)
+    close_idle_listen_ports();  // the last comm: a lingering listening socket goes with it
   return Status::ok();
 }
 
@@ -460,7 +461,8 @@ Status close_recv(RecvComm* r) {
   const auto key = reinterpret_cast<uintptr_t>(r);
   delete r;
   release_deferred_mrs(a, key, nullptr);
-  if (Engine* e = engine(); e != nullptr && counted) e->open_comms.fetch_sub(1);
+  if (Engine* e = engine(); e != nullptr && counted && e->open_comms.fetch_sub(1) == 1)
+    close_idle_listen_ports();  // the last comm: a lingering listening socket goes with it
   return Status::ok();
 }
 
