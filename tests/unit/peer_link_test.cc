@@ -7,8 +7,10 @@
 
 #include <gtest/gtest.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -297,6 +299,56 @@ TEST(PeerLink, ConnectsWaitForTheFirstLinkToAProcess) {
   LinkClaim third;
   EXPECT_TRUE(link_first(pb, &third));
   EXPECT_FALSE(third.held()) << "a live link exists: offer it, claim nothing";
+  link_leave(c.a, false);
+  link_leave(c.b, false);
+}
+
+// fork(2): the child gets a fresh process id, no links (its copies of the parent's are left behind,
+// their sockets untouched) and links off; the parent keeps its id and its link, which still works.
+TEST(PeerLink, AForkedChildHasItsOwnIdAndNoneOfTheParentsLinks) {
+  ASSERT_TRUE(link_proc_id_ok());
+  const wire::Nonce parent_id = link_proc_id();
+  Pair c = adopt_pair(proc_of(9), proc_of(10), 0x5555, nullptr);
+  ASSERT_GE(link_count(), 1u);
+  int pipe_fds[2];
+  ASSERT_EQ(pipe(pipe_fds), 0);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    // The child: one byte per fact, 1 when it holds. No gtest here (its state is the parent's).
+    const wire::Nonce mine = link_proc_id();
+    const uint8_t facts[4] = {
+        static_cast<uint8_t>(std::memcmp(&mine, &parent_id, sizeof mine) != 0),
+        static_cast<uint8_t>(!link_proc_id_ok()),
+        static_cast<uint8_t>(link_count() == 0),
+        static_cast<uint8_t>(!link_hold_newest(proc_of(10), link_new_chan()).held()),
+    };
+    (void)!write(pipe_fds[1], facts, sizeof facts);
+    _exit(0);
+  }
+  close(pipe_fds[1]);
+  uint8_t facts[4] = {};
+  size_t got = 0;
+  while (got < sizeof facts) {
+    const ssize_t n = read(pipe_fds[0], facts + got, sizeof facts - got);
+    if (n <= 0) break;
+    got += static_cast<size_t>(n);
+  }
+  close(pipe_fds[0]);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_EQ(got, sizeof facts) << "the child did not report";
+  EXPECT_EQ(facts[0], 1) << "the child kept the parent's process id";
+  EXPECT_EQ(facts[1], 1) << "peer links are on in the child";
+  EXPECT_EQ(facts[2], 1) << "the child counts the parent's links";
+  EXPECT_EQ(facts[3], 1) << "the child found the parent's link to the peer";
+  // The parent: its id and link as they were; a frame still goes across.
+  EXPECT_TRUE(link_proc_id_ok());
+  EXPECT_EQ(std::memcmp(&link_proc_id(), &parent_id, sizeof parent_id), 0);
+  ASSERT_TRUE(send_notice(c.a, "after the fork"));
+  const LinkSeen seen = poll(c.b);
+  EXPECT_EQ(seen.seen, SocketSeen::kNotice) << "the parent's link broke in the child";
+  EXPECT_EQ(seen.text, "after the fork");
   link_leave(c.a, false);
   link_leave(c.b, false);
 }

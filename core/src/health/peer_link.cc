@@ -96,14 +96,32 @@ struct HelloBox {
   std::atomic<size_t> count{0};
 };
 
+// fork(2): the child holds copies of the parent's links, whose sockets and epoll set are the
+// parent's open files too (a frame the child wrote, or a socket it removed from the set, would be
+// the parent's), and the parent's process id, so a peer would take the child for the parent. The
+// child's handler (pthread_atfork, installed with the first registry or id) leaves the copies
+// behind unreleased (their locks may be held by parent threads that do not exist in the child),
+// gives the child empty registries and a fresh id, and turns peer links off in it: each comm the
+// child makes keeps its own socket. Only the forking thread runs in the child when the handler
+// does.
+void install_fork_handler();
+
+HelloBox*& hellos_ptr() {
+  static HelloBox* b = (install_fork_handler(), new HelloBox);  // NOLINT: never destroyed
+  return b;
+}
+
+LinkRegistry*& registry_ptr() {
+  static LinkRegistry* r = (install_fork_handler(), new LinkRegistry);  // NOLINT: never destroyed
+  return r;
+}
+
 HelloBox& hellos() {
-  static auto* b = new HelloBox;  // NOLINT: deliberately never destroyed
-  return *b;
+  return *hellos_ptr();
 }
 
 LinkRegistry& registry() {
-  static auto* r = new LinkRegistry;  // NOLINT: deliberately never destroyed
-  return *r;
+  return *registry_ptr();
 }
 
 void mark_dead(PeerLink& l, SocketSeen seen, int err, std::string text) {
@@ -303,6 +321,7 @@ struct ProcId {
   wire::Nonce id{};
   bool ok = false;
   ProcId() {
+    install_fork_handler();
     Status st = wire::new_nonce(&id);
     ok = st.is_ok();
     if (!ok) {
@@ -314,9 +333,22 @@ struct ProcId {
   }
 };
 
-const ProcId& proc() {
-  static const ProcId p;
+ProcId& proc() {
+  static ProcId p;  // the child of a fork draws another (on_fork_child)
   return p;
+}
+
+void on_fork_child() {
+  registry_ptr() = new LinkRegistry;  // NOLINT: the parent's copy is left behind, never released
+  hellos_ptr() = new HelloBox;        // NOLINT: likewise
+  ProcId& p = proc();
+  (void)wire::new_nonce(&p.id);  // a fresh id (getrandom: a system call, safe here)
+  p.ok = false;                  // and no links (above)
+}
+
+void install_fork_handler() {
+  static const bool installed = pthread_atfork(nullptr, nullptr, on_fork_child) == 0;
+  (void)installed;
 }
 
 }  // namespace
