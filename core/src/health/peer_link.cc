@@ -413,18 +413,27 @@ void LinkClaim::release() {
   held_ = false;
 }
 
+namespace {
+
+// Whether this process has a live link to process k (caller holds g.mu; each link's mu is taken).
+bool has_live_link_locked(LinkRegistry& g, const ProcKey& k) {
+  auto it = g.by_peer.find(k);
+  if (it == g.by_peer.end()) return false;
+  for (const auto& l : it->second) {
+    std::lock_guard<std::mutex> lk(l->mu);
+    if (!l->dead) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 bool link_first(const wire::Nonce& peer, LinkClaim* claim) {
   if (claim->held()) return true;
   LinkRegistry& g = registry();
   std::lock_guard<std::mutex> gl(g.mu);
   const ProcKey k = key_of(peer);
-  auto it = g.by_peer.find(k);
-  if (it != g.by_peer.end()) {
-    for (const auto& l : it->second) {
-      std::lock_guard<std::mutex> lk(l->mu);
-      if (!l->dead) return true;
-    }
-  }
+  if (has_live_link_locked(g, k)) return true;
   if (g.claims.count(k) != 0) return false;
   g.claims[k] = 1;
   claim->peer_ = peer;
@@ -436,15 +445,7 @@ bool link_making(const wire::Nonce& peer) {
   LinkRegistry& g = registry();
   std::lock_guard<std::mutex> gl(g.mu);
   const ProcKey k = key_of(peer);
-  if (g.claims.count(k) == 0) return false;
-  auto it = g.by_peer.find(k);
-  if (it != g.by_peer.end()) {
-    for (const auto& l : it->second) {
-      std::lock_guard<std::mutex> lk(l->mu);
-      if (!l->dead) return false;
-    }
-  }
-  return true;
+  return g.claims.count(k) != 0 && !has_live_link_locked(g, k);
 }
 
 namespace {
