@@ -175,7 +175,6 @@ Status start_tcp(ConnectState& s) {
 // kLinkFirstWaitMs, so that a burst of connects to one peer (NCCL's rounds) shares one link
 // instead of each adopting its own socket; past the wait (that handshake is slow or was left
 // unpolled) it goes on, and at worst makes a second link.
-constexpr int kLinkFirstWaitMs = 2000;
 bool link_ready(ConnectState& s) {
   if (s.link_checked || !engine()->config().oob_link || !s.listener_has_link) return true;
   if (s.link_wait_until == Clock::time_point{})

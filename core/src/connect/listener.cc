@@ -288,12 +288,11 @@ void drop(const ListenComm& l, ListenComm::Pending& p, const Status& why) {
 // for one pair of processes. The process with the larger id lets its answer wait while its own
 // first connect to the connector's process is in flight (its claim held, no live link yet), then
 // names the link that connect made (answer_link); the other process never waits, so that connect
-// is answered and nothing waits in a circle. The wait ends at kCrossWaitMs whatever happens (that
-// connect stalls, say, because the peer calls accept only once its own connect is done): the
+// is answered and nothing waits in a circle. The wait ends at kLinkFirstWaitMs whatever happens
+// (that connect stalls, say, because the peer calls accept only once its own connect is done): the
 // answer then adopts, and the peer's later answer to that connect names the link so made; only
 // two answers given while neither connect is done leave two links. Only for a connector that takes
 // such an answer (wire::kLinkOfferTakesTheirs); an older one is answered at once.
-constexpr int kCrossWaitMs = 2000;
 bool proc_above(const wire::Nonce& a, const wire::Nonce& b) {
   return std::memcmp(a.bytes, b.bytes, sizeof a.bytes) > 0;
 }
@@ -304,12 +303,12 @@ bool answer_waits(ListenComm::Pending& p, Clock::time_point now) {
   if (!p.deferred) {
     if (!proc_above(link_proc_id(), o.proc) || !link_making(o.proc)) return false;
     p.deferred = true;
-    p.defer_until = now + std::chrono::milliseconds(kCrossWaitMs);
+    p.defer_until = now + std::chrono::milliseconds(kLinkFirstWaitMs);
     SLUICE_INFO(kSubNet,
                 "accept from %s: its process and this one connect to each other with no peer link "
                 "yet; the answer waits (at most %d ms) for the link this process's own connect "
                 "makes, so that both share one",
-                p.peer.c_str(), kCrossWaitMs);
+                p.peer.c_str(), kLinkFirstWaitMs);
   }
   return now < p.defer_until && link_making(o.proc);
 }
@@ -341,7 +340,7 @@ Status answer_link(ListenComm::Pending& p) {
     SLUICE_INFO(kSubNet,
                 "accept from %s: no link from this process's own connect within %d ms; adopting "
                 "this connection's socket as a new link",
-                p.peer.c_str(), kCrossWaitMs);
+                p.peer.c_str(), kLinkFirstWaitMs);
   }
   p.link_on = true;
   return Status::ok();

@@ -44,6 +44,12 @@ namespace sluice {
 
 struct PeerLink;
 
+// The bound of every wait for a first link to a process (connect.cc, listener.cc): a connect's
+// wait for another connect's first link to the same process, a connector's wait for its end of the
+// link the listener named (kLinkTheirs), and a listener's deferred answer to crossed first
+// connects. Past it each goes on without that link (at worst a second link, or a TCP handshake).
+inline constexpr int kLinkFirstWaitMs = 2000;
+
 // This process's id (16 bytes from getrandom, drawn once): the handle's HandleLink and MetaLink.
 // A zero id when the kernel's random source failed (then no link is offered: a WARN said why).
 const wire::Nonce& link_proc_id();
