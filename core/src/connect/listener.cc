@@ -296,10 +296,10 @@ void drop(const ListenComm& l, ListenComm::Pending& p, const Status& why) {
 bool proc_above(const wire::Nonce& a, const wire::Nonce& b) {
   return std::memcmp(a.bytes, b.bytes, sizeof a.bytes) > 0;
 }
+// The offer was validated when read (kRecvLink).
 bool answer_waits(ListenComm::Pending& p, Clock::time_point now) {
   const wire::MetaLink& o = p.remote_link;
   if (o.link_id != 0 || (o.flags & wire::kLinkOfferTakesTheirs) == 0) return false;
-  if (!wire::validate_link_offer(o).is_ok()) return false;  // answer_link refuses it
   if (!p.deferred) {
     if (!proc_above(link_proc_id(), o.proc) || !link_making(o.proc)) return false;
     p.deferred = true;
@@ -318,9 +318,9 @@ bool answer_waits(ListenComm::Pending& p, Clock::time_point now) {
 // offer of none from a connector that takes our choice (wire::kLinkOfferTakesTheirs) is answered
 // "use" with the newest live link to its process, with our end's role, when we have one: its end
 // of that link is made (or was) by its accept of our own connect, so crossed first connects end
-// with one link whichever answer comes first (answer_waits orders the simultaneous ones).
+// with one link whichever answer comes first (answer_waits orders the simultaneous ones). The
+// offer was validated when read (kRecvLink).
 Status answer_link(ListenComm::Pending& p) {
-  SLUICE_RETURN_IF_ERROR(wire::validate_link_offer(p.remote_link));
   const uint32_t chan = link_new_chan();
   p.link_hold =
       link_hold_id(p.remote_link.proc, p.remote_link.link_id, p.remote_link.end_role, chan);
@@ -398,6 +398,8 @@ Step step(ListenComm& l, ListenComm::Pending& p, Clock::time_point now, RecvComm
                                  "the connector offered a peer link this listener did not "
                                  "advertise (SLUICE_OOB_LINK=0 here)");
         if (st.is_again()) break;
+        // Checked once, when read (a deferred answer comes back here with it read and checked).
+        if (st.is_ok() && !p.deferred) st = wire::validate_link_offer(p.remote_link);
         if (st.is_ok() && answer_waits(p, now)) break;  // the offer read; its answer waits
         if (st.is_ok()) st = answer_link(p);
         if (!st.is_ok()) {
