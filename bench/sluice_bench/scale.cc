@@ -22,6 +22,8 @@
 #include <sstream>
 #include <unordered_set>
 
+#include "tcp_opens.h"
+
 namespace bench {
 namespace {
 
@@ -183,28 +185,6 @@ void finish_up(Side& s, uint64_t pairs, bool receiver) {
 // This process's TCP sockets: those with their keepalive timer running (/proc/net/tcp{,6} rows
 // whose "tr" is 2; an idle socket without keepalive shows 0, one with unacknowledged bytes 1) and
 // those listening (state 0A), matched by inode to the sockets of /proc/self/fd.
-// /proc/net/snmp's "Tcp:" lines, names then values: ActiveOpens and PassiveOpens (-1 if absent).
-static void tcp_opens(int64_t* active, int64_t* passive) {
-  *active = *passive = -1;
-  std::ifstream f("/proc/net/snmp");
-  std::string names, values, line;
-  while (std::getline(f, line)) {
-    if (line.rfind("Tcp:", 0) != 0) continue;
-    if (names.empty()) {
-      names = line;
-    } else {
-      values = line;
-      break;
-    }
-  }
-  std::istringstream n(names), v(values);
-  std::string name, value;
-  while (n >> name && v >> value) {
-    if (name == "ActiveOpens") *active = std::atoll(value.c_str());
-    if (name == "PassiveOpens") *passive = std::atoll(value.c_str());
-  }
-}
-
 TcpCounts tcp_counts() {
   TcpCounts out;
   std::unordered_set<unsigned long> ours;
@@ -264,7 +244,9 @@ ScaleSnap scale_snap() {
   const TcpCounts tcp = tcp_counts();
   x.keepalive = tcp.keepalive;
   x.listening = tcp.listening;
-  tcp_opens(&x.tcp_active, &x.tcp_passive);
+  const bench::TcpOpens opens = bench::tcp_opens();
+  x.tcp_active = opens.active;
+  x.tcp_passive = opens.passive;
   VerbsObjects v = VerbsObjects::of_pid(getpid());
   x.verbs_valid = v.valid;
   x.qps = v.qps;

@@ -110,7 +110,8 @@ set_property(TEST core_datapath_eager APPEND PROPERTY LABELS nosan)
 # (core_peer_link_tcp: SLUICE_OOB_LINK_HANDSHAKE=0, one each); a closed listen refuses at once; a
 # connect whose process has another connect's claim on the first link waits for it at most 2 s.
 add_executable(core_peer_link_test ${CMAKE_CURRENT_LIST_DIR}/core_peer_link_test.cc)
-target_include_directories(core_peer_link_test PRIVATE ${PROJECT_SOURCE_DIR}/core/src)
+target_include_directories(core_peer_link_test PRIVATE ${PROJECT_SOURCE_DIR}/core/src
+                                                       ${PROJECT_SOURCE_DIR}/bench/common)
 target_link_libraries(core_peer_link_test PRIVATE sluice_core GTest::gtest_main)
 sluice_add_rdma_test(NAME core_peer_link COMMAND $<TARGET_FILE:core_peer_link_test> TIMEOUT 120)
 sluice_add_rdma_test(NAME core_peer_link_tcp COMMAND $<TARGET_FILE:core_peer_link_test>

@@ -12,8 +12,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -22,6 +20,7 @@
 #include "rdma_env.h"
 #include "sluice/core/api.h"
 #include "sluice/core/wire/link.h"
+#include "tcp_opens.h"
 
 namespace {
 
@@ -32,32 +31,8 @@ double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
 
-// The kernel's count of TCP connections this network namespace opened actively (connect) and
-// passively (accept): /proc/net/snmp's Tcp ActiveOpens and PassiveOpens.
-struct TcpOpens {
-  long active = -1, passive = -1;
-};
-TcpOpens tcp_opens() {
-  std::ifstream f("/proc/net/snmp");
-  std::string names, values, line;
-  while (std::getline(f, line)) {
-    if (line.rfind("Tcp:", 0) != 0) continue;
-    if (names.empty()) {
-      names = line;
-    } else {
-      values = line;
-      break;
-    }
-  }
-  TcpOpens t;
-  std::istringstream n(names), v(values);
-  std::string name, value;
-  while (n >> name && v >> value) {
-    if (name == "ActiveOpens") t.active = std::atol(value.c_str());
-    if (name == "PassiveOpens") t.passive = std::atol(value.c_str());
-  }
-  return t;
-}
+using bench::tcp_opens;
+using bench::TcpOpens;
 
 class CorePeerLink : public ::testing::Test {
  protected:
