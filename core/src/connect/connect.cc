@@ -108,6 +108,9 @@ struct ConnectState {
   bool listener_hello = false;
   bool via_link = false;
   bool no_hello = false;
+  // Its end of the link the listener named did not come in time (kLinkTheirs): the new handshake's
+  // offer no longer takes the listener's choice, which would name that link again.
+  bool no_theirs = false;
   Clock::time_point link_wait_until;  // how long it waits for another connect's first link
   Clock::time_point theirs_until;     // kLinkTheirs: how long it waits for its end of that link
 };
@@ -194,7 +197,7 @@ void offer_link(ConnectState& s) {
   s.link_hold = link_hold_newest(s.listener_proc, chan);
   s.local_link = wire::make_meta_link(link_proc_id(), wire::kLinkOffer, s.link_hold.id(),
                                       s.link_hold.role(), chan);
-  s.local_link.flags = wire::kLinkOfferTakesTheirs;  // kLinkTheirs below
+  if (!s.no_theirs) s.local_link.flags = wire::kLinkOfferTakesTheirs;  // kLinkTheirs below
   s.local.features |= wire::kMetaFeatureLink;
   s.link_offer = true;
 }
@@ -729,8 +732,11 @@ Status connect_step(ConnectState& s, SendComm** out) {
         // Our accept of the listener's connect is not done (not polled beside this connect, or
         // dropped): a handshake of our own over a new TCP connection, as if the link had ended.
         // The listener's side of this one sees the socket close before the ready byte and drops it.
+        // Its offer takes no choice of the listener's this time: "use" would name that link again
+        // and wait again, for as long as our accept is not polled (to the connect's deadline).
         if (s.comm->c.fd >= 0) close(s.comm->c.fd);
         s.comm->c.fd = -1;
+        s.no_theirs = true;
         fall_back_to_tcp(s,
                          "this process's end of the peer link the listener named (its own "
                          "connect's) did not come within " +
