@@ -248,7 +248,7 @@ TEST(FailoverDriver, AFencesEpochDecidesWhetherItsFieldsAreUsed) {
   s.c.fo.any_not_up = false;  // the driver only takes the inbox
   ASSERT_TRUE(dp::fo_drive(s.c).is_ok()) << s.c.failure.message();
   EXPECT_EQ(s.c.fo.from_seq[1], 5u);
-  EXPECT_EQ(s.c.fo.peer_counts[1][0], 0u);
+  EXPECT_EQ(s.c.fo.rec->peer_counts[1][0], 0u);
   EXPECT_EQ(s.c.fo.path[1].state(), State::kRecovering);
   close(peer);
 }

@@ -338,9 +338,13 @@ Status comm_stats_v2(void* comm, CommStatsV2* out) {
     ps.failovers = fp.failovers();
     ps.failbacks = fp.failbacks();
     ps.attempts = static_cast<uint32_t>(fp.attempts());
-    ps.bytes_replayed = f.path_bytes_replayed[p];
-    ps.chains_replayed = f.path_chains_replayed[p];
-    ps.last_stall_ms = f.path_stall_ms[p];
+    if (f.rec) {  // a failover comm's (made by fo_init)
+      ps.bytes_replayed = f.rec->path_bytes_replayed[p];
+      ps.chains_replayed = f.rec->path_chains_replayed[p];
+      ps.last_stall_ms = f.rec->path_stall_ms[p];
+    } else {
+      ps.last_stall_ms = -1;
+    }
   }
   return Status::ok();
 }

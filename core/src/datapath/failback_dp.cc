@@ -265,7 +265,7 @@ bool fo_may_offer(const Conn& c, int p, int64_t now) {
   if (!f.sender || !f.can_recover || f.replay_pending[p] || fo_member_dead(c, p)) return false;
   // Every receive that may name the old path is consumed (its chains went to the substitute).
   if (static_cast<const SendComm*>(c.owner)->head < f.from_seq[p]) return false;
-  return now - f.down_ms[p] >= 0;
+  return now - f.rec->down_ms[p] >= 0;
 }
 
 // The receiver takes an attempt whenever its member's device lives: its old QPs' work was polled

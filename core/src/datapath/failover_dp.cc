@@ -99,7 +99,7 @@ Status fault(Conn& c, int p, failover::Cause cause, const std::string& what, int
   if (p < 0 || p >= c.npaths) return Status::ok();
   const failover::State was = c.fo.path[p].state();
   const uint32_t a = c.fo.path[p].on_fault(cause, what, now);
-  if (was == failover::State::kUp || was == failover::State::kRamping) c.fo.fault_ms[p] = now;
+  if (was == failover::State::kUp || was == failover::State::kRamping) c.fo.rec->fault_ms[p] = now;
   return fo_apply(c, p, a, now);
 }
 
@@ -213,7 +213,7 @@ Status fo_apply(Conn& c, int p, uint32_t a, int64_t now, const wire::PathMsg* pe
   if (a & failover::kSendChecked)
     SLUICE_RETURN_IF_ERROR(fo_send_msg(c, fo_msg(c, wire::PathMsgType::kChecked, p)));
   if (a & failover::kReplay) {
-    f.down_ms[p] = now;
+    f.rec->down_ms[p] = now;
     if (!f.can_recover) {
       SLUICE_INFO(kSubNet,
                   "%s comm to %s: %s is not brought back (an iWARP comm: its QPs connect only "
@@ -221,13 +221,13 @@ Status fo_apply(Conn& c, int p, uint32_t a, int64_t now, const wire::PathMsg* pe
                   fo_side(c), c.peer.c_str(), fo_path_desc(c, p).c_str());
     } else if (fo_member_dead(c, p)) {
       SLUICE_INFO(kSubNet, "%s comm to %s: %s stays down: %s", fo_side(c), c.peer.c_str(),
-                  fo_path_desc(c, p).c_str(), f.dead_why[p].c_str());
+                  fo_path_desc(c, p).c_str(), f.rec->dead_why[p].c_str());
     }
     if (f.sender) {
       f.replay_pending[p] = true;
     } else {
       SLUICE_RETURN_IF_ERROR(fo_recv_republish(*static_cast<RecvComm*>(c.owner)));
-      f.last_stall_ms = f.path_stall_ms[p] = now - f.fault_ms[p];
+      f.last_stall_ms = f.rec->path_stall_ms[p] = now - f.rec->fault_ms[p];
       SLUICE_INFO(kSubNet,
                   "receive comm to %s: %s fenced on both sides %lld ms after the fault; every "
                   "receive not yet complete is published again over the paths left",
@@ -264,10 +264,10 @@ Status take_fence(Conn& c, const wire::PathMsg& m, int64_t now) {
     }
     f.sub[p] = static_cast<int8_t>(m.sub - 1);
     f.from_seq[p] = m.from_seq;
-    for (int k = 0; k < c.qpp; ++k) f.peer_counts[p][k] = m.last_seq[k];
+    for (int k = 0; k < c.qpp; ++k) f.rec->peer_counts[p][k] = m.last_seq[k];
   }
   const uint32_t a = f.path[p].on_peer_fence(m.epoch, now);
-  if (was == failover::State::kUp || was == failover::State::kRamping) f.fault_ms[p] = now;
+  if (was == failover::State::kUp || was == failover::State::kRamping) f.rec->fault_ms[p] = now;
   return fo_apply(c, p, a, now);
 }
 
@@ -302,7 +302,7 @@ Status take_inbox(Conn& c, int64_t now) {
                     "receive comm to %s: path %d: the recovery offer of epoch %u is refused (%s); "
                     "the sender offers again",
                     c.peer.c_str(), p, m.epoch,
-                    fo_member_dead(c, p) ? f.dead_why[p].c_str()
+                    fo_member_dead(c, p) ? f.rec->dead_why[p].c_str()
                                          : "this side cannot take the path back yet");
         SLUICE_RETURN_IF_ERROR(fo_send_msg(c, fo_fence_msg(c, p, m.epoch, false)));
         continue;
@@ -336,9 +336,9 @@ Status take_events(Conn& c, uint64_t ev, int64_t now) {
     for (int p = 0; p < c.npaths && fresh != 0; ++p) {
       if ((fresh >> c.qp_member[p * c.qpp] & 1u) == 0) continue;
       const Device* d = c.members[c.qp_member[p * c.qpp]].dev;
-      f.dead_why[p] = "its device " + (d != nullptr ? d->name : std::string("?")) +
-                      " reported IBV_EVENT_DEVICE_FATAL (device reset, firmware fault or "
-                      "removal); the path comes back only in a new comm";
+      f.rec->dead_why[p] = "its device " + (d != nullptr ? d->name : std::string("?")) +
+                           " reported IBV_EVENT_DEVICE_FATAL (device reset, firmware fault or "
+                           "removal); the path comes back only in a new comm";
       SLUICE_RETURN_IF_ERROR(
           fault(c, p, failover::Cause::kLocalDevice,
                 "async event IBV_EVENT_DEVICE_FATAL on " + members_text(c, fresh), now));
@@ -453,7 +453,7 @@ Status fo_drive(Conn& c) {
       if (f.pending_cause[p] == failover::Cause::kNone) continue;
       const failover::Cause cause = f.pending_cause[p];
       f.pending_cause[p] = failover::Cause::kNone;
-      SLUICE_RETURN_IF_ERROR(fault(c, p, cause, f.pending_what[p], now));
+      SLUICE_RETURN_IF_ERROR(fault(c, p, cause, f.rec->pending_what[p], now));
     }
   }
   // The socket: read at every call only while a message is awaited (a FENCE, an answer, CHECKED);
@@ -517,7 +517,7 @@ bool fo_error_wc(Conn& c, const ibv_wc& wc, int q, const char* what) {
   const bool attempt = st == failover::State::kRecovering || st == failover::State::kChecking;
   if (f.pending_cause[p] == failover::Cause::kNone && (f.path[p].carries() || attempt)) {
     f.pending_cause[p] = failover::Cause::kCompletion;
-    f.pending_what[p] = completion_error(c, wc, what, c.qp_member[q]).message();
+    f.rec->pending_what[p] = completion_error(c, wc, what, c.qp_member[q]).message();
     f.any_pending = true;
   }
   // Taken by the driver at the next call; the QP's further completions are flushes until then.
@@ -616,7 +616,7 @@ bool fo_watchdog(Conn& c, int q, const std::string& why) {
   if (carrying == 0) return false;  // the last path: the comm fails as before
   if (f.pending_cause[p] == failover::Cause::kNone && f.path[p].carries()) {
     f.pending_cause[p] = failover::Cause::kWatchdog;
-    f.pending_what[p] = why;
+    f.rec->pending_what[p] = why;
     f.any_pending = true;
   }
   return true;

@@ -26,7 +26,7 @@ Status fo_drive_send(SendComm& s, int64_t now) {
     SLUICE_RETURN_IF_ERROR(fo_send_replay(s, p, &done));
     if (!done) continue;
     f.replay_pending[p] = false;
-    f.last_stall_ms = f.path_stall_ms[p] = now - f.fault_ms[p];
+    f.last_stall_ms = f.rec->path_stall_ms[p] = now - f.rec->fault_ms[p];
     SLUICE_INFO(kSubNet,
                 "send comm to %s: %s fenced on both sides %lld ms after the fault; %llu chains "
                 "(%llu bytes) replayed so far on this comm, later ones go to path %d",

@@ -541,7 +541,7 @@ Status fo_send_replay(SendComm& s, int p, bool* done) {
     if (t < 0) return Status::ok();  // the substitute is fencing too: its own FENCE names the next
     QpLife& old = s.c.qp[x];
     // The receiver polled this many closes on x: the first chains of x's log arrived whole.
-    const uint64_t arrived = f.peer_counts[p][x - p * s.c.qpp];
+    const uint64_t arrived = f.rec->peer_counts[p][x - p * s.c.qpp];
     if (Status st = ledger::check_arrived(old.led, arrived); !st.is_ok())
       return fail(s.c, on_qp(s.c, x, st));
     while (old.led.log_lo < old.led.chains) {
@@ -593,8 +593,8 @@ Status fo_send_replay(SendComm& s, int p, bool* done) {
       ledger::on_chain_settled(old.led);
       ++f.chains_replayed;
       f.bytes_replayed += bytes;
-      ++f.path_chains_replayed[p];
-      f.path_bytes_replayed[p] += bytes;
+      ++f.rec->path_chains_replayed[p];
+      f.rec->path_bytes_replayed[p] += bytes;
     }
     // Every WR of x completed or flushed behind its marker: none is on its queue any more.
     old.sq_used = 0;

@@ -28,6 +28,7 @@ void fo_init(PathFailover& f, bool on, bool sender, int npaths, const failover::
   }
   if (f.on && sender) f.log = std::make_unique<ChainRec[]>(wire::kMaxQps * kChainLog);
   if (f.on) f.inbox = std::make_unique<wire::PathMsg[]>(kPathInbox);
+  if (f.on) f.rec = std::make_unique<FoRecord>();
 }
 
 uint32_t fo_restripe(PathFailover& f, const stripe::Paths& weights) {

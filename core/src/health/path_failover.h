@@ -65,6 +65,20 @@ inline constexpr int kEvDeviceDeadShift = 32;  // bits 32..35: member m's device
 static_assert(wire::kMaxQps <= kEvPortDownShift - kEvQpShift, "a bit per QP");
 static_assert(stripe::kMaxPaths <= 8, "a bit per member in each byte");
 
+// PathFailover's part that only a failover comm uses (PathFailover::rec).
+struct FoRecord {
+  // The peer's FENCE per path: its counts (the receiver's closes, for the sender's replay).
+  uint64_t peer_counts[stripe::kMaxPaths][wire::kMaxQps] = {};
+  std::string pending_what[stripe::kMaxPaths];  // with PathFailover::pending_cause
+  std::string dead_why[stripe::kMaxPaths];      // with PathFailover::dead_members
+  int64_t down_ms[stripe::kMaxPaths] = {};      // when the path went down (steady clock, ms)
+  int64_t fault_ms[stripe::kMaxPaths] = {};     // when the path's current failover began
+  // Statistics (sluice-bench, the INFO lines).
+  uint64_t path_chains_replayed[stripe::kMaxPaths] = {};
+  uint64_t path_bytes_replayed[stripe::kMaxPaths] = {};
+  int64_t path_stall_ms[stripe::kMaxPaths] = {-1, -1, -1, -1};
+};
+
 struct PathFailover {
   bool on = false;  // a fused comm whose both sides run failover
   bool sender = false;
@@ -78,9 +92,8 @@ struct PathFailover {
   // The sender's chain log: per QP index, kChainLog records of the incarnation's chains in post
   // order (ledger chains % kChainLog), allocated at connect.
   std::unique_ptr<ChainRec[]> log;  // sender: kMaxQps x kChainLog
-  // The peer's FENCE per path: its counts (the receiver's closes, for the sender's replay).
+  // The peer's FENCE per path (its counts: FoRecord::peer_counts).
   bool peer_fence_seen[stripe::kMaxPaths] = {};
-  uint64_t peer_counts[stripe::kMaxPaths][wire::kMaxQps] = {};
   // Sender: a path whose chains are still to be settled or replayed (kDown reached).
   bool replay_pending[stripe::kMaxPaths] = {};
   // Faults seen inside a completion poll, applied by the driver (its next step).
@@ -90,7 +103,6 @@ struct PathFailover {
   // its drain marker is back (failover_recv.cc), and how many were held and taken.
   bool hold_rq = false;
   uint64_t held_total = 0, held_taken = 0, held_said = 0;
-  std::string pending_what[stripe::kMaxPaths];
   // Set by the async-event thread (fo_post_event), taken by the driver: one word, so that a
   // healthy comm's call reads one atomic (kEv* bits below) and nothing else.
   std::atomic<uint64_t> events{0};
@@ -128,22 +140,20 @@ struct PathFailover {
   // The fresh QPs of an attempt: the GID index they use (their PSNs and checks are in their
   // incarnations), and when the path went down.
   uint8_t fresh_gid_index[stripe::kMaxPaths] = {};
-  int64_t down_ms[stripe::kMaxPaths] = {};
   // Members whose port came back ACTIVE and whose paths have not taken it yet (an attempt at once,
   // kept until a path of the member may offer), and members whose device is dead (their paths
   // stay down; DEVICE_FATAL).
   uint32_t port_back = 0;
   uint32_t dead_members = 0;
-  std::string dead_why[stripe::kMaxPaths];
   // Statistics (sluice-bench, the INFO lines).
   uint64_t chains_replayed = 0;
   uint64_t bytes_replayed = 0;
   uint32_t failbacks = 0;
-  uint64_t path_chains_replayed[stripe::kMaxPaths] = {};
-  uint64_t path_bytes_replayed[stripe::kMaxPaths] = {};
-  int64_t path_stall_ms[stripe::kMaxPaths] = {-1, -1, -1, -1};
-  int64_t fault_ms[stripe::kMaxPaths] = {};  // when the path's current failover began
-  int64_t last_stall_ms = 0;                 // fault to replayed/republished, the last failover
+  int64_t last_stall_ms = 0;  // fault to replayed/republished, the last failover
+  // What only a failover comm reads (its counts, reasons, per-path times and statistics): made by
+  // fo_init where `on` (0.9 KiB a comm otherwise spent for nothing, issue 32). Every reader runs
+  // under `on`, save comm_stats, which checks for it.
+  std::unique_ptr<FoRecord> rec;
 };
 
 // The QP that carries a chain meant for QP q now: q itself while its path carries, else the same
