@@ -1,10 +1,12 @@
 // The shared listening socket outlives its last listen while comms are open (issue 32): NCCL's
 // rounds (listen, connect/accept, closeListen) then keep one port for the job instead of taking a
 // fresh ephemeral port each round. A connector holding a closed listen's handle is refused; the
-// socket goes when the last comm closes. Label rdma.
+// socket goes when the last comm closes, or at a finalize that retires the comms left open.
+// Label rdma.
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <gtest/gtest.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -58,6 +60,20 @@ int handle_port(const std::vector<char>& handle) {
   wire::handle_address(h, &sa, &len);
   return sa.ss_family == AF_INET ? ntohs(reinterpret_cast<const sockaddr_in&>(sa).sin_port)
                                  : ntohs(reinterpret_cast<const sockaddr_in6&>(sa).sin6_port);
+}
+
+// Whether a plain TCP connect to the listener of `handle` is taken (true) or refused (false).
+bool port_takes_connections(const std::vector<char>& handle) {
+  wire::Handle h;
+  std::memcpy(&h, handle.data(), sizeof h);
+  sockaddr_storage sa{};
+  socklen_t len = 0;
+  wire::handle_address(h, &sa, &len);
+  const int fd = socket(sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  const bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&sa), len) == 0;
+  close(fd);
+  return ok;
 }
 
 class CoreListenLinger : public ::testing::Test {
@@ -159,6 +175,24 @@ TEST_F(CoreListenLinger, RoundsKeepOnePortWhileCommsAreOpenAndItGoesWithTheLast)
   EXPECT_GT(open_fds(), fds0);
   ASSERT_TRUE(close_listen(l).is_ok());
   EXPECT_EQ(open_fds(), fds0) << "a listen's socket outlived it with no comm open";
+}
+
+// NCCL's finalize with comms open (they are retired: verbs objects and sockets released) takes the
+// count of open comms to 0: a socket lingering for the next round goes too, and its port refuses.
+TEST_F(CoreListenLinger, FinalizeWithCommsOpenClosesTheLingeringSocket) {
+  std::vector<char> h;
+  SendComm* s = nullptr;
+  RecvComm* r = nullptr;
+  ASSERT_NO_FATAL_FAILURE(round(&h, &s, &r));
+  EXPECT_TRUE(port_takes_connections(h)) << "the socket did not outlive its listen";
+  {
+    rdmatest::ExpectWarns expected;  // "finalize with 2 send/receive comm(s) still open"
+    engine_release();
+    acquired_ = false;
+  }
+  EXPECT_FALSE(port_takes_connections(h)) << "the lingering socket outlived the last finalize";
+  EXPECT_TRUE(close_send(s).is_ok());  // retired comms: close frees them
+  EXPECT_TRUE(close_recv(r).is_ok());
 }
 
 }  // namespace
