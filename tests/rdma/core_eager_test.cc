@@ -364,6 +364,38 @@ TEST_F(CoreEager, CompletionInPostingOrder) {
   ASSERT_TRUE(wait(s2, nullptr).is_ok());
 }
 
+// The threshold is SLUICE_EAGER_MAX itself: a message of that size goes eagerly, one byte more by
+// rendezvous, though a ring slot (32 + SLUICE_EAGER_MAX rounded up to 64 bytes) could hold it.
+TEST_F(CoreEager, TheThresholdIsEagerMaxItself) {
+  auto cfg = load_config_from_environment();
+  ASSERT_TRUE(cfg.is_ok());
+  const size_t max = static_cast<size_t>(cfg.value().eager_max);
+  ASSERT_GT(max, 0u);
+  ASSERT_NE((max + 32) % 64, 0u) << "run it with a SLUICE_EAGER_MAX whose slot is rounded up";
+  Request *rq = nullptr, *sq = nullptr;
+  ASSERT_TRUE(recv1(0, 64, 5, &rq).is_ok());
+  ASSERT_TRUE(send(0, 64, 5, &sq, rq).is_ok());
+  ASSERT_TRUE(wait(rq, nullptr).is_ok());
+  ASSERT_TRUE(wait(sq, nullptr).is_ok());
+  for (size_t n : {max, max + 1}) {
+    const uint64_t e0 = stats(s_).eager;
+    std::memset(dst_.data(), 0, n + 64);
+    ASSERT_TRUE(recv1(0, n + 64, 5, &rq).is_ok());
+    ASSERT_TRUE(send(64, n, 5, &sq, rq).is_ok());
+    size_t got = 0;
+    ASSERT_TRUE(wait(rq, &got).is_ok());
+    ASSERT_TRUE(wait(sq, nullptr).is_ok());
+    ASSERT_EQ(got, n);
+    ASSERT_EQ(std::memcmp(dst_.data(), src_.data() + 64, n), 0);
+    if (n == max) {
+      // Sent before the receive was seen: the receive's clear-to-send is held (eager traffic).
+      EXPECT_EQ(stats(s_).eager, e0 + 1) << n << " bytes (SLUICE_EAGER_MAX) went by rendezvous";
+    } else {
+      EXPECT_EQ(stats(s_).eager, e0) << n << " bytes (SLUICE_EAGER_MAX + 1) went eagerly";
+    }
+  }
+}
+
 // An eager message larger than the receive buffer posted after it landed: the receive fails with
 // the sizes, nothing is written, and the sender's next call fails too.
 TEST_F(CoreEager, EagerMessageLargerThanItsReceiveFailsBothSides) {

@@ -25,8 +25,13 @@ void EagerLease::release() {
 }
 
 Result<std::unique_ptr<EagerPool>> EagerPool::create(Adapter& a, uint32_t rings, uint32_t slots,
-                                                     size_t stride, int numa) {
+                                                     size_t stride, size_t max_bytes, int numa) {
+  if (max_bytes + wire::kEagerHeaderBytes > stride)
+    return Status(Code::kInternalError, "eager pool: a slot of " + std::to_string(stride) +
+                                            " bytes cannot hold a message of " +
+                                            std::to_string(max_bytes) + " bytes and its header");
   std::unique_ptr<EagerPool> p(new EagerPool());
+  p->max_bytes_ = max_bytes;
   p->rings_ = rings;
   p->slots_ = slots;
   p->stride_ = stride;
@@ -83,7 +88,8 @@ Result<EagerPool*> eager_pool_of(Adapter& a, int numa) {
   if (!a.eager) {
     const uint32_t slots = std::bit_floor(static_cast<uint32_t>(cfg.eager_slots));
     const size_t stride = wire::eager_stride(static_cast<size_t>(cfg.eager_max));
-    auto p = EagerPool::create(a, static_cast<uint32_t>(cfg.eager_rings), slots, stride, numa);
+    auto p = EagerPool::create(a, static_cast<uint32_t>(cfg.eager_rings), slots, stride,
+                               static_cast<size_t>(cfg.eager_max), numa);
     if (!p.is_ok()) return p.status();
     a.eager.reset(std::move(p).value().release());
     SLUICE_INFO(kSubNet,

@@ -20,9 +20,10 @@ namespace sluice {
 
 class EagerPool {
  public:
-  // rings of `slots` slots of `stride` bytes on the adapter's PD, preferring `numa`.
+  // rings of `slots` slots of `stride` bytes on the adapter's PD, preferring `numa`; messages of
+  // at most `max_bytes` (SLUICE_EAGER_MAX: the stride may hold more, rounded to 64).
   static Result<std::unique_ptr<EagerPool>> create(Adapter& a, uint32_t rings, uint32_t slots,
-                                                   size_t stride, int numa);
+                                                   size_t stride, size_t max_bytes, int numa);
   // A free ring's index, or -1: none free (the comm goes without eager). Lock-free.
   int acquire();
   void release(int ring);
@@ -31,7 +32,7 @@ class EagerPool {
   uint32_t rkey() const { return mr_->rkey; }
   uint32_t slots() const { return slots_; }
   size_t stride() const { return stride_; }
-  size_t max_bytes() const { return stride_ - wire::kEagerHeaderBytes; }
+  size_t max_bytes() const { return max_bytes_; }
   uint32_t rings() const { return rings_; }
   size_t bytes() const { return mem_.size(); }
   uint32_t in_use() const { return used_.load(std::memory_order_relaxed); }
@@ -46,6 +47,7 @@ class EagerPool {
   uint32_t rings_ = 0;
   uint32_t slots_ = 0;
   size_t stride_ = 0;
+  size_t max_bytes_ = 0;
   size_t ring_bytes_ = 0;
   std::unique_ptr<std::atomic<uint64_t>[]> free_;  // bit set: ring free
   size_t words_ = 0;
