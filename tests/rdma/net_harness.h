@@ -18,8 +18,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <list>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <vector>
 
@@ -199,6 +201,117 @@ class StepHandles {
   virtual void done(void* req) = 0;                                  // test: req is done
 };
 
+// NCCL's proxy progresses every operation of its process in one loop: an isend that says "not now"
+// is followed by the tests of the receives it has posted. A test that holds both ends of a
+// connection in one thread must do the same, or a receiver that holds its clear-to-send back until
+// its message lands in the eager ring (docs/eager.md, "Held clear-to-send") is never told that a
+// send asks for it. So Net keeps the receives each thread posted and has not tested done, tests
+// those of the calling thread when one of its isends is refused, and hands what such a test found
+// (done, or an error) to the caller's own next test of the request. Each request is tested by one
+// thread at a time; a comm's receives are forgotten when it is closed.
+class PendingRecvs {
+ public:
+  static PendingRecvs& get() {
+    static PendingRecvs p;
+    return p;
+  }
+  void add(const void* net, void* comm, void* req, int n) {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (auto it = list_.begin();
+         it != list_.end();) {  // a request freed unseen, its address reused
+      it = it->req == req && !it->busy ? list_.erase(it) : std::next(it);
+    }
+    list_.push_back(Entry{net, comm, req, n, std::this_thread::get_id()});
+  }
+  // Before the caller tests `req`: kFound with its result (the entry is gone), kMine (the caller
+  // tests it, then calls finish), or kUntracked.
+  enum class Claim { kUntracked, kMine, kFound };
+  Claim claim(void* req, ncclResult_t* r, int* sizes) {
+    for (;;) {
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        auto it = find(req);
+        if (it == list_.end()) return Claim::kUntracked;
+        if (!it->busy) {
+          if (it->found) {
+            *r = it->r;
+            if (sizes != nullptr) std::memcpy(sizes, it->sizes, sizeof(int) * it->n);
+            list_.erase(it);
+            return Claim::kFound;
+          }
+          it->busy = true;
+          return Claim::kMine;
+        }
+      }
+      std::this_thread::yield();  // another thread's progress pass is testing it
+    }
+  }
+  void finish(void* req, bool over) {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = find(req);
+    if (it == list_.end()) return;
+    if (over) {
+      list_.erase(it);
+    } else {
+      it->busy = false;
+    }
+  }
+  // The progress pass of an isend said "not now": tests (with `test`) every receive this thread
+  // posted on `net` that nobody is testing; returns the requests found done (for the step handles).
+  template <typename Test>
+  std::vector<void*> progress(const void* net, Test test) {
+    std::vector<Entry*> mine;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      for (Entry& e : list_) {
+        if (e.net == net && !e.busy && !e.found && e.owner == std::this_thread::get_id()) {
+          e.busy = true;
+          mine.push_back(&e);
+        }
+      }
+    }
+    std::vector<void*> done_reqs;
+    for (Entry* e : mine) {
+      int done = 0;
+      const ncclResult_t r = test(e->req, &done, e->sizes);
+      std::lock_guard<std::mutex> lk(mu_);
+      e->busy = false;
+      if (r != ncclSuccess || done) {
+        e->found = true;
+        e->r = r;
+        if (r == ncclSuccess) done_reqs.push_back(e->req);
+      }
+    }
+    return done_reqs;
+  }
+  // closeRecv of `comm`, or the end of `net`: its receives are gone.
+  void forget(const void* net, void* comm) {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (auto it = list_.begin(); it != list_.end();) {
+      const bool gone = it->net == net && (comm == nullptr || it->comm == comm) && !it->busy;
+      it = gone ? list_.erase(it) : std::next(it);
+    }
+  }
+
+ private:
+  struct Entry {
+    const void* net;
+    void* comm;
+    void* req;
+    int n;
+    std::thread::id owner;
+    bool busy = false;
+    bool found = false;  // a progress pass saw it done (r: ncclSuccess) or failed (r: the error)
+    ncclResult_t r = ncclSuccess;
+    int sizes[NCCL_NET_MAX_REQUESTS] = {};
+  };
+  std::list<Entry>::iterator find(void* req) {
+    return std::find_if(list_.begin(), list_.end(), [&](const Entry& e) { return e.req == req; });
+  }
+  std::mutex mu_;
+  std::list<Entry> list_;
+};
+
 // One table version, with a per-comm ctx for v11/v12.
 class Net {
  public:
@@ -207,6 +320,7 @@ class Net {
   Net& operator=(const Net&) = delete;
   ~Net() {
     if (ctx_ != nullptr) finalize();
+    PendingRecvs::get().forget(this, nullptr);
   }
 
   int version() const { return v_; }
@@ -237,6 +351,7 @@ class Net {
     return call([&](auto t) -> ncclResult_t {
       using T = std::remove_cv_t<std::remove_pointer_t<decltype(t)>>;
       if constexpr (kHasCtx<T>) {
+        PendingRecvs::get().forget(this, nullptr);
         ncclResult_t r = t->finalize(ctx_);
         ctx_ = nullptr;
         return r;
@@ -353,7 +468,19 @@ class Net {
     return call([&](auto t) { return t->deregMr(comm, mh); });
   }
 
+  // An isend refused ("not now": *req NULL) is followed by the tests of this thread's receives, as
+  // NCCL's proxy would progress them (PendingRecvs).
   ncclResult_t isend(void* sc, void* data, size_t size, int tag, void* mh, void** req) {
+    const ncclResult_t r = isend_once(sc, data, size, tag, mh, req);
+    if (r == ncclSuccess && *req == nullptr) {
+      const std::vector<void*> done = PendingRecvs::get().progress(
+          this, [&](void* q, int* d, int* sz) { return test_once(q, d, sz); });
+      if (steps != nullptr)
+        for (void* q : done) steps->done(q);
+    }
+    return r;
+  }
+  ncclResult_t isend_once(void* sc, void* data, size_t size, int tag, void* mh, void** req) {
     return call([&](auto t) -> ncclResult_t {
       using T = std::remove_cv_t<std::remove_pointer_t<decltype(t)>>;
       if constexpr (std::is_same_v<T, ncclNet_v8_t>) {
@@ -373,7 +500,7 @@ class Net {
 
   ncclResult_t irecv(void* rc, int n, void** data, size_t* sizes, int* tags, void** mhs,
                      void** req) {
-    return call([&](auto t) -> ncclResult_t {
+    const ncclResult_t r = call([&](auto t) -> ncclResult_t {
       using T = std::remove_cv_t<std::remove_pointer_t<decltype(t)>>;
       if constexpr (std::is_same_v<T, ncclNet_v8_t>) {
         int isizes[NCCL_NET_MAX_REQUESTS];
@@ -391,20 +518,34 @@ class Net {
         return r;
       }
     });
+    if (r == ncclSuccess && *req != nullptr) PendingRecvs::get().add(this, rc, *req, n);
+    return r;
   }
 
   ncclResult_t iflush(void* rc, int n, void** data, int* sizes, void** mhs, void** req) {
     return call([&](auto t) { return t->iflush(rc, n, data, sizes, mhs, req); });
   }
   ncclResult_t test(void* req, int* done, int* sizes) {
-    const ncclResult_t r = call([&](auto t) { return t->test(req, done, sizes); });
+    PendingRecvs& p = PendingRecvs::get();
+    ncclResult_t r = ncclSuccess;
+    const PendingRecvs::Claim c = p.claim(req, &r, sizes);
+    if (c == PendingRecvs::Claim::kFound) {  // an isend's progress pass found it (done or failed)
+      *done = r == ncclSuccess ? 1 : 0;
+      return r;
+    }
+    r = test_once(req, done, sizes);
+    if (c == PendingRecvs::Claim::kMine) p.finish(req, r != ncclSuccess || *done);
     if (steps != nullptr && r == ncclSuccess && *done) steps->done(req);
     return r;
+  }
+  ncclResult_t test_once(void* req, int* done, int* sizes) {
+    return call([&](auto t) { return t->test(req, done, sizes); });
   }
   ncclResult_t close_send(void* c) {
     return call([&](auto t) { return t->closeSend(c); });
   }
   ncclResult_t close_recv(void* c) {
+    PendingRecvs::get().forget(this, c);
     return call([&](auto t) { return t->closeRecv(c); });
   }
   ncclResult_t close_listen(void* c) {
