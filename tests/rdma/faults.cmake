@@ -152,15 +152,17 @@ add_dependencies(plugin_stall_test nccl-net-sluice)
 # sender completion per MiB (the progress signal), and nothing fails.
 # Sanitized (CI's second pass), the first pass only: the slow pass's Sluice code (a 7 MiB chain
 # of progress WRs completing one per MiB, each restarting the watchdog's clock) runs sanitized in
-# the first pass's Stall cases and in plugin_rdma_qps1's Cost.LongMessagesCostOneWrAndOne-
+# the first pass's Stall cases and in plugin_rdma_noeager's Cost.LongMessagesCostOneWrAndOne-
 # CompletionPerMiB; the slow pass spends its ~40 s waiting on `tc rate`.
 if(SLUICE_SANITIZE)
   set(_stall_slow "")
 else()
   set(_stall_slow " && SLUICE_PROGRESS_TIMEOUT_MS=1000 NCCL_IB_TIMEOUT=19 SLUICE_TEST_DEADLINE_S=180 \"$0\" --gtest_filter=Slow.*")
 endif()
+# The lost clear-to-send again with the eager path off: the comm's first publication is then the
+# entry alone, unsignaled, and the probe behind it is what finds it lost.
 sluice_add_rdma_test(NAME plugin_stall
-  COMMAND sh -c "\"$0\" --gtest_filter=-Slow.*${_stall_slow}"
+  COMMAND sh -c "\"$0\" --gtest_filter=-Slow.* && SLUICE_EAGER_MAX=0 \"$0\" --gtest_filter=Stall.LostClearToSend*${_stall_slow}"
           $<TARGET_FILE:plugin_stall_test> TIMEOUT 480)
 set_property(TEST plugin_stall APPEND PROPERTY LABELS faults bed)
 set_property(TEST plugin_stall APPEND PROPERTY ENVIRONMENT NCCL_IB_TIMEOUT=14 NCCL_IB_RETRY_CNT=7

@@ -52,28 +52,37 @@ add_dependencies(plugin_rdma_test nccl-net-sluice)
 # and split (1).
 set(SLUICE_PLUGIN_DATA_TESTS
     "*Transfer*:*Grouped*:*InFlight*:TwoProcess*:*Versions*:Cost*:Coalesce*:CtsPublish*:*Profiler*")
+# The tests that count the clear-to-send protocol exactly (a clear-to-send WRITE and its profiler
+# event per receive, WRs and packets per message of the rendezvous path) hold only where a
+# receive's clear-to-send is never held back: with the eager path off. Where it is on (the
+# default, one-path comms) a receive whose message comes eagerly has none (docs/eager.md); the
+# eager path's own counts are core_eager's and ProfilerEager's. So every one-path matrix below runs
+# without them, and plugin_rdma_noeager and plugin_rdma_qps4_noeager run them (and, the first, the
+# whole matrix) with SLUICE_EAGER_MAX=0. Fused and standby comms have no eager path: theirs keep
+# them.
+set(SLUICE_PLUGIN_CTS_COUNTS "Cost*:CtsPublish*:*Profiler.EveryWorkRequestStartsAndStopsUnderItsParent*")
+set(SLUICE_PLUGIN_EAGER_DATA_TESTS "${SLUICE_PLUGIN_DATA_TESTS}-${SLUICE_PLUGIN_CTS_COUNTS}")
 sluice_add_rdma_test(NAME plugin_rdma_qps1
                      COMMAND $<TARGET_FILE:plugin_rdma_test>
-                             --gtest_filter=-Stress*:Lifecycle*)
+                             --gtest_filter=-Stress*:Lifecycle*:${SLUICE_PLUGIN_CTS_COUNTS})
 # SLUICE_CM=oob: the matrix in oob mode, checked per connection (rdma_env.h, check_cm_used);
 # rdmacm.cmake runs it through rdma_cm.
 set_property(TEST plugin_rdma_qps1 APPEND PROPERTY ENVIRONMENT NCCL_IB_QPS_PER_CONNECTION=1
                                                               SLUICE_CM=oob)
-# The eager path on (SLUICE_EAGER_MAX=4096, docs/eager.md): the whole matrix but CtsPublish, whose
-# accounting (receive WRs + clear-to-send writes = WRs) does not count the eager grant's one WRITE
-# per comm. Its tests spin isend without testing their receives (NCCL's proxy tests them), so the
-# receiver does not hold clear-to-send back here (SLUICE_EAGER_HOLD=0); core_eager and
-# core_datapath_eager drive the hold. Label nosan: core_eager runs the eager code sanitized.
-sluice_add_rdma_test(NAME plugin_rdma_eager
+# The whole matrix with the eager path off (SLUICE_EAGER_MAX=0: every message by clear-to-send), the
+# counts of the clear-to-send protocol among it. The eager path is on in every other one-path run
+# (the default), with its receivers holding clear-to-send back (SLUICE_EAGER_HOLD=1): the harness
+# tests a thread's receives whenever one of its isends is refused, as NCCL's proxy progresses them
+# (tests/rdma/net_harness.h, PendingRecvs). Sanitized too: the clear-to-send path's counts run
+# sanitized here (plugin_rdma_qps1 runs the eager path sanitized).
+sluice_add_rdma_test(NAME plugin_rdma_noeager
                      COMMAND $<TARGET_FILE:plugin_rdma_test>
-                             --gtest_filter=-Stress*:Lifecycle*:CtsPublish*)
-set_property(TEST plugin_rdma_eager APPEND PROPERTY ENVIRONMENT NCCL_IB_QPS_PER_CONNECTION=1
-                                                               SLUICE_CM=oob SLUICE_EAGER_MAX=4096
-                                                               SLUICE_EAGER_HOLD=0)
-set_property(TEST plugin_rdma_eager APPEND PROPERTY LABELS nosan)
+                             --gtest_filter=-Stress*:Lifecycle*)
+set_property(TEST plugin_rdma_noeager APPEND PROPERTY ENVIRONMENT NCCL_IB_QPS_PER_CONNECTION=1
+                                                                 SLUICE_CM=oob SLUICE_EAGER_MAX=0)
 sluice_add_rdma_test(NAME plugin_rdma_qps4
                      COMMAND $<TARGET_FILE:plugin_rdma_test>
-                             --gtest_filter=${SLUICE_PLUGIN_DATA_TESTS})
+                             --gtest_filter=${SLUICE_PLUGIN_EAGER_DATA_TESTS})
 set_property(TEST plugin_rdma_qps4 APPEND PROPERTY ENVIRONMENT NCCL_IB_QPS_PER_CONNECTION=4
                                                               NCCL_IB_SPLIT_DATA_ON_QPS=0)
 # ... and, in the same bed, the same matrix again with NCCL_IB_ADAPTIVE_ROUTING=1 (off by default on
@@ -86,14 +95,24 @@ if(NOT SLUICE_SANITIZE)
   sluice_add_rdma_test(NAME plugin_rdma_qps4_split
                        COMMAND sh -c "\"$0\" \"$@\" && NCCL_IB_ADAPTIVE_ROUTING=1 \"$0\" \"$@\""
                                $<TARGET_FILE:plugin_rdma_test>
-                               --gtest_filter=${SLUICE_PLUGIN_DATA_TESTS})
+                               --gtest_filter=${SLUICE_PLUGIN_EAGER_DATA_TESTS})
 else()
   sluice_add_rdma_test(NAME plugin_rdma_qps4_split
                        COMMAND env NCCL_IB_ADAPTIVE_ROUTING=1 $<TARGET_FILE:plugin_rdma_test>
-                               --gtest_filter=${SLUICE_PLUGIN_DATA_TESTS})
+                               --gtest_filter=${SLUICE_PLUGIN_EAGER_DATA_TESTS})
 endif()
 set_property(TEST plugin_rdma_qps4_split APPEND PROPERTY ENVIRONMENT NCCL_IB_QPS_PER_CONNECTION=4
                                                                     NCCL_IB_SPLIT_DATA_ON_QPS=1)
+# The clear-to-send protocol's counts on 4 QPs, whole-message, split, and split with adaptive
+# routing (its extra WR per lane), with the eager path off (SLUICE_PLUGIN_CTS_COUNTS above).
+sluice_add_rdma_test(NAME plugin_rdma_qps4_noeager
+                     COMMAND sh -c "\"$0\" \"$@\" && NCCL_IB_SPLIT_DATA_ON_QPS=1 \"$0\" \"$@\" && NCCL_IB_SPLIT_DATA_ON_QPS=1 NCCL_IB_ADAPTIVE_ROUTING=1 \"$0\" \"$@\""
+                             $<TARGET_FILE:plugin_rdma_test>
+                             --gtest_filter=${SLUICE_PLUGIN_CTS_COUNTS})
+set_property(TEST plugin_rdma_qps4_noeager APPEND PROPERTY ENVIRONMENT NCCL_IB_QPS_PER_CONNECTION=4
+                                                                      NCCL_IB_SPLIT_DATA_ON_QPS=0
+                                                                      SLUICE_EAGER_MAX=0)
+set_property(TEST plugin_rdma_qps4_noeager APPEND PROPERTY LABELS nosan)
 # The same matrix over a fused device (SLUICE_TEST_FUSE, tests/rdma/plugin_bed.h: the bed fuses its
 # two ports with makeVDevice): fused -> fused on 1 QP and on 4 split, fused -> one port on 4 whole,
 # one port -> fused on 1. SLUICE_CM=oob, checked per connection (auto also takes oob for a fused

@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <set>
 #include <string>
@@ -278,20 +280,25 @@ TEST_P(Profiler, EveryWorkRequestStartsAndStopsUnderItsParent) {
   EXPECT_EQ(n.finalize(), ncclSuccess);
 }
 
-// The eager path (SLUICE_EAGER_MAX, docs/eager.md; run by plugin_rdma_eager): a message sent
-// eagerly is one RDMA WRITE of header and payload into the receiver's ring, and that WRITE is its
-// one event, on the send comm's QP, stopped by the time test says the send is done. Each send goes
-// before its receive (so it cannot have seen the receive's clear-to-send), and both are tested
-// together, as NCCL's proxy does. Before, eager sends started no event at all.
+// The eager path (SLUICE_EAGER_MAX, docs/eager.md; on by default, off in plugin_rdma_noeager): a
+// message sent eagerly is one RDMA WRITE of header and payload into the receiver's ring, and that
+// WRITE is its one event, on the send comm's QP, stopped by the time test says the send is done.
+// Each send goes before its receive (so it cannot have seen the receive's clear-to-send), and both
+// are tested together, as NCCL's proxy does. Before, eager sends started no event at all.
 TEST(ProfilerEager, AnEagerSendIsOneWriteEvent) {
   REQUIRE_BED();
   ASSERT_NE(ext(), nullptr) << "sluiceExt_v2 not exported";
   g_rec.clear();
   // The engine (and its configuration) lives as long as the bed's own Net: the process's
-  // environment decides (plugin_rdma_eager sets SLUICE_EAGER_MAX=4096).
+  // environment decides (unset: on, the default; plugin_rdma_noeager sets SLUICE_EAGER_MAX=0).
   // With it off, the same sends all go by rendezvous, each with its events (checked below too).
+  // A comm with more than one path (a fused device, SLUICE_TEST_FUSE; a standby) has none.
   const char* max = std::getenv("SLUICE_EAGER_MAX");
-  const bool eager_on = max != nullptr && std::atol(max) > 0;
+  const char* fuse = std::getenv("SLUICE_TEST_FUSE");
+  const char* standby = std::getenv("SLUICE_STANDBY");
+  const bool one_path =
+      (fuse == nullptr || *fuse == '\0') && (standby == nullptr || std::strcmp(standby, "0") == 0);
+  const bool eager_on = (max == nullptr || std::atol(max) > 0) && one_path;
   Net n(12);
   n.profiler = &counting_callback;
   ASSERT_EQ(n.init(0x2240), ncclSuccess);
@@ -324,7 +331,8 @@ TEST(ProfilerEager, AnEagerSendIsOneWriteEvent) {
   if (eager_on) {
     ASSERT_GT(eager_sent, 0) << "no send went eagerly: the test shows nothing";
   } else {
-    EXPECT_EQ(eager_sent, 0) << "a send went eagerly with SLUICE_EAGER_MAX unset";
+    EXPECT_EQ(eager_sent, 0) << "a send went eagerly with the eager path off or on a comm of "
+                                "more than one path";
   }
   {
     std::lock_guard<std::mutex> lk(g_rec.mu);

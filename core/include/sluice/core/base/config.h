@@ -45,7 +45,7 @@ struct Config {
   int close_timeout_ms = 2000;      // SLUICE_CLOSE_TIMEOUT_MS: bound on draining at close
   // The eager path (docs/eager.md): messages up to eager_max bytes go without waiting for a
   // clear-to-send, into a ring of eager_slots slots lent from a pool of eager_rings per adapter.
-  int eager_max = 0;                 // SLUICE_EAGER_MAX: 0 = off
+  int eager_max = 4064;              // SLUICE_EAGER_MAX: 0 = off (4064 + 32: one 4 KiB packet)
   int eager_slots = 16;              // SLUICE_EAGER_SLOTS (a power of two, 4..64)
   int eager_rings = 64;              // SLUICE_EAGER_RINGS: rings per adapter
   bool eager_hold = true;            // SLUICE_EAGER_HOLD: hold clear-to-send back (docs/eager.md)
@@ -54,9 +54,9 @@ struct Config {
   int heartbeat_ms = 10000;          // SLUICE_HEARTBEAT_MS: TCP keepalive period (0 = off)
   bool oob_link = true;              // SLUICE_OOB_LINK: one out-of-band socket per peer process
   bool oob_link_handshake = true;  // SLUICE_OOB_LINK_HANDSHAKE: a known peer's connect on the link
-  int progress_timeout_ms = 0;       // SLUICE_PROGRESS_TIMEOUT_MS: watchdog bound (0 = derive)
-  int cm_mode = 0;                   // SLUICE_CM: CmMode (cm_choice.h): 0 auto, 1 oob, 2 rdmacm
-  bool profiler_events = true;       // SLUICE_PROFILER_EVENTS: per-WR events to NCCL's profiler
+  int progress_timeout_ms = 0;     // SLUICE_PROGRESS_TIMEOUT_MS: watchdog bound (0 = derive)
+  int cm_mode = 0;                 // SLUICE_CM: CmMode (cm_choice.h): 0 auto, 1 oob, 2 rdmacm
+  bool profiler_events = true;     // SLUICE_PROFILER_EVENTS: per-WR events to NCCL's profiler
   // GPU
   int pci_relaxed_ordering = 2;               // NCCL_IB_PCI_RELAXED_ORDERING: 0 / 1 / 2 = if works
   bool gdr_flush_disable = false;             // NCCL_GDR_FLUSH_DISABLE
