@@ -54,8 +54,8 @@ TEST(Config, DefaultsWithEmptyEnvironment) {
   EXPECT_EQ(c.socket_family, 0);
   EXPECT_EQ(c.ib_timeout, 20);
   EXPECT_EQ(c.retry_cnt, 7);
-  // The eager path is on: messages of up to 4064 bytes (one 4 KiB packet with the header).
-  EXPECT_EQ(c.eager_max, 4064);
+  // The eager path is on: messages of up to 4 KiB.
+  EXPECT_EQ(c.eager_max, 4096);
   EXPECT_TRUE(c.eager_hold);
   EXPECT_EQ(c.rnr_retry, 7);
   EXPECT_EQ(c.min_rnr_timer, 12);

@@ -168,9 +168,7 @@ const std::vector<Param>& table() {
     {.name = "SLUICE_EAGER_MAX", .type = Type::kInt, .field = &Config::eager_max, .min = 0,
      .max = 65536,
      .doc = "Largest message in bytes sent eagerly (without waiting for the receiver's "
-            "clear-to-send) on a one-path comm whose peer also has it; 0 = off. The default, "
-            "4064, is the largest whose ring slot (a 32-byte header before it) is one packet at "
-            "a 4096-byte MTU (docs/eager.md)"},
+            "clear-to-send) on a one-path comm whose peer also has it; 0 = off (docs/eager.md)"},
     {.name = "SLUICE_EAGER_SLOTS", .type = Type::kInt, .field = &Config::eager_slots, .min = 4,
      .max = 64,
      .doc = "Eager ring slots per comm (rounded down to a power of two): eager messages a sender "
