@@ -430,4 +430,142 @@ TEST_F(CoreEager, EagerMessageLargerThanItsReceiveFailsBothSides) {
   EXPECT_NE(ss.message().find("1000 bytes"), std::string::npos) << ss.message();
 }
 
+// ---- The pool's bound (core_eager_pool: SLUICE_EAGER_RINGS=2) ----------------------------------
+//
+// Rings and books are lent from a bounded pool per adapter: a receive comm's ring and book at its
+// first receive, a send comm's book at its first slot read (or eager send) with a grant. A comm
+// that gets none sends everything by clear-to-send, correctly; one whose sender got no book while
+// its receiver got a ring asks once for everything (an ask-all), or the receiver's held
+// clear-to-send would wait for ever. Closing returns what a comm holds.
+class CoreEagerPool : public CoreEager {
+ protected:
+  struct Pair {
+    SendComm* s = nullptr;
+    RecvComm* r = nullptr;
+    MemHandle *ms = nullptr, *mr = nullptr;
+  };
+  void open(Pair* p) {
+    char handle[kHandleSize];
+    ListenComm* l = nullptr;
+    ASSERT_TRUE(listen(dev_b_, handle, &l).is_ok());
+    auto deadline = Clock::now() + std::chrono::seconds(60);
+    while (p->s == nullptr || p->r == nullptr) {
+      ASSERT_LT(Clock::now(), deadline);
+      if (p->s == nullptr) {
+        ASSERT_TRUE(connect(dev_a_, handle, CommConfig{}, &p->s).is_ok());
+      }
+      if (p->r == nullptr) {
+        ASSERT_TRUE(accept(l, &p->r).is_ok());
+      }
+    }
+    ASSERT_TRUE(close_listen(l).is_ok());
+    ASSERT_TRUE(reg_mr(p->s, src_.data(), src_.size(), MemType::kHost, &p->ms).is_ok());
+    ASSERT_TRUE(reg_mr(p->r, dst_.data(), dst_.size(), MemType::kHost, &p->mr).is_ok());
+  }
+  void close_sender(Pair* p) {
+    if (p->s == nullptr) return;
+    EXPECT_TRUE(dereg_mr(p->s, p->ms).is_ok());
+    EXPECT_TRUE(close_send(p->s).is_ok());
+    p->s = nullptr;
+  }
+  void close_receiver(Pair* p) {
+    if (p->r == nullptr) return;
+    EXPECT_TRUE(dereg_mr(p->r, p->mr).is_ok());
+    EXPECT_TRUE(close_recv(p->r).is_ok());
+    p->r = nullptr;
+  }
+  // n messages of 8..64 bytes, each receive posted before its send and re-posted as the previous
+  // completes (NCCL's steady state: the receiver holds clear-to-send back once the traffic is
+  // small), then one of 100,000 bytes; every byte and size checked. *eager: the eager WRITEs the
+  // sender posted and the messages the receiver copied out of its ring.
+  void stream(Pair& p, int n, uint64_t* eager_sent, uint64_t* eager_copied) {
+    CommStats s0, r0;
+    ASSERT_TRUE(comm_stats(p.s, &s0).is_ok());
+    ASSERT_TRUE(comm_stats(p.r, &r0).is_ok());
+    for (int k = 0; k <= n; ++k) {
+      const size_t size = k == n ? 100000 : 8 + static_cast<size_t>(k * 7) % 57;
+      const size_t off = static_cast<size_t>(k) * 64;
+      std::memset(dst_.data(), 0xee, size + 1);
+      Request *rq = nullptr, *sq = nullptr;
+      void* d = dst_.data();
+      size_t cap = 1 << 20;
+      int tag = 9;
+      ASSERT_TRUE(irecv(p.r, 1, &d, &cap, &tag, &p.mr, &rq).is_ok()) << k;
+      auto deadline = Clock::now() + std::chrono::seconds(30);
+      Request* progress = rq;
+      for (;;) {
+        Status st = isend(p.s, src_.data() + off, size, tag, p.ms, &sq);
+        if (!st.is_again()) {
+          ASSERT_TRUE(st.is_ok()) << st.message();
+          break;
+        }
+        if (progress != nullptr) {
+          int done = 0;
+          size_t sz[8];
+          ASSERT_TRUE(test(progress, &done, sz).is_ok());
+          if (done) progress = nullptr;
+        }
+        ASSERT_LT(Clock::now(), deadline) << "message " << k << ": isend waited 30 s";
+      }
+      size_t got = 0;
+      ASSERT_TRUE(wait(rq, &got).is_ok()) << k;
+      ASSERT_TRUE(wait(sq, nullptr).is_ok()) << k;
+      ASSERT_EQ(got, size) << k;
+      ASSERT_EQ(std::memcmp(dst_.data(), src_.data() + off, size), 0) << k;
+      ASSERT_EQ(dst_[size], 0xee) << k;
+    }
+    CommStats s1, r1;
+    ASSERT_TRUE(comm_stats(p.s, &s1).is_ok());
+    ASSERT_TRUE(comm_stats(p.r, &r1).is_ok());
+    *eager_sent = s1.eager - s0.eager;
+    *eager_copied = r1.eager - r0.eager;
+  }
+};
+
+TEST_F(CoreEagerPool, RingsAndBooksAreBoundedLentAtFirstUseAndGivenBack) {
+  auto cfg = load_config_from_environment();
+  ASSERT_TRUE(cfg.is_ok());
+  ASSERT_EQ(cfg.value().eager_rings, 2) << "run it with SLUICE_EAGER_RINGS=2 (core.cmake)";
+  constexpr int kMsgs = 60;
+  uint64_t sent = 0, copied = 0;
+  // The fixture's pair and p1: a ring and a book each (the two of the receiver's adapter, the two
+  // sender books of the sender's), and the traffic goes eagerly.
+  Pair p0{s_, r_, ms_, mr_};
+  ASSERT_NO_FATAL_FAILURE(stream(p0, kMsgs, &sent, &copied));
+  EXPECT_GE(sent, kMsgs / 2u) << "the first pair goes eagerly";
+  EXPECT_EQ(sent, copied);
+  Pair p1;
+  ASSERT_NO_FATAL_FAILURE(open(&p1));
+  ASSERT_NO_FATAL_FAILURE(stream(p1, kMsgs, &sent, &copied));
+  EXPECT_GE(sent, kMsgs / 2u) << "the second pair goes eagerly";
+  // p2: no ring is left for its receiver, so its sender reads its first slot without a grant and
+  // takes no book; everything goes by clear-to-send.
+  Pair p2;
+  ASSERT_NO_FATAL_FAILURE(open(&p2));
+  ASSERT_NO_FATAL_FAILURE(stream(p2, kMsgs, &sent, &copied));
+  EXPECT_EQ(sent, 0u) << "a pair without a ring sent eagerly";
+  EXPECT_EQ(copied, 0u);
+  // p1's receiver goes (its ring and book back) but its sender stays (its book held), and p2 goes.
+  // p3's receiver gets the ring; its sender finds no sender book: it asks once for everything.
+  close_receiver(&p1);
+  close_sender(&p2);
+  close_receiver(&p2);
+  Pair p3;
+  ASSERT_NO_FATAL_FAILURE(open(&p3));
+  ASSERT_NO_FATAL_FAILURE(stream(p3, kMsgs, &sent, &copied));
+  EXPECT_EQ(sent, 0u) << "a sender without a book sent eagerly";
+  EXPECT_EQ(copied, 0u);
+  // Everything but the fixture's pair back: p4 goes eagerly again.
+  close_sender(&p1);
+  close_sender(&p3);
+  close_receiver(&p3);
+  Pair p4;
+  ASSERT_NO_FATAL_FAILURE(open(&p4));
+  ASSERT_NO_FATAL_FAILURE(stream(p4, kMsgs, &sent, &copied));
+  EXPECT_GE(sent, kMsgs / 2u) << "the ring and the book came back at close";
+  EXPECT_EQ(sent, copied);
+  close_sender(&p4);
+  close_receiver(&p4);
+}
+
 }  // namespace

@@ -113,6 +113,19 @@ struct EagerLease {
   void release();  // eager_pool.cc
 };
 
+// A send comm's book, lent from its adapter's eager pool at its first use of the eager path
+// (datapath/eager.cc), returned when destroyed (declared after the comm's EagerRef: before the
+// pool goes) or at retire_comm.
+struct EagerBookLease {
+  EagerPool* pool = nullptr;
+  int index = -1;
+  EagerBookLease() = default;
+  EagerBookLease(const EagerBookLease&) = delete;
+  EagerBookLease& operator=(const EagerBookLease&) = delete;
+  ~EagerBookLease() { release(); }
+  void release();  // eager_pool.cc
+};
+
 // A comm's reference to its adapter's eager pool (comm/eager_pool.h): taken when the comm
 // negotiates the eager path, given back when destroyed (declared before the comm's lease, so after
 // the lease's return) or at retire_comm; the last one frees the pool.
@@ -375,8 +388,12 @@ class SendComm : public CommBase {
   struct Eager {
     bool on = false;
     bool granted = false;  // the receiver's grant block was read and checked
-    // Its book (2.1 KiB), made at set-up only where eager is on: read only under `on`.
-    std::unique_ptr<eager::SenderBook> book;
+    // Its book (2.1 KiB), lent by the pool (book_lease) when the comm first meets the eager path
+    // with a grant read, before it numbers a send or a part (eager.cc decide_book); null before,
+    // and for good where the receiver has no ring or the pool had no book left (`decided`).
+    eager::SenderBook* book = nullptr;
+    bool decided = false;
+    bool asked_all = false;             // bookless with a grant: its one ask-all was posted
     wire::EagerGrant grant{};           // its copy
     wire::EagerGrant* block = nullptr;  // where the receiver writes it (in `mem`, registered)
     size_t max = 0;                     // min(ours, the receiver's)
@@ -393,8 +410,9 @@ class SendComm : public CommBase {
     // head report's in the same cell, rewritten only once the previous ask's WRITE completed.
     char* ask_src = nullptr;
     bool ask_busy = false;
-    EagerRef ref;        // before `staging`: given back after it
-    EagerLease staging;  // W' slots of our stride, from the adapter's pool
+    EagerRef ref;               // before `staging` and `book_lease`: given back after them
+    EagerBookLease book_lease;  // `book`'s
+    EagerLease staging;         // W' slots of our stride, from the adapter's pool
   } eg;
   Conn c;
 };
@@ -433,10 +451,11 @@ class RecvComm : public CommBase {
   // The eager path (docs/eager.md; datapath/eager.cc). on: negotiated (one path, both ends).
   struct Eager {
     bool on = false;
-    // Its book (5 KiB), made at set-up only where eager is on: read only under `on`.
-    std::unique_ptr<eager::ReceiverBook> book;
-    EagerRef ref;               // before `ring`: given back after it
-    EagerLease ring;            // lent at the first receive of host memory, while rings last
+    // Its book (5 KiB), lent with the ring (the pool's book of that ring) at the comm's first
+    // receive; `on` is cleared there when no ring is lent: read only under `on`.
+    eager::ReceiverBook* book = nullptr;
+    EagerRef ref;     // before `ring`: given back after it
+    EagerLease ring;  // lent at the comm's first receive if it is host memory, while rings last
     bool grant_sent = false;    // the grant block is written (before any credit could be used)
     bool gpu = false;           // GPU memory registered or received into first: no ring here
     uint32_t grant = 0;         // the grant's generation

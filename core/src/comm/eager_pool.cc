@@ -24,12 +24,46 @@ void EagerLease::release() {
   base = nullptr;
 }
 
+void EagerBookLease::release() {
+  if (pool != nullptr && index >= 0) pool->release_send_book(index);
+  index = -1;
+}
+
+void FreeBits::init(uint32_t n) {
+  n_ = n;
+  words_ = (n + 63) / 64;
+  free_.reset(new std::atomic<uint64_t>[words_]);
+  for (size_t w = 0; w < words_; ++w) {
+    const uint32_t left = n - static_cast<uint32_t>(w * 64);
+    free_[w].store(left >= 64 ? ~uint64_t{0} : (uint64_t{1} << left) - 1,
+                   std::memory_order_relaxed);
+  }
+}
+
+int FreeBits::take() {
+  for (size_t w = 0; w < words_; ++w) {
+    uint64_t v = free_[w].load(std::memory_order_relaxed);
+    while (v != 0) {
+      const int b = std::countr_zero(v);
+      if (free_[w].compare_exchange_weak(v, v & ~(uint64_t{1} << b), std::memory_order_acquire,
+                                         std::memory_order_relaxed)) {
+        used_.fetch_add(1, std::memory_order_relaxed);
+        return static_cast<int>(w * 64) + b;
+      }
+    }
+  }
+  return -1;
+}
+
+void FreeBits::give(int i) {
+  if (i < 0 || static_cast<uint32_t>(i) >= n_) return;
+  free_[i / 64].fetch_or(uint64_t{1} << (i % 64), std::memory_order_release);
+  used_.fetch_sub(1, std::memory_order_relaxed);
+}
+
 Result<std::unique_ptr<EagerPool>> EagerPool::create(Adapter& a, uint32_t rings, uint32_t slots,
-                                                     size_t stride, size_t max_bytes, int numa) {
-  if (max_bytes + wire::kEagerHeaderBytes > stride)
-    return Status(Code::kInternalError, "eager pool: a slot of " + std::to_string(stride) +
-                                            " bytes cannot hold a message of " +
-                                            std::to_string(max_bytes) + " bytes and its header");
+                                                     size_t max_bytes, int numa) {
+  const size_t stride = wire::eager_stride(max_bytes);
   std::unique_ptr<EagerPool> p(new EagerPool());
   p->max_bytes_ = max_bytes;
   p->rings_ = rings;
@@ -50,35 +84,19 @@ Result<std::unique_ptr<EagerPool>> EagerPool::create(Adapter& a, uint32_t rings,
                             "SLUICE_EAGER_RINGS",
                         errno);
   }
-  p->words_ = (rings + 63) / 64;
-  p->free_.reset(new std::atomic<uint64_t>[p->words_]);
-  for (size_t w = 0; w < p->words_; ++w) {
-    const uint32_t left = rings - static_cast<uint32_t>(w * 64);
-    p->free_[w].store(left >= 64 ? ~uint64_t{0} : (uint64_t{1} << left) - 1,
-                      std::memory_order_relaxed);
-  }
+  p->rings_free_.init(rings);
+  p->books_free_.init(rings);
+  p->recv_books_.reset(new eager::ReceiverBook[rings]);
+  p->send_books_.reset(new eager::SenderBook[rings]);
   return p;
 }
 
-int EagerPool::acquire() {
-  for (size_t w = 0; w < words_; ++w) {
-    uint64_t v = free_[w].load(std::memory_order_relaxed);
-    while (v != 0) {
-      const int b = std::countr_zero(v);
-      if (free_[w].compare_exchange_weak(v, v & ~(uint64_t{1} << b), std::memory_order_acquire,
-                                         std::memory_order_relaxed)) {
-        used_.fetch_add(1, std::memory_order_relaxed);
-        return static_cast<int>(w * 64) + b;
-      }
-    }
-  }
-  return -1;
+void EagerPool::release(int ring) {
+  rings_free_.give(ring);
 }
 
-void EagerPool::release(int ring) {
-  if (ring < 0 || static_cast<uint32_t>(ring) >= rings_) return;
-  free_[ring / 64].fetch_or(uint64_t{1} << (ring % 64), std::memory_order_release);
-  used_.fetch_sub(1, std::memory_order_relaxed);
+void EagerPool::release_send_book(int i) {
+  books_free_.give(i);
 }
 
 Result<EagerPool*> eager_pool_of(Adapter& a, int numa) {
@@ -87,16 +105,15 @@ Result<EagerPool*> eager_pool_of(Adapter& a, int numa) {
   std::lock_guard<std::mutex> lk(a.eager_mu);
   if (!a.eager) {
     const uint32_t slots = std::bit_floor(static_cast<uint32_t>(cfg.eager_slots));
-    const size_t stride = wire::eager_stride(static_cast<size_t>(cfg.eager_max));
-    auto p = EagerPool::create(a, static_cast<uint32_t>(cfg.eager_rings), slots, stride,
+    auto p = EagerPool::create(a, static_cast<uint32_t>(cfg.eager_rings), slots,
                                static_cast<size_t>(cfg.eager_max), numa);
     if (!p.is_ok()) return p.status();
     a.eager.reset(std::move(p).value().release());
     SLUICE_INFO(kSubNet,
                 "%s: eager pool of %d rings x %u slots x %zu bytes (%zu KiB registered, "
-                "SLUICE_EAGER_MAX=%d)",
-                a.name.c_str(), cfg.eager_rings, slots, stride, a.eager->bytes() / 1024,
-                cfg.eager_max);
+                "SLUICE_EAGER_MAX=%d) and %d receiver and sender books (%zu KiB)",
+                a.name.c_str(), cfg.eager_rings, slots, a.eager->stride(), a.eager->bytes() / 1024,
+                cfg.eager_max, cfg.eager_rings, a.eager->book_bytes() / 1024);
   }
   ++a.eager_users;
   return a.eager.get();

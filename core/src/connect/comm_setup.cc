@@ -69,9 +69,8 @@ Status setup_send_eager(SendComm& s, uint8_t local_features, uint8_t remote_feat
   if (!pool.is_ok()) return pool.status();
   s.eg.on = pool.value() != nullptr;
   if (s.eg.on) {
-    s.eg.book = std::make_unique<eager::SenderBook>();
-    s.eg.book->reset(true);
     s.eg.ref.adapter = s.c.dev->adapter;  // eager_pool_of's reference
+    s.eg.book_lease.pool = pool.value();  // its book: borrowed at its first use (eager.cc)
     s.eg.staging.pool = pool.value();     // borrowed at the first eager send
   }
   // The receiver's head cell follows its records and grant source (listener.cc).
@@ -86,9 +85,7 @@ Status setup_recv_eager(RecvComm& r, uint8_t local_features, uint8_t remote_feat
   r.eg.on = pool.value() != nullptr;
   if (!r.eg.on) return Status::ok();
   r.eg.ref.adapter = r.c.dev->adapter;  // eager_pool_of's reference
-  r.eg.ring.pool = pool.value();        // borrowed at the first receive of host memory
-  r.eg.book = std::make_unique<eager::ReceiverBook>();
-  r.eg.book->reset(pool.value()->slots());
+  r.eg.ring.pool = pool.value();        // ring and book: borrowed at the first receive (eager.cc)
   r.eg.hold = engine()->config().eager_hold;
   // The sender's grant block follows its FIFO and records (connect.cc), one-path layout.
   r.eg.remote_block = r.remote_fifo +

@@ -367,12 +367,15 @@ void retire_comm(Conn& c, const std::string& why) {
   if (c.owner->kind == CommKind::kSend) {
     auto* s = static_cast<SendComm*>(c.owner);
     s->eg.staging.release();
+    s->eg.book_lease.release();
+    s->eg.book = nullptr;
     s->eg.ref.reset();  // the pool's last user frees it
     s->eg.on = false;
     s->mem_mr.reset();
   } else {
     auto* r = static_cast<RecvComm*>(c.owner);
-    r->eg.ring.release();
+    r->eg.ring.release();  // and its book
+    r->eg.book = nullptr;
     r->eg.ref.reset();
     r->eg.on = false;
     if (c.prof.start != nullptr) flush_stop_events(*r);

@@ -165,32 +165,46 @@ Status eager_recv_post(RecvComm& r, RecvReq& req, const MemHandle* const* mhs,
     if (sizes[i] == 0 || mhs[i]->type == MemType::kHost) req.host |= static_cast<uint8_t>(1u << i);
   const uint8_t all = all_parts(req);
   EagerLease& ring = r.eg.ring;
-  if (!ring.held() && !r.eg.gpu && ring.pool != nullptr) {
+  if (req.seq == 0) {
+    // Decided once, at the comm's first receive, before any part is numbered (both ends number
+    // from their first send and part): a ring and its book, or no eager path for the comm's life.
+    // The grant goes out before this receive's entries (recv.cc), so the sender has it before it
+    // reads its first slot, where it takes its own book or goes without (decide_book).
+    //
     // The ring is host memory, copied out by the CPU: a comm that receives into GPU memory gets
     // none. NCCL with GPUDirect mixes both on one comm (LL in host memory, LL128 and SIMPLE in GPU
     // memory), so the registrations decide, not this receive: NCCL registers every buffer of a
     // connection before its first receive. An eager message bound for a GPU receive would fail
     // the comm (copy_part): its sender sends before it sees the receive.
+    EagerPool& p = *ring.pool;
     const bool cuda = r.c.cuda_registered.load(std::memory_order_acquire);
-    if (cuda || req.host != all) {
-      r.eg.gpu = true;
-      SLUICE_INFO(kSubNet, "%s: eager path off for this comm: %s", r.c.describe_qp(0).c_str(),
-                  cuda ? "GPU memory is registered on it" : "its first receive is in GPU memory");
-    } else if (const int i = ring.pool->acquire(); i >= 0) {
-      EagerPool& p = *ring.pool;
-      ring.index = i;
-      ring.base = p.ring(i);
-      ring.lkey = p.lkey();
-      ring.rkey = p.rkey();
-      ring.slots = p.slots();
-      ring.stride = p.stride();
-      std::memset(ring.base, 0, ring.slots * ring.stride);  // once per loan
-      r.eg.grant = p.next_grant();
-      r.eg.lazy_max = static_cast<int64_t>(p.max_bytes());
-      wire::encode_grant(r.eg.src, reinterpret_cast<uintptr_t>(ring.base), ring.rkey, r.eg.grant,
-                         static_cast<uint32_t>(p.max_bytes()), ring.slots);
-      r.eg.grant_sent = false;  // written before the next publication (recv.cc)
+    const int i = cuda || req.host != all ? -1 : p.acquire();
+    if (i < 0) {
+      r.eg.gpu = cuda || req.host != all;
+      if (r.eg.gpu || p.first_empty()) {
+        SLUICE_INFO(kSubNet, "%s: eager path off for this comm: %s", r.c.describe_qp(0).c_str(),
+                    cuda       ? "GPU memory is registered on it"
+                    : r.eg.gpu ? "its first receive is in GPU memory"
+                               : "every ring of its adapter's eager pool is lent "
+                                 "(SLUICE_EAGER_RINGS; said once per pool)");
+      }
+      r.eg.on = false;  // clear-to-send only, for good: nothing numbered, no grant
+      return Status::ok();
     }
+    ring.index = i;
+    ring.base = p.ring(i);
+    ring.lkey = p.lkey();
+    ring.rkey = p.rkey();
+    ring.slots = p.slots();
+    ring.stride = p.stride();
+    std::memset(ring.base, 0, ring.slots * ring.stride);  // once per loan
+    r.eg.book = p.recv_book(i);
+    r.eg.book->reset(ring.slots);
+    r.eg.grant = p.next_grant();
+    r.eg.lazy_max = static_cast<int64_t>(p.max_bytes());
+    wire::encode_grant(r.eg.src, reinterpret_cast<uintptr_t>(ring.base), ring.rkey, r.eg.grant,
+                       static_cast<uint32_t>(p.max_bytes()), ring.slots);
+    r.eg.grant_sent = false;  // written before the next publication (recv.cc)
   }
   // Parts whose tag this end numbers say so in their entries (the sender sends eagerly only those).
   const uint8_t numbered = r.eg.book->post(req.seq, req.tags, n);
@@ -329,6 +343,47 @@ void stand_in(SendComm& s, int i, uint32_t size) {
 
 namespace {
 
+// The receiver's grant block, read until it is valid (then kept: `granted`). kRemoteError: a
+// block whose CRC checks with values outside the format's.
+Status try_grant(SendComm& s) {
+  SendComm::Eager& g = s.eg;
+  if (g.granted) return Status::ok();
+  std::string why;
+  const wire::SlotRead rd = wire::read_grant(g.block, &g.grant, &why);
+  if (rd == wire::SlotRead::kCorrupt)
+    return fail(s.c, Status(Code::kRemoteError, why + " on " + s.c.describe_qp(0)));
+  g.granted = rd == wire::SlotRead::kReady;
+  return Status::ok();
+}
+
+// Whether this send comm takes a book: decided once, the first time it meets the eager path with
+// something to number (its first slot read, or a send that finds a grant before any slot), so the
+// book numbers every send and part from the first, as the receiver's numbers every part from its
+// first receive. The receiver writes its grant before its first entries, on the same QP
+// (recv.cc publish), so a comm whose first slot was read without a grant has no ring on the other
+// end: it needs no book. A comm that finds no book in the pool goes without, and if the receiver
+// has a ring it asks once to be sent everything by clear-to-send (eager_ask: an ask-all).
+void decide_book(SendComm& s) {
+  SendComm::Eager& g = s.eg;
+  g.decided = true;
+  if (!g.granted) return;
+  EagerBookLease& l = g.book_lease;
+  const int i = l.pool->acquire_send_book();
+  if (i < 0) {
+    if (l.pool->first_empty()) {
+      SLUICE_INFO(kSubNet,
+                  "%s: eager path off for this comm: every sender book of its adapter's eager "
+                  "pool is lent (SLUICE_EAGER_RINGS; said once per pool)",
+                  s.c.describe_qp(0).c_str());
+    }
+    return;
+  }
+  l.index = i;
+  g.book = l.pool->send_book(i);
+  g.book->reset(true);
+  g.book->set_slots(g.grant.slots);
+}
+
 Status read_head(SendComm& s) {
   for (;;) {
     if (s.snap.seq != 0) {
@@ -346,6 +401,20 @@ Status read_head(SendComm& s) {
     Status st = cts::take_snapshot(e, s.head + 1, &s.snap, true);
     if (st.is_again()) return Status::ok();
     if (!st.is_ok()) return fail(s.c, on_qp(s.c, 0, st));
+    if (!s.eg.decided) {
+      SLUICE_RETURN_IF_ERROR(try_grant(s));
+      decide_book(s);
+    }
+    if (s.eg.book == nullptr) {  // nothing was sent eagerly: the slot is posted by rendezvous
+      if (s.snap.resolved) {
+        return fail(s.c, on_qp(s.c, 0,
+                               Status(Code::kRemoteError,
+                                      "receive " + std::to_string(s.snap.seq - 1) +
+                                          " says it completed from the eager ring, but this "
+                                          "sender (without an eager book) sent nothing eagerly")));
+      }
+      return Status::ok();
+    }
     int32_t tags[wire::kEntriesPerSlot];
     uint32_t sizes[wire::kEntriesPerSlot];
     uint8_t marks = 0;
@@ -396,15 +465,12 @@ Status eager_send(SendComm& s, const void* data, size_t size, int tag, bool host
   // The CPU copies the message into staging: a buffer in GPU memory goes by rendezvous.
   if (!s.eg.on || s.eg.owed || !host) return Status::again();
   SendComm::Eager& g = s.eg;
-  if (!g.granted) {
-    std::string why;
-    const wire::SlotRead rd = wire::read_grant(g.block, &g.grant, &why);
-    if (rd == wire::SlotRead::kNotYet) return Status::again();
-    if (rd == wire::SlotRead::kCorrupt)
-      return fail(s.c, Status(Code::kRemoteError, why + " on " + s.c.describe_qp(0)));
-    g.granted = true;
-    g.book->set_slots(g.grant.slots);
+  if (!g.decided) {
+    SLUICE_RETURN_IF_ERROR(try_grant(s));
+    if (!g.granted) return Status::again();
+    decide_book(s);
   }
+  if (g.book == nullptr) return Status::again();
   EagerLease& st = g.staging;
   if (!st.held()) {
     if (st.pool == nullptr) return Status::again();
@@ -510,9 +576,35 @@ Status post_small_write(SendComm& s, const void* src, uint32_t bytes, uint64_t r
 
 }  // namespace
 
+namespace {
+
+// A send comm without a book whose receiver has a ring (decide_book): one ask-all, counter 0 (it
+// wrote nothing else into the ring, so slot 0 is free), and the receiver holds nothing back on
+// this comm any more. Its grant is looked for only when a send waits: a receiver that holds a
+// receive back wrote its grant before anything it published.
+Status ask_all_without_book(SendComm& s, size_t size, int tag, bool host) {
+  SendComm::Eager& g = s.eg;
+  if (!g.decided || g.asked_all) return Status::ok();
+  SLUICE_RETURN_IF_ERROR(try_grant(s));
+  if (!g.granted) return Status::ok();
+  if (s.c.qp[kEagerQp].sq_used + 1 > kSendSqDepth) return Status::ok();  // a later call asks
+  const size_t bytes = wire::encode_eager_ask(g.ask_src, 0, g.grant.grant, tag, 0, size, true,
+                                              !host || size > g.grant.max_bytes, s.head);
+  SLUICE_RETURN_IF_ERROR(post_small_write(s, g.ask_src, static_cast<uint32_t>(bytes),
+                                          wire::ring_slot_addr(g.grant, 0), g.grant.rkey,
+                                          kWrEager | uint64_t{kAskWrite} << 8, "eager ask-all"));
+  g.ask_busy = true;
+  g.asked_all = true;
+  return Status::ok();
+}
+
+}  // namespace
+
 Status eager_ask(SendComm& s, size_t size, int tag, bool host) {
   SendComm::Eager& g = s.eg;
-  if (!g.on || !g.granted || g.ask_busy) return Status::ok();
+  if (!g.on || g.ask_busy) return Status::ok();
+  if (g.book == nullptr) return ask_all_without_book(s, size, tag, host);
+  if (!g.granted) return Status::ok();
   // A send that will go eagerly once a credit, a staging slot or room on the send queue frees up
   // waits for them: only one that cannot (in GPU memory, too large, no staging, its tag not known
   // numbered) asks.

@@ -401,7 +401,7 @@ Status isend_impl(SendComm* s, void* data, size_t size, int tag, MemHandle* mh, 
   r->parent = parent;
   s->slot_reqs[idx] = r;
   s->matched |= static_cast<uint8_t>(1u << idx);
-  if (s->eg.on) s->eg.book->on_rendezvous(tag);
+  if (s->eg.book != nullptr) s->eg.book->on_rendezvous(tag);
   s->c.stats.messages.add(1);
   if (completes_group) SLUICE_RETURN_IF_ERROR(post_group(*s));
   *out = r;
