@@ -733,6 +733,9 @@ int comm_stats_v2(void* comm, sluiceCommStats_v2_t* out) noexcept {
       d.chainsReplayed = s.chains_replayed;
       d.lastStallMs = s.last_stall_ms;
     }
+    static_assert(SLUICE_EAGER_OFF == static_cast<int>(sluice::EagerState::kOff) &&
+                  SLUICE_EAGER_WITHOUT == static_cast<int>(sluice::EagerState::kWithout));
+    full.eager = static_cast<int>(st.eager);
     std::memcpy(out, &full, std::min(room, sizeof full));
     return 0;
   } catch (...) {

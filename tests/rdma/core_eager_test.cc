@@ -462,6 +462,11 @@ class CoreEagerPool : public CoreEager {
     ASSERT_TRUE(reg_mr(p->s, src_.data(), src_.size(), MemType::kHost, &p->ms).is_ok());
     ASSERT_TRUE(reg_mr(p->r, dst_.data(), dst_.size(), MemType::kHost, &p->mr).is_ok());
   }
+  static EagerState state(void* comm) {
+    CommStatsV2 st;
+    EXPECT_TRUE(comm_stats_v2(comm, &st).is_ok());
+    return st.eager;
+  }
   void close_sender(Pair* p) {
     if (p->s == nullptr) return;
     EXPECT_TRUE(dereg_mr(p->s, p->ms).is_ok());
@@ -534,8 +539,12 @@ TEST_F(CoreEagerPool, RingsAndBooksAreBoundedLentAtFirstUseAndGivenBack) {
   ASSERT_NO_FATAL_FAILURE(stream(p0, kMsgs, &sent, &copied));
   EXPECT_GE(sent, kMsgs / 2u) << "the first pair goes eagerly";
   EXPECT_EQ(sent, copied);
+  EXPECT_EQ(state(p0.s), EagerState::kOn);
+  EXPECT_EQ(state(p0.r), EagerState::kOn);
   Pair p1;
   ASSERT_NO_FATAL_FAILURE(open(&p1));
+  EXPECT_EQ(state(p1.s), EagerState::kNegotiated) << "a book lent before any use";
+  EXPECT_EQ(state(p1.r), EagerState::kNegotiated) << "a ring lent before any receive";
   ASSERT_NO_FATAL_FAILURE(stream(p1, kMsgs, &sent, &copied));
   EXPECT_GE(sent, kMsgs / 2u) << "the second pair goes eagerly";
   // p2: no ring is left for its receiver, so its sender reads its first slot without a grant and
@@ -545,6 +554,8 @@ TEST_F(CoreEagerPool, RingsAndBooksAreBoundedLentAtFirstUseAndGivenBack) {
   ASSERT_NO_FATAL_FAILURE(stream(p2, kMsgs, &sent, &copied));
   EXPECT_EQ(sent, 0u) << "a pair without a ring sent eagerly";
   EXPECT_EQ(copied, 0u);
+  EXPECT_EQ(state(p2.s), EagerState::kWithout);
+  EXPECT_EQ(state(p2.r), EagerState::kWithout);
   // p1's receiver goes (its ring and book back) but its sender stays (its book held), and p2 goes.
   // p3's receiver gets the ring; its sender finds no sender book: it asks once for everything.
   close_receiver(&p1);
@@ -555,6 +566,8 @@ TEST_F(CoreEagerPool, RingsAndBooksAreBoundedLentAtFirstUseAndGivenBack) {
   ASSERT_NO_FATAL_FAILURE(stream(p3, kMsgs, &sent, &copied));
   EXPECT_EQ(sent, 0u) << "a sender without a book sent eagerly";
   EXPECT_EQ(copied, 0u);
+  EXPECT_EQ(state(p3.s), EagerState::kWithout);
+  EXPECT_EQ(state(p3.r), EagerState::kOn);
   // Everything but the fixture's pair back: p4 goes eagerly again.
   close_sender(&p1);
   close_sender(&p3);
@@ -564,6 +577,8 @@ TEST_F(CoreEagerPool, RingsAndBooksAreBoundedLentAtFirstUseAndGivenBack) {
   ASSERT_NO_FATAL_FAILURE(stream(p4, kMsgs, &sent, &copied));
   EXPECT_GE(sent, kMsgs / 2u) << "the ring and the book came back at close";
   EXPECT_EQ(sent, copied);
+  EXPECT_EQ(state(p4.s), EagerState::kOn);
+  EXPECT_EQ(state(p4.r), EagerState::kOn);
   close_sender(&p4);
   close_receiver(&p4);
 }

@@ -29,4 +29,13 @@ inline bool comm_stats(void* comm, sluiceCommStats_v1_t* out) {
   return ext_v1() != nullptr && ext_v1()->commStats(comm, out) == 0;
 }
 
+// sluiceCommStats_v2_t::eager of `comm` (SLUICE_EAGER_OFF .. SLUICE_EAGER_WITHOUT): where the comm
+// stands with the eager path, as the plugin decided it; -1 when it cannot be read.
+inline int eager_state(void* comm) {
+  sluiceCommStats_v2_t st{};
+  st.size = sizeof st;
+  if (ext_v2() == nullptr || ext_v2()->commStatsV2(comm, &st) != 0) return -1;
+  return st.eager;
+}
+
 }  // namespace nettest

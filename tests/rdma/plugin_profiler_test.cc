@@ -328,6 +328,14 @@ TEST(ProfilerEager, AnEagerSendIsOneWriteEvent) {
       eager_at.push_back(i);
     }
   }
+  // Each comm says where it stands with the eager path (sluiceCommStats_v2_t::eager).
+  for (void* comm : {c.send, c.recv}) {
+    sluiceCommStats_v2_t st{};
+    st.size = sizeof st;
+    ASSERT_EQ(ext()->commStatsV2(comm, &st), 0);
+    EXPECT_EQ(st.eager, eager_on ? SLUICE_EAGER_ON : SLUICE_EAGER_OFF)
+        << (comm == c.send ? "send" : "receive") << " comm";
+  }
   if (eager_on) {
     ASSERT_GT(eager_sent, 0) << "no send went eagerly: the test shows nothing";
   } else {

@@ -221,12 +221,12 @@ TEST(Stall, SenderFailsWithinTheRcBoundReceiverToldOtherCommsWork) {
 // ---- The receiver's blind spot: its clear-to-send lost before the sender heard of the receive
 // ----------------------------------------------------------------------------------------------
 
-// Whether the plugin runs the eager path (SLUICE_EAGER_MAX and SLUICE_EAGER_RINGS unset, the
-// defaults, or above 0). plugin_stall runs this test both ways (faults.cmake).
-bool eager_on() {
-  const char* m = std::getenv("SLUICE_EAGER_MAX");
-  const char* r = std::getenv("SLUICE_EAGER_RINGS");
-  return (m == nullptr || std::atol(m) > 0) && (r == nullptr || std::atol(r) > 0);
+// Whether the receive comm took an eager ring at its first receive (and wrote its grant): as the
+// plugin says (sluiceCommStats_v2_t::eager). plugin_stall runs this test both ways (faults.cmake).
+bool eager_ring(void* recv_comm) {
+  const int st = eager_state(recv_comm);
+  EXPECT_GE(st, 0) << "sluiceCommStats_v2_t::eager not readable";
+  return st == SLUICE_EAGER_ON;
 }
 
 TEST(Stall, LostClearToSendFailsTheReceiverWithinTheBound) {
@@ -269,7 +269,7 @@ TEST(Stall, LostClearToSendFailsTheReceiverWithinTheBound) {
     EXPECT_GE(took, bound) << "fired before the bound";
     EXPECT_LE(took, bound + 2 * poll_ms() + kSlackMs);
     EXPECT_EQ(st1.ctsWrites - st0.ctsWrites, 1u);
-    if (eager_on()) {
+    if (eager_ring(a.recv)) {
       // The comm's first publication writes its eager grant (docs/eager.md) before the entry, and
       // signaled: that WRITE's completion is the one that does not come; no probe is needed.
       EXPECT_EQ(st1.ctsProbes - st0.ctsProbes, 0u) << "a probe behind a signaled WRITE";
@@ -537,7 +537,7 @@ TEST(Stall, HealthyLinkUnderLoadNeverFires) {
     EXPECT_EQ(busy.ctsProbes, 0u) << "a probe on a healthy busy stream";
     // Every receive posts `lanes` WRs; with the eager path on, the comm's ring was lent once and
     // its grant written once (one WRITE, docs/eager.md).
-    const uint64_t grant = eager_on() ? 1 : 0;
+    const uint64_t grant = eager_ring(c.recv) ? 1 : 0;
     const uint64_t rq_wrs = busy.wrs - busy.ctsWrites - grant;
     EXPECT_EQ(rq_wrs % busy.messages, 0u) << "WRs other than receive WRs, CTS writes and the grant";
     EXPECT_EQ(quiet.ctsProbes, 1u) << "the idle receive's delivered clear-to-send: one probe";

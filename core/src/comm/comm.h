@@ -160,8 +160,12 @@ struct CommCounters {
   StatCell cts_probes;     // the watchdog's zero-length CTS probes (progress.h), also in wrs
   StatCell ar_imm_writes;  // adaptive routing's separate closing WRITE_WITH_IMMs, also in wrs
   StatCell eager;          // eager WRITEs posted (send) / eager messages copied out (receive)
-  StatCell bytes;          // payload posted (send comm) / received (receive comm)
-  StatCell completions;    // completions polled from the comm's CQ
+  std::atomic<int> eager_state{0};  // api.h CommStatsV2::eager (EagerState)
+  void set_eager(EagerState s) {
+    eager_state.store(static_cast<int>(s), std::memory_order_relaxed);
+  }
+  StatCell bytes;                     // payload posted (send comm) / received (receive comm)
+  StatCell completions;               // completions polled from the comm's CQ
   StatCell latency[kLatencyBuckets];  // post -> completion (api.h MemberStats::latency)
   void add_latency(int64_t ns) {
     const uint64_t v = ns > 0 ? static_cast<uint64_t>(ns) : 0;

@@ -69,6 +69,7 @@ Status setup_send_eager(SendComm& s, uint8_t local_features, uint8_t remote_feat
   if (!pool.is_ok()) return pool.status();
   s.eg.on = pool.value() != nullptr;
   if (s.eg.on) {
+    s.c.stats.set_eager(EagerState::kNegotiated);
     s.eg.ref.adapter = s.c.dev->adapter;  // eager_pool_of's reference
     s.eg.book_lease.pool = pool.value();  // its book: borrowed at its first use (eager.cc)
     s.eg.staging.pool = pool.value();     // borrowed at the first eager send
@@ -84,6 +85,7 @@ Status setup_recv_eager(RecvComm& r, uint8_t local_features, uint8_t remote_feat
   if (!pool.is_ok()) return pool.status();
   r.eg.on = pool.value() != nullptr;
   if (!r.eg.on) return Status::ok();
+  r.c.stats.set_eager(EagerState::kNegotiated);
   r.eg.ref.adapter = r.c.dev->adapter;  // eager_pool_of's reference
   r.eg.ring.pool = pool.value();        // ring and book: borrowed at the first receive (eager.cc)
   r.eg.hold = engine()->config().eager_hold;

@@ -325,6 +325,7 @@ Status comm_stats_v2(void* comm, CommStatsV2* out) {
                 static_cast<int>(failover::State::kRamping) == 5);
   const PathFailover& f = c.fo;
   out->failover = f.on;
+  out->eager = static_cast<EagerState>(c.stats.eager_state.load(std::memory_order_relaxed));
   out->npaths = std::max(1, std::min(c.npaths, kMaxMembers));
   for (int p = 0; p < out->npaths; ++p) {
     PathStats& ps = out->paths[p];

@@ -189,6 +189,7 @@ Status eager_recv_post(RecvComm& r, RecvReq& req, const MemHandle* const* mhs,
                                  "(SLUICE_EAGER_RINGS; said once per pool)");
       }
       r.eg.on = false;  // clear-to-send only, for good: nothing numbered, no grant
+      r.c.stats.set_eager(EagerState::kWithout);
       return Status::ok();
     }
     ring.index = i;
@@ -200,6 +201,7 @@ Status eager_recv_post(RecvComm& r, RecvReq& req, const MemHandle* const* mhs,
     std::memset(ring.base, 0, ring.slots * ring.stride);  // once per loan
     r.eg.book = p.recv_book(i);
     r.eg.book->reset(ring.slots);
+    r.c.stats.set_eager(EagerState::kOn);
     r.eg.grant = p.next_grant();
     r.eg.lazy_max = static_cast<int64_t>(p.max_bytes());
     wire::encode_grant(r.eg.src, reinterpret_cast<uintptr_t>(ring.base), ring.rkey, r.eg.grant,
@@ -366,6 +368,7 @@ Status try_grant(SendComm& s) {
 void decide_book(SendComm& s) {
   SendComm::Eager& g = s.eg;
   g.decided = true;
+  s.c.stats.set_eager(EagerState::kWithout);  // unless a book is lent below
   if (!g.granted) return;
   EagerBookLease& l = g.book_lease;
   const int i = l.pool->acquire_send_book();
@@ -382,6 +385,7 @@ void decide_book(SendComm& s) {
   g.book = l.pool->send_book(i);
   g.book->reset(true);
   g.book->set_slots(g.grant.slots);
+  s.c.stats.set_eager(EagerState::kOn);
 }
 
 Status read_head(SendComm& s) {

@@ -99,7 +99,22 @@ typedef struct {
   int failover; /* 1: the comm fails over (more than one path, and both sides run failover) */
   int nPaths;
   sluicePathStats_v2_t paths[SLUICE_EXT_MAX_MEMBERS];
+  /* Appended (the eager path, docs/eager.md): SLUICE_EAGER_OFF .. SLUICE_EAGER_WITHOUT. */
+  int eager;
 } sluiceCommStats_v2_t;
+/* Not negotiated: SLUICE_EAGER_MAX=0 or SLUICE_EAGER_RINGS=0 on either end, more than one path
+ * (fusion, standby), or a peer without the feature. */
+#define SLUICE_EAGER_OFF 0
+/* Negotiated, nothing lent yet: before the receive comm's first receive, or before the send comm
+ * first reads a clear-to-send slot or finds the receiver's grant. */
+#define SLUICE_EAGER_NEGOTIATED 1
+/* On: the receive comm holds a ring and its book; the send comm holds a book (its staging ring
+ * comes at its first eager send). */
+#define SLUICE_EAGER_ON 2
+/* Negotiated but without for good, clear-to-send only: the adapter's pool had no ring or book
+ * left (SLUICE_EAGER_RINGS), GPU memory on the receive comm, or (send comm) no ring at the
+ * receiver. */
+#define SLUICE_EAGER_WITHOUT 3
 
 typedef struct {
   int version;                                             /* 2 */

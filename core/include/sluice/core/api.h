@@ -224,8 +224,18 @@ struct PathStats {
   int64_t last_stall_ms = -1;  // its last failover: fault to replay posted (sender) /
                                // receives republished (receiver); -1: none yet
 };
+// Where a comm stands with the eager path (docs/eager.md; sluice_ext.h SLUICE_EAGER_*).
+enum class EagerState : int {
+  kOff = 0,         // not negotiated: SLUICE_EAGER_MAX=0 or no pool on either end, more than one
+                    // path (fusion, standby), or a peer without the feature
+  kNegotiated = 1,  // negotiated, nothing lent yet (before the first receive / first slot read)
+  kOn = 2,          // a ring and its book (receive comm) or a book (send comm) lent
+  kWithout = 3,     // negotiated, but without for good: no ring or book left in the pool, GPU
+                    // memory (receive comm), or the receiver has no ring (send comm)
+};
 struct CommStatsV2 {
   CommStats base;
+  EagerState eager = EagerState::kOff;
   int nmembers = 0;
   MemberStats members[kMaxMembers];
   uint32_t flush_qpn = 0;  // receive comm: the loopback flush QP (0 = none yet)
