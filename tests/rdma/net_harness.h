@@ -217,9 +217,12 @@ class PendingRecvs {
   }
   void add(const void* net, void* comm, void* req, int n) {
     std::lock_guard<std::mutex> lk(mu_);
-    for (auto it = list_.begin();
-         it != list_.end();) {  // a request freed unseen, its address reused
-      it = it->req == req && !it->busy ? list_.erase(it) : std::next(it);
+    // The plugin may hand out a request's address again once it was found done. One a progress
+    // pass found (its result not yet taken by the caller) stays, ahead of the new one: the
+    // caller's next test of that address is still of the old request (claim takes the oldest).
+    // One not found was freed by a test that did not go through Net: it is gone.
+    for (auto it = list_.begin(); it != list_.end();) {
+      it = it->req == req && !it->busy && !it->found ? list_.erase(it) : std::next(it);
     }
     list_.push_back(Entry{net, comm, req, n, std::this_thread::get_id()});
   }
@@ -305,6 +308,7 @@ class PendingRecvs {
     ncclResult_t r = ncclSuccess;
     int sizes[NCCL_NET_MAX_REQUESTS] = {};
   };
+  // The oldest entry of `req` (add keeps the order of posting).
   std::list<Entry>::iterator find(void* req) {
     return std::find_if(list_.begin(), list_.end(), [&](const Entry& e) { return e.req == req; });
   }
