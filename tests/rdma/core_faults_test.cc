@@ -70,17 +70,13 @@ void sink(int level, unsigned long, const char* file, int line, const char* fmt,
   }
 }
 
-int fd_count() {
-  int n = 0;
-  for (int fd = 0; fd < 4096; ++fd) n += fcntl(fd, F_GETFD) != -1;
-  return n;
-}
+using rdmatest::open_fd_count;
 
 struct Leaks {
   long qp = count_own("qp"), cq = count_own("cq"), mr = count_own("mr");
-  int fds = fd_count();
+  int fds = open_fd_count();
   void expect_same() const {
-    EXPECT_EQ(fd_count(), fds) << "file descriptors leaked";
+    EXPECT_EQ(open_fd_count(), fds) << "file descriptors leaked";
     if (qp < 0) {
       std::printf("`rdma resource show` unavailable: verbs objects not checked\n");
       return;

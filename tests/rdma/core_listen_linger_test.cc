@@ -26,14 +26,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr size_t kHandleSize = 128;  // NCCL_NET_HANDLE_MAXSIZE
 
-int open_fds() {
-  int n = 0;
-  if (DIR* d = opendir("/proc/self/fd")) {
-    while (readdir(d) != nullptr) ++n;
-    closedir(d);
-  }
-  return n - 3;  // ".", ".." and the directory's own descriptor
-}
+using rdmatest::open_fd_count;
 
 // What each descriptor is, for a failure's message ("3:socket:[123] 4:anon_inode:[eventpoll] ...").
 std::string fd_list() {
@@ -53,22 +46,18 @@ std::string fd_list() {
 
 // The port in a listen handle.
 int handle_port(const std::vector<char>& handle) {
-  wire::Handle h;
-  std::memcpy(&h, handle.data(), sizeof h);
-  sockaddr_storage sa{};
-  socklen_t len = 0;
-  wire::handle_address(h, &sa, &len);
+  sockaddr_storage sa;
+  socklen_t len;
+  rdmatest::handle_sockaddr(handle.data(), &sa, &len);
   return sa.ss_family == AF_INET ? ntohs(reinterpret_cast<const sockaddr_in&>(sa).sin_port)
                                  : ntohs(reinterpret_cast<const sockaddr_in6&>(sa).sin6_port);
 }
 
 // Whether a plain TCP connect to the listener of `handle` is taken (true) or refused (false).
 bool port_takes_connections(const std::vector<char>& handle) {
-  wire::Handle h;
-  std::memcpy(&h, handle.data(), sizeof h);
-  sockaddr_storage sa{};
-  socklen_t len = 0;
-  wire::handle_address(h, &sa, &len);
+  sockaddr_storage sa;
+  socklen_t len;
+  rdmatest::handle_sockaddr(handle.data(), &sa, &len);
   const int fd = socket(sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return false;
   const bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&sa), len) == 0;
@@ -126,7 +115,7 @@ TEST_F(CoreListenLinger, RoundsKeepOnePortWhileCommsAreOpenAndItGoesWithTheLast)
     ASSERT_TRUE(close_send(s).is_ok());
     ASSERT_TRUE(close_recv(r).is_ok());
   }
-  const int fds0 = open_fds();
+  const int fds0 = open_fd_count();
   const std::string fds_before = fd_list();
   std::vector<std::vector<char>> handles(kRounds);
   std::vector<SendComm*> sends(kRounds, nullptr);
@@ -134,7 +123,7 @@ TEST_F(CoreListenLinger, RoundsKeepOnePortWhileCommsAreOpenAndItGoesWithTheLast)
   std::vector<int> fds_after(kRounds, 0);
   for (int i = 0; i < kRounds; ++i) {
     ASSERT_NO_FATAL_FAILURE(round(&handles[i], &sends[i], &recvs[i]));
-    fds_after[i] = open_fds();
+    fds_after[i] = open_fd_count();
   }
   for (int i = 1; i < kRounds; ++i) {
     EXPECT_EQ(handle_port(handles[i]), handle_port(handles[0]))
@@ -165,16 +154,16 @@ TEST_F(CoreListenLinger, RoundsKeepOnePortWhileCommsAreOpenAndItGoesWithTheLast)
     EXPECT_TRUE(close_send(sends[i]).is_ok());
     EXPECT_TRUE(close_recv(recvs[i]).is_ok());
   }
-  EXPECT_EQ(open_fds(), fds0) << "the listening socket outlived the last comm:" << fd_list()
-                              << "; before:" << fds_before;
+  EXPECT_EQ(open_fd_count(), fds0)
+      << "the listening socket outlived the last comm:" << fd_list() << "; before:" << fds_before;
 
   // With no comm open the next listen opens afresh, and its socket goes with it.
   std::vector<char> h(kHandleSize);
   ListenComm* l = nullptr;
   ASSERT_TRUE(listen(dev_b_, h.data(), &l).is_ok());
-  EXPECT_GT(open_fds(), fds0);
+  EXPECT_GT(open_fd_count(), fds0);
   ASSERT_TRUE(close_listen(l).is_ok());
-  EXPECT_EQ(open_fds(), fds0) << "a listen's socket outlived it with no comm open";
+  EXPECT_EQ(open_fd_count(), fds0) << "a listen's socket outlived it with no comm open";
 }
 
 // NCCL's finalize with comms open (they are retired: verbs objects and sockets released) takes the

@@ -113,11 +113,9 @@ class CoreListener : public ::testing::Test {
 
   // A TCP connection to the listener of `handle`; its local address as core prints peers.
   static int stray(const char* handle, std::string* local) {
-    wire::Handle h;
-    std::memcpy(&h, handle, sizeof h);
     sockaddr_storage sa;
     socklen_t len;
-    wire::handle_address(h, &sa, &len);
+    rdmatest::handle_sockaddr(handle, &sa, &len);
     int fd = socket(sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) return -1;
     if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), len) != 0) {
@@ -397,15 +395,7 @@ TEST_F(CoreListenerMany, SixteenPeersConnectAtOnce) {
   EXPECT_TRUE(close_listen(l).is_ok());
 }
 
-// Descriptors this process has open.
-int open_fds() {
-  int n = 0;
-  if (DIR* d = opendir("/proc/self/fd")) {
-    while (readdir(d) != nullptr) ++n;
-    closedir(d);
-  }
-  return n - 3;  // ".", ".." and the directory's own descriptor
-}
+using rdmatest::open_fd_count;
 
 // Every listen of the process shares one listening socket (issue 32): the listens after the first
 // take no port and no descriptor; each connection reaches the listen whose handle its connector was
@@ -414,23 +404,21 @@ int open_fds() {
 // last listen.
 TEST_F(CoreListener, ListensShareOneSocketAndEachGetsItsOwnConnector) {
   constexpr int kListens = 8;
-  const int fds0 = open_fds();
+  const int fds0 = open_fd_count();
   std::vector<std::vector<char>> handles(kListens, std::vector<char>(kHandleSize));
   std::vector<ListenComm*> ls(kListens, nullptr);
   int fds_after_first = 0;
   for (int i = 0; i < kListens; ++i) {
     ASSERT_TRUE(listen(dev_b_, handles[i].data(), &ls[i]).is_ok());
-    if (i == 0) fds_after_first = open_fds();
+    if (i == 0) fds_after_first = open_fd_count();
   }
-  EXPECT_EQ(open_fds(), fds_after_first) << "a listen beside another took a descriptor";
+  EXPECT_EQ(open_fd_count(), fds_after_first) << "a listen beside another took a descriptor";
   EXPECT_GE(fds_after_first - fds0, 1);
   std::string addr0;
   for (int i = 0; i < kListens; ++i) {
-    wire::Handle h;
-    std::memcpy(&h, handles[i].data(), sizeof h);
-    sockaddr_storage sa{};
-    socklen_t len = 0;
-    wire::handle_address(h, &sa, &len);
+    sockaddr_storage sa;
+    socklen_t len;
+    rdmatest::handle_sockaddr(handles[i].data(), &sa, &len);
     const std::string a = sockaddr_to_string(sa);
     if (i == 0) addr0 = a;
     EXPECT_EQ(a, addr0) << "listen " << i << " has its own port";
@@ -491,7 +479,7 @@ TEST_F(CoreListener, ListensShareOneSocketAndEachGetsItsOwnConnector) {
     EXPECT_TRUE(close_send(sends[i]).is_ok());
     EXPECT_TRUE(close_recv(recvs[i]).is_ok());
   }
-  EXPECT_EQ(open_fds(), fds0) << "the shared socket outlived its last listen";
+  EXPECT_EQ(open_fd_count(), fds0) << "the shared socket outlived its last listen";
 }
 
 TEST_F(CoreListener, ForeignAndCorruptHandlesFailConnectCleanly) {

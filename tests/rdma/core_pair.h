@@ -1,8 +1,10 @@
 // Shared by the core rdma tests (core_*_test.cc): the engine's devices for the test pair, and one
-// message over a comm pair with its bytes checked. Core's public API only (sluice/core/api.h).
+// message over a comm pair with its bytes checked, and a listen handle's address. Core's public
+// headers only (sluice/core/api.h, sluice/core/wire).
 #pragma once
 
 #include <gtest/gtest.h>
+#include <sys/socket.h>
 
 #include <chrono>
 #include <cstdint>
@@ -12,6 +14,7 @@
 
 #include "rdma_env.h"
 #include "sluice/core/api.h"
+#include "sluice/core/wire/wire.h"
 
 namespace sluice::rdmatest {
 
@@ -85,6 +88,15 @@ inline void check_one_message(SendComm* s, RecvComm* r, unsigned salt) {
   EXPECT_EQ(dst[src.size()], 0xab);
   EXPECT_TRUE(dereg_mr(s, ms).is_ok());
   EXPECT_TRUE(dereg_mr(r, mr).is_ok());
+}
+
+// The listener's address in a listen handle (kHandleSize bytes, a wire::Handle).
+inline void handle_sockaddr(const void* handle, sockaddr_storage* sa, socklen_t* len) {
+  wire::Handle h;
+  std::memcpy(&h, handle, sizeof h);
+  *sa = sockaddr_storage{};
+  *len = 0;
+  wire::handle_address(h, sa, len);
 }
 
 }  // namespace sluice::rdmatest

@@ -74,19 +74,14 @@ bool logged(int level, const std::string& part) {
   return false;
 }
 
-int fd_count() {
-  DIR* d = opendir("/proc/self/fd");
-  if (d == nullptr) return -1;
-  int n = 0;
-  while (readdir(d) != nullptr) ++n;
-  closedir(d);
-  return n - 3;  // ".", ".." and the directory's own descriptor
-}
+using rdmatest::open_fd_count;
 
 struct Resources {
   long qp = 0, cq = 0, mr = 0;
   int fds = 0;
-  static Resources now() { return {count_own("qp"), count_own("cq"), count_own("mr"), fd_count()}; }
+  static Resources now() {
+    return {count_own("qp"), count_own("cq"), count_own("mr"), open_fd_count()};
+  }
 };
 
 void expect_back_to(const Resources& base, const char* when) {

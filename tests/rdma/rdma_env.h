@@ -231,6 +231,16 @@ inline CmCounts cm_counts() {
   return {g_cm_rdmacm.load(), g_cm_oob.load()};
 }
 
+// Descriptors this process has open (/proc/self/fd); -1 when unknown.
+inline int open_fd_count() {
+  DIR* d = opendir("/proc/self/fd");
+  if (d == nullptr) return -1;
+  int n = 0;
+  while (readdir(d) != nullptr) ++n;
+  closedir(d);
+  return n - 3;  // ".", ".." and the directory's own descriptor
+}
+
 // Open rdma_cm event channels (/dev/infiniband/rdma_cm) of this process; -1 when unknown.
 inline int rdma_cm_fd_count() {
   DIR* d = opendir("/proc/self/fd");
