@@ -78,7 +78,9 @@ Sizes and iterations
   --scale-expect SPEC    scale: fail unless each side's growth per connection is exactly these
                          counts, sender/receiver: fds=1/1,qps=1/1,cqs=1/1,mrs=1/1 (any of these
                          keys); nofile=raised: each side's soft RLIMIT_NOFILE is its hard one by
-                         the set-up and (with --nofile) it held more fds than --nofile's SOFT
+                         the set-up and (with --nofile) it held more fds than --nofile's SOFT;
+                         eager_on=S/R: at most S / R idle comms hold a ring or a book of the
+                         eager pool after their message (SLUICE_EAGER_RINGS bounds them)
   --nofile SOFT[:HARD]   RLIMIT_NOFILE of both processes before the plugin's init (HARD above
                          the current hard limit needs root); the plugin raises soft to hard
   --slots N              distinct buffer slots per connection (default: one per request in

@@ -462,6 +462,18 @@ ScaleReport scale_down(Side& s, const Cmd& c, bool receiver) {
       put(rep.verify_error, sizeof rep.verify_error, e);
     }
   }
+  // Where each idle comm stands with the eager path once it carried its message: the pool bounds
+  // those that hold a ring or a book (docs/eager.md), whatever the pairs.
+  for (uint64_t k = 0; k < pairs; ++k) {
+    sluiceCommStats_v2_t v2{};
+    v2.size = sizeof v2;
+    if (st.comms[k] != nullptr && net.comm_stats_v2(st.comms[k], &v2) && v2.eager >= 0 &&
+        v2.eager < 4) {
+      ++rep.eager[v2.eager];
+    } else {
+      ++rep.eager_unread;
+    }
+  }
   double t = now_s();
   for (uint64_t k = 0; k < pairs; ++k) {
     if (st.mhs.size() > k && st.mhs[k] != nullptr) net.dereg(st.comms[k], st.mhs[k]);

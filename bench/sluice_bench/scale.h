@@ -61,7 +61,12 @@ struct ScaleReport {
   // after the close.
   ScaleSnap snap_base, snap_up, snap_idle, snap_closed;
   uint64_t verified = 0;  // receiver: messages that arrived right; sender: messages sent
-  uint64_t bad = 0;       // receiver: wrong bytes and wrong sizes
+  // The idle comms by where they stand with the eager path after the verified message
+  // (sluiceCommStats_v2_t::eager: index SLUICE_EAGER_OFF .. SLUICE_EAGER_WITHOUT); eager_unread:
+  // comms whose statistics could not be read (a plugin without sluiceExt_v2).
+  uint64_t eager[4] = {};
+  uint64_t eager_unread = 0;
+  uint64_t bad = 0;  // receiver: wrong bytes and wrong sizes
   int32_t verify_failed = 0;
   char verify_error[960] = {};
 };

@@ -79,10 +79,10 @@ Expect parse_expect(const std::string& spec) {
       fail("--scale-expect: '%s' is not KEY=SEND/RECV", item.c_str());
     const std::string key = item.substr(0, eq);
     if (key != "fds" && key != "fds_total" && key != "qps" && key != "cqs" && key != "mrs" &&
-        key != "keepalive" && key != "listen" && key != "tcp_opens")
+        key != "keepalive" && key != "listen" && key != "tcp_opens" && key != "eager_on")
       fail(
           "--scale-expect: unknown key '%s' (fds, fds_total, qps, cqs, mrs, keepalive, listen, "
-          "tcp_opens, nofile=raised)",
+          "tcp_opens, eager_on, nofile=raised)",
           key.c_str());
     m[key] = {atof(item.substr(eq + 1, sl - eq - 1).c_str()), atof(item.substr(sl + 1).c_str())};
     if (c == std::string::npos) break;
@@ -91,12 +91,12 @@ Expect parse_expect(const std::string& spec) {
   return x;
 }
 
-// Whether the plugin runs the eager path with its pool: SLUICE_EAGER_MAX and SLUICE_EAGER_RINGS
-// unset (the defaults: on, 64) or above 0.
-bool eager_on() {
-  const char* m = std::getenv("SLUICE_EAGER_MAX");
-  const char* r = std::getenv("SLUICE_EAGER_RINGS");
-  return (m == nullptr || std::atol(m) > 0) && (r == nullptr || std::atol(r) > 0);
+// Whether a side's comms negotiated the eager path, so that its adapter holds the pool: as the
+// plugin says of each comm (sluiceCommStats_v2_t::eager, counted after the verified message).
+bool eager_pool(const ScaleReport& r) {
+  return r.eager[SLUICE_EAGER_NEGOTIATED] + r.eager[SLUICE_EAGER_ON] +
+             r.eager[SLUICE_EAGER_WITHOUT] >
+         0;
 }
 
 int64_t growth(const ScaleReport& r, const std::string& key) {
@@ -276,6 +276,17 @@ void scale_run(const Options& o, Side& s, std::vector<Table>* tables, uint64_t* 
           if (!ok) row.problems.push_back("more TCP connections opened than expected");
           continue;
         }
+        if (key == "eager_on") {  // a ceiling on the comms holding the pool's rings and books
+          const uint64_t es = row.me.eager[SLUICE_EAGER_ON], er = row.peer.eager[SLUICE_EAGER_ON];
+          const bool ok = es <= want.first && er <= want.second;
+          printf(
+              "# scale N=%llu: %llu / %llu comms hold a ring or a book of the eager pool "
+              "(sender / receiver), at most %g / %g: %s\n",
+              (unsigned long long)n, (unsigned long long)es, (unsigned long long)er, want.first,
+              want.second, ok ? "ok" : "MISMATCH");
+          if (!ok) row.problems.push_back("more comms hold eager state than the pool bounds");
+          continue;
+        }
         if (key == "listen") {  // a ceiling on the receiver's listening sockets in a round
           const int lr = row.peer.round_listening;
           const bool ok = lr >= 0 && lr <= want.second;
@@ -302,8 +313,10 @@ void scale_run(const Options& o, Side& s, std::vector<Table>* tables, uint64_t* 
         }
         // The eager path's pool (docs/eager.md) is one registration per adapter, whatever the
         // comms: made with the first comm that negotiates it (each side uses one adapter here).
-        const int pool = key == "mrs" && n > 0 && eager_on() ? 1 : 0;
-        const double ws = want.first * n + pool, wr = want.second * n + pool;
+        const int pool_s = key == "mrs" && n > 0 && eager_pool(row.me) ? 1 : 0;
+        const int pool_r = key == "mrs" && n > 0 && eager_pool(row.peer) ? 1 : 0;
+        const int pool = pool_s + pool_r;
+        const double ws = want.first * n + pool_s, wr = want.second * n + pool_r;
         const bool ok = std::fabs(gs - ws) < 1e-6 && std::fabs(gr - wr) < 1e-6;
         printf(
             "# scale N=%llu: %s growth %lld / %lld (sender / receiver), expected %g / %g per "
@@ -345,6 +358,20 @@ void scale_run(const Options& o, Side& s, std::vector<Table>* tables, uint64_t* 
         (unsigned long long)n, me.snap_up.keepalive, pe.snap_up.keepalive, me.snap_base.keepalive,
         pe.snap_base.keepalive, pe.round_listens, pe.round_listening,
         (long long)tcp_opened(me, true), (long long)tcp_opened(pe, false));
+    printf(
+        "# scale N=%llu: the idle comms and the eager path after their message (sender / "
+        "receiver): %llu / %llu with a book or a ring and its book (the pool's), %llu / %llu "
+        "without for good, %llu / %llu negotiated and nothing lent yet, %llu / %llu not "
+        "negotiated, %llu / %llu unread\n",
+        (unsigned long long)n, (unsigned long long)me.eager[SLUICE_EAGER_ON],
+        (unsigned long long)pe.eager[SLUICE_EAGER_ON],
+        (unsigned long long)me.eager[SLUICE_EAGER_WITHOUT],
+        (unsigned long long)pe.eager[SLUICE_EAGER_WITHOUT],
+        (unsigned long long)me.eager[SLUICE_EAGER_NEGOTIATED],
+        (unsigned long long)pe.eager[SLUICE_EAGER_NEGOTIATED],
+        (unsigned long long)me.eager[SLUICE_EAGER_OFF],
+        (unsigned long long)pe.eager[SLUICE_EAGER_OFF], (unsigned long long)me.eager_unread,
+        (unsigned long long)pe.eager_unread);
     for (const std::string& p : row.problems)
       printf("# scale N=%llu: %s\n", (unsigned long long)n, p.c_str());
     fflush(stdout);
@@ -378,7 +405,11 @@ void scale_run(const Options& o, Side& s, std::vector<Table>* tables, uint64_t* 
                         "verbs_rss_KiB/conn_send",
                         "verbs_rss_KiB/conn_recv",
                         "machine_MiB",
-                        "machine_KiB/pair"});
+                        "machine_KiB/pair",
+                        "eager_on_send",
+                        "eager_on_recv",
+                        "eager_without_send",
+                        "eager_without_recv"});
   Table k("scale_calls", {"pairs",
                           "stream_us_min",
                           "stream_us",
@@ -453,7 +484,11 @@ void scale_run(const Options& o, Side& s, std::vector<Table>* tables, uint64_t* 
          Table::num((me.snap_base.mem_available - me.snap_idle.mem_available) / 1048576.0, "%.0f"),
          Table::num(kib_per(me.snap_idle.mem_available, me.snap_base.mem_available,
                             std::min(me.up, pe.up)),
-                    "%.1f")});
+                    "%.1f"),
+         Table::integer(static_cast<long long>(me.eager[SLUICE_EAGER_ON])),
+         Table::integer(static_cast<long long>(pe.eager[SLUICE_EAGER_ON])),
+         Table::integer(static_cast<long long>(me.eager[SLUICE_EAGER_WITHOUT])),
+         Table::integer(static_cast<long long>(pe.eager[SLUICE_EAGER_WITHOUT]))});
     const Spread st = spread(r.stream_us), hr = spread(r.half_rtt_us);
     const Spread vs_st = zero ? ratio(st, spread(zero->stream_us)) : Spread{};
     const Spread vs_hr = zero ? ratio(hr, spread(zero->half_rtt_us)) : Spread{};

@@ -22,10 +22,12 @@ set(SLUICE_SCALE_BENCH ${CMAKE_CURRENT_LIST_DIR}/with_test_devices.sh $<TARGET_F
 # the receiver the listening socket): a change there must change these counts on purpose. Only
 # the first connect opens a TCP connection; the others' handshakes go on the peer link (a connect
 # waits up to 2 s for the first link, so a loaded host may add a few: tcp_opens=16/16 of 200; it was
-# one per connect).
+# one per connect). The eager path's rings and books come from a pool of 64 per adapter (the
+# default SLUICE_EAGER_RINGS): of the 200 pairs at most 64 hold them on each side (eager_on=64/64),
+# as each comm says in its statistics; the others go by clear-to-send.
 sluice_add_rdma_test(NAME bench_scale_200 TIMEOUT 300 COMMAND ${SLUICE_SCALE_BENCH}
   --scale-pairs 0,200
-  --scale-expect fds_total=1/2,qps=1/1,cqs=1/1,mrs=1/1,keepalive=1/1,listen=0/1,tcp_opens=16/16)
+  --scale-expect fds_total=1/2,qps=1/1,cqs=1/1,mrs=1/1,keepalive=1/1,listen=0/1,tcp_opens=16/16,eager_on=64/64)
 
 # No fd wall: both processes start with a soft RLIMIT_NOFILE of 256 and a hard one of 4,096; the
 # plugin's init raises soft to hard, and 400 pairs (more sockets than 256 on each side) come up,
