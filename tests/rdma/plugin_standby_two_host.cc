@@ -7,9 +7,9 @@
 // SLUICE_STANDBY=1. Each VM has two devices, one per link; the comm is opened on the device on eth1
 // (the primary) on both hosts, so its standby is the device on eth0 (the only other one): the
 // primary's link can go down while the kept socket and the side socket, on eth0, stay up. host1
-// sends, host0 receives. Two rounds on one comm, each a stream of SLUICE_TEST_STANDBY_MESSAGES (60)
-// messages of 4 KiB .. 4 MiB (log-uniform, fixed seed; every other receive posted at 4 MiB, the
-// others at their size), 8 in flight, every byte checked with guard bytes after it and a last
+// sends, host0 receives. Two rounds on one comm, each a stream of SLUICE_TEST_STANDBY_MESSAGES
+// (160) messages of 4 KiB .. 4 MiB (log-uniform, fixed seed; every other receive posted at 4 MiB,
+// the others at their size), 8 in flight, every byte checked with guard bytes after it and a last
 // small message (the sentinel) that must arrive as itself; in round 1 the sender (host1) takes its
 // eth1 down and up, in round 2 the receiver (host0). Checks, from each host's own port counters
 // per phase:
@@ -319,9 +319,12 @@ std::string check_run(const Ctx& x, const Run& r, int actor, size_t info0) {
              x.m[1].name + " " + std::to_string(kept) + ", slack " + std::to_string(slack) + ")";
   }
   // Back: the primary carries again, the standby is quiet once the receives named by it are done.
-  if (e.done - st.done < 3)
+  // Up to kWindow messages completing after the settled mark were posted before it (their packets
+  // may all precede it): at least 3 more than that, posted after it, must carry.
+  if (e.done - st.done < kWindow + 3)
     return "only " + std::to_string(e.done - st.done) +
-           " messages after the failback settled: it came too late in the stream";
+           " messages after the failback settled (at least " + std::to_string(kWindow + 3) +
+           ": the window in flight and 3 posted after it): it came too late in the stream";
   if (delta(st, e, true, 1) > kQuiet || delta(st, e, false, 1) > kQuiet)
     return "after the failback the standby " + x.m[1].name + " still sent " +
            std::to_string(delta(st, e, true, 1)) + " and received " +
@@ -360,7 +363,7 @@ int run(int host) {
   nccl_profiler::attach(x.n, nccl_profiler::Mode::kDefault);
   if (x.n.init(0x5b00 + host) != ncclSuccess) return fail(2, "init: " + last_warn());
   if (std::string e = find_devices(x); !e.empty()) return fail(2, e);
-  const int n = static_cast<int>(std::max(24L, env_long("SLUICE_TEST_STANDBY_MESSAGES", 60)));
+  const int n = static_cast<int>(std::max(24L, env_long("SLUICE_TEST_STANDBY_MESSAGES", 160)));
   // Warm-up: a comm opened on the primary, 3 messages, closed; then the resource baseline.
   if (!sync(x, 'w')) return fail(3, "sync");
   {

@@ -6,8 +6,10 @@
 # on over the standby, eth1 comes back and the stream returns to the primary (failback), per-phase
 # packet counts of both devices on both hosts; then the same with the receiver's (host0's) eth1 on
 # the same comm. Short failback timers so that the failback comes within the stream;
-# SLUICE_TEST_STANDBY_MESSAGES (100 a round, ~60 MB) sized for CI time, and so that the window
-# after the failback's ramp ("back in full", then 8 messages) falls well inside a round.
+# SLUICE_TEST_STANDBY_MESSAGES (160 a round, ~100 MB) sized for CI time, and so that the window
+# after the failback's ramp ("back in full", then 8 messages) falls well inside a round: with 100,
+# a round whose failback took a failed attempt more (800 ms) left only the 3 messages already in
+# flight at that window's end, which carried no packet after it (a CI run, 2026-12-06).
 add_executable(plugin_standby_two_host_test ${CMAKE_CURRENT_LIST_DIR}/plugin_standby_two_host.cc)
 sluice_not_in_sanitizer_pass(plugin_standby_two_host_test)  # label nosan: not run sanitized
 target_include_directories(plugin_standby_two_host_test PRIVATE ${CMAKE_CURRENT_LIST_DIR})
@@ -23,7 +25,7 @@ add_test(NAME plugin_standby_two_host
     "${_sb} 0" "${_sb} 1")
 set_tests_properties(plugin_standby_two_host PROPERTIES LABELS "rdma;bed;faults;nosan" TIMEOUT 200
                      SKIP_RETURN_CODE 77   # 77: nested inside a VM bed, cannot boot VMs there
-                     ENVIRONMENT "SLUICE_STANDBY=1;SLUICE_FAILBACK_RETRY_MS=100;SLUICE_FAILBACK_RETRY_CAP_MS=800;SLUICE_FAILBACK_RAMP_MS=100;SLUICE_LIVENESS_POLL_MS=100;SLUICE_TEST_DEADLINE_S=60;SLUICE_TEST_STANDBY_MESSAGES=100")
+                     ENVIRONMENT "SLUICE_STANDBY=1;SLUICE_FAILBACK_RETRY_MS=100;SLUICE_FAILBACK_RETRY_CAP_MS=800;SLUICE_FAILBACK_RAMP_MS=100;SLUICE_LIVENESS_POLL_MS=100;SLUICE_TEST_DEADLINE_S=60;SLUICE_TEST_STANDBY_MESSAGES=160")
 
 # The plugin's data-path matrix (plugin_rdma_qps1's, in one VM) with SLUICE_STANDBY=1: every comm
 # of the test pair runs over its device and that device's standby (2 paths, path 1 of weight 0),
