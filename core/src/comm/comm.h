@@ -461,7 +461,6 @@ class RecvComm : public CommBase {
     EagerRef ref;     // before `ring`: given back after it
     EagerLease ring;  // lent at the comm's first receive if it is host memory, while rings last
     bool grant_sent = false;    // the grant block is written (before any credit could be used)
-    bool gpu = false;           // GPU memory registered or received into first: no ring here
     uint32_t grant = 0;         // the grant's generation
     uint64_t remote_block = 0;  // the sender's grant block
     wire::EagerGrant* src = nullptr;  // the grant's source (in `mem`, registered)

@@ -56,7 +56,6 @@ class EagerPool {
   int acquire_send_book() { return books_free_.take(); }
   void release_send_book(int i);
   eager::SenderBook* send_book(int i) const { return &send_books_[i]; }
-  uint32_t send_books_in_use() const { return books_free_.in_use(); }
   // True the first time only: a comm found no ring or no book (said once per pool at INFO).
   bool first_empty() { return !said_empty_.exchange(true, std::memory_order_relaxed); }
   uint32_t lkey() const { return mr_->lkey; }

@@ -178,15 +178,15 @@ Status eager_recv_post(RecvComm& r, RecvReq& req, const MemHandle* const* mhs,
     // the comm (copy_part): its sender sends before it sees the receive.
     EagerPool& p = *ring.pool;
     const bool cuda = r.c.cuda_registered.load(std::memory_order_acquire);
-    const int i = cuda || req.host != all ? -1 : p.acquire();
+    const bool gpu = cuda || req.host != all;
+    const int i = gpu ? -1 : p.acquire();
     if (i < 0) {
-      r.eg.gpu = cuda || req.host != all;
-      if (r.eg.gpu || p.first_empty()) {
+      if (gpu || p.first_empty()) {
         SLUICE_INFO(kSubNet, "%s: eager path off for this comm: %s", r.c.describe_qp(0).c_str(),
-                    cuda       ? "GPU memory is registered on it"
-                    : r.eg.gpu ? "its first receive is in GPU memory"
-                               : "every ring of its adapter's eager pool is lent "
-                                 "(SLUICE_EAGER_RINGS; said once per pool)");
+                    cuda  ? "GPU memory is registered on it"
+                    : gpu ? "its first receive is in GPU memory"
+                          : "every ring of its adapter's eager pool is lent "
+                            "(SLUICE_EAGER_RINGS; said once per pool)");
       }
       r.eg.on = false;  // clear-to-send only, for good: nothing numbered, no grant
       r.c.stats.set_eager(EagerState::kWithout);
