@@ -65,22 +65,24 @@ class CoreEager : public ::testing::Test {
     }
     if (acquired_) engine_release();
   }
-  void open_pair() {
+  // A send comm on dev_a_ connected to a receive comm on dev_b_ (the listen closed after accept).
+  void open_pair(SendComm** s, RecvComm** r) {
     char handle[kHandleSize];
     ListenComm* l = nullptr;
     ASSERT_TRUE(listen(dev_b_, handle, &l).is_ok());
     auto deadline = Clock::now() + std::chrono::seconds(60);
-    while (s_ == nullptr || r_ == nullptr) {
+    while (*s == nullptr || *r == nullptr) {
       ASSERT_LT(Clock::now(), deadline);
-      if (s_ == nullptr) {
-        ASSERT_TRUE(connect(dev_a_, handle, CommConfig{}, &s_).is_ok());
+      if (*s == nullptr) {
+        ASSERT_TRUE(connect(dev_a_, handle, CommConfig{}, s).is_ok());
       }
-      if (r_ == nullptr) {
-        ASSERT_TRUE(accept(l, &r_).is_ok());
+      if (*r == nullptr) {
+        ASSERT_TRUE(accept(l, r).is_ok());
       }
     }
     ASSERT_TRUE(close_listen(l).is_ok());
   }
+  void open_pair() { open_pair(&s_, &r_); }
   // An isend retried while it says "again" (the receive comm is tested meanwhile, as NCCL's proxy
   // would progress it); returns the final status.
   Status send(size_t off, size_t n, int tag, Request** out, Request* progress = nullptr) {
@@ -445,20 +447,7 @@ class CoreEagerPool : public CoreEager {
     MemHandle *ms = nullptr, *mr = nullptr;
   };
   void open(Pair* p) {
-    char handle[kHandleSize];
-    ListenComm* l = nullptr;
-    ASSERT_TRUE(listen(dev_b_, handle, &l).is_ok());
-    auto deadline = Clock::now() + std::chrono::seconds(60);
-    while (p->s == nullptr || p->r == nullptr) {
-      ASSERT_LT(Clock::now(), deadline);
-      if (p->s == nullptr) {
-        ASSERT_TRUE(connect(dev_a_, handle, CommConfig{}, &p->s).is_ok());
-      }
-      if (p->r == nullptr) {
-        ASSERT_TRUE(accept(l, &p->r).is_ok());
-      }
-    }
-    ASSERT_TRUE(close_listen(l).is_ok());
+    ASSERT_NO_FATAL_FAILURE(open_pair(&p->s, &p->r));
     ASSERT_TRUE(reg_mr(p->s, src_.data(), src_.size(), MemType::kHost, &p->ms).is_ok());
     ASSERT_TRUE(reg_mr(p->r, dst_.data(), dst_.size(), MemType::kHost, &p->mr).is_ok());
   }
