@@ -47,7 +47,6 @@ int FreeBits::take() {
       const int b = std::countr_zero(v);
       if (free_[w].compare_exchange_weak(v, v & ~(uint64_t{1} << b), std::memory_order_acquire,
                                          std::memory_order_relaxed)) {
-        used_.fetch_add(1, std::memory_order_relaxed);
         return static_cast<int>(w * 64) + b;
       }
     }
@@ -58,7 +57,6 @@ int FreeBits::take() {
 void FreeBits::give(int i) {
   if (i < 0 || static_cast<uint32_t>(i) >= n_) return;
   free_[i / 64].fetch_or(uint64_t{1} << (i % 64), std::memory_order_release);
-  used_.fetch_sub(1, std::memory_order_relaxed);
 }
 
 Result<std::unique_ptr<EagerPool>> EagerPool::create(Adapter& a, uint32_t rings, uint32_t slots,

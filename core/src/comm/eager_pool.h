@@ -30,13 +30,11 @@ class FreeBits {
   void init(uint32_t n);
   int take();  // a free index, or -1
   void give(int i);
-  uint32_t in_use() const { return used_.load(std::memory_order_relaxed); }
 
  private:
   std::unique_ptr<std::atomic<uint64_t>[]> free_;
   size_t words_ = 0;
   uint32_t n_ = 0;
-  std::atomic<uint32_t> used_{0};
 };
 
 class EagerPool {
@@ -68,7 +66,6 @@ class EagerPool {
   size_t book_bytes() const {
     return rings_ * (sizeof(eager::ReceiverBook) + sizeof(eager::SenderBook));
   }
-  uint32_t in_use() const { return rings_free_.in_use(); }
   // A generation for the next grant: a ring lent again never shows its previous comm's slots.
   uint32_t next_grant() { return grant_.fetch_add(1, std::memory_order_relaxed) + 1; }
 
