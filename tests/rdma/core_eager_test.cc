@@ -86,17 +86,22 @@ class CoreEager : public ::testing::Test {
   // An isend retried while it says "again" (the receive comm is tested meanwhile, as NCCL's proxy
   // would progress it); returns the final status.
   Status send(size_t off, size_t n, int tag, Request** out, Request* progress = nullptr) {
+    return send_on(s_, ms_, off, n, tag, out, progress);
+  }
+  // The same on any send comm and its handle (a receive test that fails ends the wait).
+  Status send_on(SendComm* s, MemHandle* mh, size_t off, size_t n, int tag, Request** out,
+                 Request* progress = nullptr) {
     auto deadline = Clock::now() + std::chrono::seconds(30);
     for (;;) {
-      Status st = isend(s_, src_.data() + off, n, tag, ms_, out);
+      Status st = isend(s, src_.data() + off, n, tag, mh, out);
       if (!st.is_again()) return st;
       if (progress != nullptr) {
         int done = 0;
         size_t sz[8];
-        (void)test(progress, &done, sz);
+        if (Status t = test(progress, &done, sz); !t.is_ok()) return t;
         if (done) progress = nullptr;
       }
-      if (Clock::now() > deadline) return Status(Code::kInternalError, "isend timed out");
+      if (Clock::now() > deadline) return Status(Code::kInternalError, "isend waited 30 s");
     }
   }
   Status wait(Request* req, size_t* sizes) {
@@ -485,22 +490,8 @@ class CoreEagerPool : public CoreEager {
       size_t cap = 1 << 20;
       int tag = 9;
       ASSERT_TRUE(irecv(p.r, 1, &d, &cap, &tag, &p.mr, &rq).is_ok()) << k;
-      auto deadline = Clock::now() + std::chrono::seconds(30);
-      Request* progress = rq;
-      for (;;) {
-        Status st = isend(p.s, src_.data() + off, size, tag, p.ms, &sq);
-        if (!st.is_again()) {
-          ASSERT_TRUE(st.is_ok()) << st.message();
-          break;
-        }
-        if (progress != nullptr) {
-          int done = 0;
-          size_t sz[8];
-          ASSERT_TRUE(test(progress, &done, sz).is_ok());
-          if (done) progress = nullptr;
-        }
-        ASSERT_LT(Clock::now(), deadline) << "message " << k << ": isend waited 30 s";
-      }
+      Status st = send_on(p.s, p.ms, off, size, tag, &sq, rq);
+      ASSERT_TRUE(st.is_ok()) << "message " << k << ": " << st.message();
       size_t got = 0;
       ASSERT_TRUE(wait(rq, &got).is_ok()) << k;
       ASSERT_TRUE(wait(sq, nullptr).is_ok()) << k;
