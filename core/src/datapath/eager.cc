@@ -606,7 +606,11 @@ Status ask_all_without_book(SendComm& s, size_t size, int tag, bool host) {
 
 Status eager_ask(SendComm& s, size_t size, int tag, bool host) {
   SendComm::Eager& g = s.eg;
-  if (!g.on || g.ask_busy) return Status::ok();
+  if (!g.on) return Status::ok();
+  // The previous ask's completion may be on the CQ, unpolled: a send that waits polls once rather
+  // than leave this ask to the next test (or to the liveness poll, a second later).
+  if (g.ask_busy) SLUICE_RETURN_IF_ERROR(poll_send(s));
+  if (g.ask_busy) return Status::ok();
   if (g.book == nullptr) return ask_all_without_book(s, size, tag, host);
   if (!g.granted) return Status::ok();
   // A send that will go eagerly once a credit, a staging slot or room on the send queue frees up
@@ -638,6 +642,8 @@ Status eager_report_head(SendComm& s, bool force) {
   const int q = kEagerQp;
   if (s.c.qp[q].sq_used + 1 > kSendSqDepth) return Status::ok();  // a later call reports it
   // The source byte is rewritten only once the previous report completed (the NIC reads it late).
+  // A forced report (a send waits) polls once for that completion, as eager_ask does.
+  if (g.report_busy && force) SLUICE_RETURN_IF_ERROR(poll_send(s));
   if (g.report_busy) return Status::ok();
   g.head_src[0] = g.head_src[1] = s.head;
   SLUICE_RETURN_IF_ERROR(
