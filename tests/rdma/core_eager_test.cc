@@ -563,4 +563,37 @@ TEST_F(CoreEagerPool, RingsAndBooksAreBoundedLentAtFirstUseAndGivenBack) {
   close_receiver(&p4);
 }
 
+// ---- A pool that cannot be made (core_eager_pool_unmade) ----------------------------------------
+//
+// SLUICE_EAGER_RINGS=4096 rings of 64 slots of 64 KiB: 17 GB to allocate and register, more than
+// the bed's VM holds (its mmap is refused). The eager path is an optimisation: the adapter says so
+// once at WARN and its comms go by clear-to-send, every byte delivered, and a later pair too.
+class CoreEagerPoolUnmade : public CoreEagerPool {};
+
+TEST_F(CoreEagerPoolUnmade, CommsGoByClearToSendWhenThePoolCannotBeMade) {
+  auto cfg = load_config_from_environment();
+  ASSERT_TRUE(cfg.is_ok());
+  ASSERT_EQ(cfg.value().eager_rings, 4096) << "run it with SLUICE_EAGER_RINGS=4096 (core.cmake)";
+  ASSERT_GT(cfg.value().eager_max, 0);
+  if (state(s_) != EagerState::kOff || state(r_) != EagerState::kOff)
+    GTEST_SKIP() << "this machine made a 17 GB eager pool: nothing to test here";
+  constexpr int kMsgs = 40;
+  uint64_t sent = 0, copied = 0;
+  Pair p0{s_, r_, ms_, mr_};
+  ASSERT_NO_FATAL_FAILURE(stream(p0, kMsgs, &sent, &copied));
+  EXPECT_EQ(sent, 0u);
+  EXPECT_EQ(copied, 0u);
+  EXPECT_EQ(state(p0.s), EagerState::kOff);
+  EXPECT_EQ(state(p0.r), EagerState::kOff);
+  Pair p1;
+  ASSERT_NO_FATAL_FAILURE(open(&p1));
+  EXPECT_EQ(state(p1.s), EagerState::kOff);
+  EXPECT_EQ(state(p1.r), EagerState::kOff);
+  ASSERT_NO_FATAL_FAILURE(stream(p1, kMsgs, &sent, &copied));
+  EXPECT_EQ(sent, 0u);
+  EXPECT_EQ(copied, 0u);
+  close_sender(&p1);
+  close_receiver(&p1);
+}
+
 }  // namespace

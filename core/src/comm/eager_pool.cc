@@ -69,7 +69,13 @@ Result<std::unique_ptr<EagerPool>> EagerPool::create(Adapter& a, uint32_t rings,
   p->stride_ = stride;
   p->ring_bytes_ = static_cast<size_t>(slots) * stride;
   auto mem = NumaBuffer::allocate(p->ring_bytes_ * rings, numa);
-  if (!mem.is_ok()) return mem.status();
+  if (!mem.is_ok()) {
+    return Status(mem.status().code(), "the eager pool's " +
+                                           std::to_string(p->ring_bytes_ * rings) + " bytes on " +
+                                           a.name + ": " + mem.status().message() +
+                                           "; set a smaller SLUICE_EAGER_RINGS, SLUICE_EAGER_SLOTS "
+                                           "or SLUICE_EAGER_MAX");
+  }
   p->mem_ = std::move(mem).value();
   p->base_ = static_cast<char*>(p->mem_.data());
   p->mr_.reset(ibv_reg_mr(a.pd.get(), p->base_, p->ring_bytes_ * rings,
@@ -78,8 +84,8 @@ Result<std::unique_ptr<EagerPool>> EagerPool::create(Adapter& a, uint32_t rings,
     return errno_status(Code::kSystemError,
                         "ibv_reg_mr of the eager pool (" + std::to_string(p->ring_bytes_ * rings) +
                             " bytes) on " + a.name +
-                            "; set SLUICE_EAGER_MAX=0 or a smaller "
-                            "SLUICE_EAGER_RINGS",
+                            "; set a smaller SLUICE_EAGER_RINGS, SLUICE_EAGER_SLOTS or "
+                            "SLUICE_EAGER_MAX",
                         errno);
   }
   p->rings_free_.init(rings);
@@ -101,11 +107,18 @@ Result<EagerPool*> eager_pool_of(Adapter& a, int numa) {
   const Config& cfg = engine()->config();
   if (cfg.eager_max <= 0 || cfg.eager_rings <= 0) return static_cast<EagerPool*>(nullptr);
   std::lock_guard<std::mutex> lk(a.eager_mu);
+  if (!a.eager_error.empty()) return static_cast<EagerPool*>(nullptr);
   if (!a.eager) {
     const uint32_t slots = std::bit_floor(static_cast<uint32_t>(cfg.eager_slots));
     auto p = EagerPool::create(a, static_cast<uint32_t>(cfg.eager_rings), slots,
                                static_cast<size_t>(cfg.eager_max), numa);
-    if (!p.is_ok()) return p.status();
+    if (!p.is_ok()) {
+      // The eager path is an optimisation: its comms go by clear-to-send rather than fail.
+      a.eager_error = p.status().message();
+      SLUICE_WARN("%s: eager path off for every comm of this adapter: %s", a.name.c_str(),
+                  a.eager_error.c_str());
+      return static_cast<EagerPool*>(nullptr);
+    }
     a.eager.reset(std::move(p).value().release());
     SLUICE_INFO(kSubNet,
                 "%s: eager pool of %d rings x %u slots x %zu bytes (%zu KiB registered, "

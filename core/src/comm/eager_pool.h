@@ -88,9 +88,10 @@ class EagerPool {
 };
 
 // The adapter's pool, made on first need with the engine's configuration (SLUICE_EAGER_*); null
-// when eager is off or SLUICE_EAGER_RINGS is 0. A non-null pool is a reference the comm gives back
-// with eager_pool_unref once its leases are returned. Setup and teardown paths only (the
-// adapter's mutex).
+// when eager is off or SLUICE_EAGER_RINGS is 0, or when the pool could not be made (its memory or
+// registration refused: said once at WARN, and not tried again). A non-null pool is a reference the
+// comm gives back with eager_pool_unref once its leases are returned. Setup and teardown paths only
+// (the adapter's mutex).
 Result<EagerPool*> eager_pool_of(Adapter& a, int numa);
 void eager_pool_unref(Adapter& a);
 

@@ -100,6 +100,9 @@ struct Adapter {
   // order).
   std::mutex eager_mu;
   uint32_t eager_users = 0;
+  // Why the pool could not be made (its registration failed): said once at WARN; the adapter's
+  // comms then go by clear-to-send only, and no later comm tries the registration again.
+  std::string eager_error;
   std::unique_ptr<EagerPool, EagerPoolDeleter> eager;
   DmabufProbe dmabuf;             // the NIC's answer to ibv_reg_dmabuf_mr(fd -1)
   RoProbe ro_probe;               // a registration with IBV_ACCESS_RELAXED_ORDERING (fabric.h)
