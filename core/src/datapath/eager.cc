@@ -215,7 +215,8 @@ Status eager_recv_post(RecvComm& r, RecvReq& req, const MemHandle* const* mhs,
     if (numbered >> i & 1u) r.c.entry(r.stage, at, i)->index |= wire::kCtsNumbered;
   if (!ring.held()) return Status::ok();
   // An ask came before this receive was posted: its clear-to-send goes now.
-  if (r.eg.book->take_ask(req.seq)) r.eg.flush_to = req.seq + 1;
+  // (never lowered: an ask-all set it to UINT64_MAX, and nothing is held on the comm any more)
+  if (r.eg.book->take_ask(req.seq)) r.eg.flush_to = std::max(r.eg.flush_to, req.seq + 1);
   uint64_t c[wire::kEntriesPerSlot];
   const uint8_t mask = r.eg.book->fill_from_ring(req.seq, c);
   for (int i = 0; i < n; ++i)
