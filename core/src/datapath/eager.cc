@@ -214,6 +214,9 @@ Status eager_recv_post(RecvComm& r, RecvReq& req, const MemHandle* const* mhs,
   for (int i = 0; i < n; ++i)
     if (numbered >> i & 1u) r.c.entry(r.stage, at, i)->index |= wire::kCtsNumbered;
   if (!ring.held()) return Status::ok();
+  // Its post-to-completion time starts here: a receive completed from the ring may never be
+  // published (write_cts sets it for those that are).
+  req.posted_ns = stat_clock_ns();
   // An ask came before this receive was posted: its clear-to-send goes now.
   // (never lowered: an ask-all set it to UINT64_MAX, and nothing is held on the comm any more)
   if (r.eg.book->take_ask(req.seq)) r.eg.flush_to = std::max(r.eg.flush_to, req.seq + 1);
