@@ -442,10 +442,18 @@ Status irecv(RecvComm* r, int n, void* const* data, const size_t* sizes, const i
     req.comm = r;
   }
   if (req.in_use || req.close_owed || !dp::eager_slot_free(*r, seq)) {
-    // 32 receives in flight (or, eager: the sender has not read the slot's previous use yet);
-    // make sure the peer can complete them
-    SLUICE_RETURN_IF_ERROR(dp::publish(*r));
-    return Status::again();
+    // 32 receives in flight, or (eager) the slot's previous use waits for its owed close or for
+    // the sender to have read its entry. Both may be here unread: the close on the CQ, the
+    // sender's head in the header of a message that landed in the ring after its last read (the
+    // comm may have nothing else to test). Then make sure the peer can complete what is in flight.
+    if (r->eg.on) {
+      SLUICE_RETURN_IF_ERROR(dp::poll_recv(*r));
+      SLUICE_RETURN_IF_ERROR(dp::eager_poll(*r));
+    }
+    if (req.in_use || req.close_owed || !dp::eager_slot_free(*r, seq)) {
+      SLUICE_RETURN_IF_ERROR(dp::publish(*r));
+      return Status::again();
+    }
   }
   req.in_use = true;
   req.done = false;
