@@ -97,6 +97,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                    size_t{out.stride64} * 64 == wire::eager_stride(out.max_bytes),
                "stride");
     FUZZ_CHECK(out.ring_addr != 0 && out.rkey != 0, "address and key");
+    FUZZ_CHECK(out.nkeys <= static_cast<uint32_t>(wire::kGrantMoreKeys), "nkeys %u", out.nkeys);
+    for (int m = 0; m <= static_cast<int>(out.nkeys); ++m)
+      FUZZ_CHECK(wire::grant_rkey(out, m) != 0, "member %d's key", m);
+    FUZZ_CHECK(wire::grant_rkey(out, static_cast<int>(out.nkeys) + 1) == 0, "no key past nkeys");
   }
   return 0;
 }

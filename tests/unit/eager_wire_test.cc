@@ -197,6 +197,45 @@ TEST(EagerGrant, RoundTripAndRefusals) {
   EXPECT_EQ(wire::read_grant(&g, &out, &why), SlotRead::kCorrupt);
 }
 
+// A fused comm's grant names the ring's key on each of the receiver's members; the CRC covers
+// them, so keys that land after `ready` read as "not yet". A one-path grant is the older format.
+TEST(EagerGrant, MemberKeysFollowTheBlockAndAreCovered) {
+  wire::EagerGrant g{}, out{};
+  std::string why;
+  wire::encode_grant(&g, 0x7000, 0x55, 3, 4096, 16);
+  EXPECT_EQ(g.nkeys, 0u);
+  for (uint32_t k : g.keys) EXPECT_EQ(k, 0u);
+  ASSERT_EQ(wire::read_grant(&g, &out, &why), SlotRead::kReady) << why;
+  EXPECT_EQ(wire::grant_rkey(out, 0), 0x55u);
+  EXPECT_EQ(wire::grant_rkey(out, 1), 0u) << "a one-path grant keys no other member";
+  const uint32_t more[3] = {0x66, 0x77, 0x88};
+  wire::encode_grant(&g, 0x7000, 0x55, 3, 4096, 16, more, 2);
+  ASSERT_EQ(wire::read_grant(&g, &out, &why), SlotRead::kReady) << why;
+  EXPECT_EQ(out.nkeys, 2u);
+  EXPECT_EQ(wire::grant_rkey(out, 0), 0x55u);
+  EXPECT_EQ(wire::grant_rkey(out, 1), 0x66u);
+  EXPECT_EQ(wire::grant_rkey(out, 2), 0x77u);
+  EXPECT_EQ(wire::grant_rkey(out, 3), 0u);
+  EXPECT_EQ(wire::grant_rkey(out, -1), 0u);
+  // A key still landing (after `ready`): not yet, never a wrong key.
+  wire::EagerGrant half = g;
+  half.keys[1] = 0;
+  EXPECT_EQ(wire::read_grant(&half, &out, &why), SlotRead::kNotYet);
+  half = g;
+  half.keys[0] = 0x67;
+  EXPECT_EQ(wire::read_grant(&half, &out, &why), SlotRead::kNotYet);
+  // A block that checks with a zero key, or more keys than members: corrupt.
+  const uint32_t zero[2] = {0x66, 0};
+  wire::encode_grant(&g, 0x7000, 0x55, 3, 4096, 16, zero, 2);
+  EXPECT_EQ(wire::read_grant(&g, &out, &why), SlotRead::kCorrupt);
+  EXPECT_NE(why.find("member 2"), std::string::npos) << why;
+  wire::encode_grant(&g, 0x7000, 0x55, 3, 4096, 16, more, 3);
+  g.nkeys = 4;
+  g.crc = wire::crc32c(wire::crc32c(0, &g, 28), g.keys, 3 * sizeof g.keys[0]);
+  EXPECT_EQ(wire::read_grant(&g, &out, &why), SlotRead::kCorrupt);
+  EXPECT_NE(why.find("4 more member keys"), std::string::npos) << why;
+}
+
 TEST(EagerCredit, SixteenBitsNameTheLimitWithinTheWindow) {
   EXPECT_EQ(wire::credit_of(0, 16), 16u);
   EXPECT_EQ(wire::credit_of(65530, static_cast<uint16_t>(65530 + 16)), 65546u);

@@ -150,8 +150,18 @@ SlotRead read_eager_slot(const void* slot, uint64_t counter, uint32_t grant, siz
   return SlotRead::kReady;
 }
 
+namespace {
+
+// [0, 28), then the keys that follow `ready` (none on one path: the format before them).
+uint32_t grant_crc(const EagerGrant& x, uint32_t nkeys) {
+  const uint32_t c = crc32c(0, &x, offsetof(EagerGrant, crc));
+  return nkeys == 0 ? c : crc32c(c, x.keys, nkeys * sizeof x.keys[0]);
+}
+
+}  // namespace
+
 void encode_grant(EagerGrant* g, uint64_t ring_addr, uint32_t rkey, uint32_t grant,
-                  uint32_t max_bytes, uint32_t slots) {
+                  uint32_t max_bytes, uint32_t slots, const uint32_t* more, int nmore) {
   EagerGrant x{};
   x.ring_addr = ring_addr;
   x.rkey = rkey;
@@ -159,7 +169,10 @@ void encode_grant(EagerGrant* g, uint64_t ring_addr, uint32_t rkey, uint32_t gra
   x.max_bytes = max_bytes;
   x.slots = static_cast<uint16_t>(slots);
   x.stride64 = static_cast<uint16_t>(eager_stride(max_bytes) / 64);
-  x.crc = crc32c(0, &x, offsetof(EagerGrant, crc));
+  const int n = more == nullptr ? 0 : std::clamp(nmore, 0, kGrantMoreKeys);
+  x.nkeys = static_cast<uint32_t>(n);
+  for (int i = 0; i < n; ++i) x.keys[i] = more[i];
+  x.crc = grant_crc(x, x.nkeys);
   x.ready = 1;
   *g = x;
 }
@@ -169,11 +182,18 @@ SlotRead read_grant(const EagerGrant* g, EagerGrant* out, std::string* why) {
     return SlotRead::kNotYet;
   EagerGrant x;
   std::memcpy(&x, g, sizeof x);
-  if (x.ready != 1 || x.crc != crc32c(0, &x, offsetof(EagerGrant, crc))) return SlotRead::kNotYet;
+  // A count past the format's is never read as one (the CRC then covers what it says).
+  const uint32_t nkeys = std::min<uint32_t>(x.nkeys, kGrantMoreKeys);
+  if (x.ready != 1 || x.crc != grant_crc(x, nkeys)) return SlotRead::kNotYet;
   auto bad = [&](std::string m) {
     if (why != nullptr) *why = "eager grant: " + m;
     return SlotRead::kCorrupt;
   };
+  if (x.nkeys > static_cast<uint32_t>(kGrantMoreKeys))
+    return bad(std::to_string(x.nkeys) + " more member keys (at most " +
+               std::to_string(kGrantMoreKeys) + ")");
+  for (uint32_t i = 0; i < nkeys; ++i)
+    if (x.keys[i] == 0) return bad("no key for member " + std::to_string(i + 1));
   if (!pow2_slots(x.slots))
     return bad(std::to_string(x.slots) + " slots (a power of two in [" +
                std::to_string(kEagerMinSlots) + ", " + std::to_string(kEagerMaxSlots) + "])");
@@ -184,7 +204,6 @@ SlotRead read_grant(const EagerGrant* g, EagerGrant* out, std::string* why) {
     return bad("slot stride " + std::to_string(size_t{x.stride64} * 64) + " for " +
                std::to_string(x.max_bytes) + "-byte messages");
   if (x.ring_addr == 0 || x.rkey == 0) return bad("no ring address or key");
-  if (x.reserved != 0) return bad("reserved field not zero");
   *out = x;
   return SlotRead::kReady;
 }

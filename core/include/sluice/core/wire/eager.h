@@ -89,9 +89,15 @@ enum class SlotRead {
 SlotRead read_eager_slot(const void* slot, uint64_t counter, uint32_t grant, size_t max_bytes,
                          EagerHeader* out, std::string* why);
 
-// The grant block: 64 bytes after the sender's FIFO and completion records, written once by the
-// receiver when it lends the comm a ring. `ready` is written last (1); `crc` (CRC32C of bytes
-// [0, 28)) makes a block still landing read as absent.
+// The grant block: 64 bytes after the sender's FIFO and completion records, written by the
+// receiver when it lends the comm a ring (again, byte for byte, with a failover's
+// re-publication). `crc` (CRC32C of bytes [0, 28), then of the `nkeys` keys) makes a block still
+// landing read as absent, whatever order its bytes land in (`ready` is not the last of them).
+// `rkey` is the ring's key on the receiver's member 0; a fused comm's other members' keys follow
+// in `keys` (wire::kMetaFeatureEagerFused), so that a WRITE on any path reaches the ring: the
+// sender takes the key of the member the path's QP lands on (grant_rkey). A one-path grant has
+// nkeys 0, the format of a Sluice before fused eager.
+inline constexpr int kGrantMoreKeys = 3;  // kMaxMetaMembers - 1
 struct alignas(64) EagerGrant {
   uint64_t ring_addr;
   uint32_t rkey;
@@ -99,26 +105,36 @@ struct alignas(64) EagerGrant {
   uint32_t max_bytes;  // the receiver's SLUICE_EAGER_MAX: the sender sends at most min(its, this)
   uint16_t slots;      // W
   uint16_t stride64;   // slot stride / 64
-  uint32_t reserved;   // zero
+  uint32_t nkeys;      // keys that follow (the receiver's members 1..nkeys); 0 on one path
   uint32_t crc;
   uint64_t ready;
-  uint8_t pad[24];
+  uint32_t keys[kGrantMoreKeys];
+  uint8_t pad[12];
 };
 static_assert(sizeof(EagerGrant) == 64 && offsetof(EagerGrant, crc) == 28 &&
-              offsetof(EagerGrant, ready) == 32);
+              offsetof(EagerGrant, ready) == 32 && offsetof(EagerGrant, keys) == 40);
 static_assert(std::is_trivially_copyable_v<EagerGrant>);
+
+// The ring's key on the receiver's member `m` (0 when the grant names none for it).
+inline uint32_t grant_rkey(const EagerGrant& g, int m) {
+  if (m == 0) return g.rkey;
+  return m >= 1 && static_cast<uint32_t>(m) <= g.nkeys ? g.keys[m - 1] : 0;
+}
 
 // The address of eager counter `counter`'s slot in the ring granted by `g` (slots reused in turn).
 inline uint64_t ring_slot_addr(const EagerGrant& g, uint64_t counter) {
   return g.ring_addr + (counter % g.slots) * (uint64_t{g.stride64} * 64u);
 }
 
+// `more`: the ring's keys on the receiver's members 1..nmore (a fused comm; none on one path).
 void encode_grant(EagerGrant* g, uint64_t ring_addr, uint32_t rkey, uint32_t grant,
-                  uint32_t max_bytes, uint32_t slots);
+                  uint32_t max_bytes, uint32_t slots, const uint32_t* more = nullptr,
+                  int nmore = 0);
 // Reads a grant block as the sender finds it. kNotYet: not written yet, or still landing (ready or
 // the CRC not there); kReady: *out validated (slots a power of two in [kEagerMinSlots,
 // kEagerMaxSlots], max_bytes <= kEagerMaxBytes, stride = eager_stride(max_bytes), a non-zero
-// address and key); kCorrupt: the CRC checks but a field does not (*why).
+// address and keys, at most kGrantMoreKeys more); kCorrupt: the CRC checks but a field does not
+// (*why).
 SlotRead read_grant(const EagerGrant* g, EagerGrant* out, std::string* why);
 
 // The credit in a clear-to-send entry (CtsEntry::reserved): the receiver's limit (the first eager
