@@ -95,6 +95,39 @@ Result<std::unique_ptr<EagerPool>> EagerPool::create(Adapter& a, uint32_t rings,
   return p;
 }
 
+Status EagerPool::keys_on(Adapter& own, Adapter& other, uint32_t* lkey, uint32_t* rkey) {
+  if (&other == &own) {
+    *lkey = mr_->lkey;
+    *rkey = mr_->rkey;
+    return Status::ok();
+  }
+  for (const auto& [a, mr] : cross_) {
+    if (a != &other) continue;
+    *lkey = mr->lkey;
+    *rkey = mr->rkey;
+    return Status::ok();
+  }
+  verbs::Mr mr(ibv_reg_mr(other.pd.get(), base_, ring_bytes_ * rings_,
+                          IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE));
+  if (!mr) {
+    return errno_status(Code::kSystemError,
+                        "ibv_reg_mr of " + own.name + "'s eager pool (" +
+                            std::to_string(ring_bytes_ * rings_) + " bytes) on " + other.name +
+                            " (a fused comm's member)",
+                        errno);
+  }
+  *lkey = mr->lkey;
+  *rkey = mr->rkey;
+  cross_.emplace_back(&other, std::move(mr));
+  return Status::ok();
+}
+
+Status eager_pool_keys(Adapter& own, Adapter& other, uint32_t* lkey, uint32_t* rkey) {
+  std::lock_guard<std::mutex> lk(own.eager_mu);
+  if (!own.eager) return Status(Code::kInternalError, own.name + " has no eager pool");
+  return own.eager->keys_on(own, other, lkey, rkey);
+}
+
 void EagerPool::release(int ring) {
   rings_free_.give(ring);
 }

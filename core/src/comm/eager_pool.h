@@ -17,6 +17,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <utility>
+#include <vector>
 
 #include "comm/comm.h"
 #include "rules/eager_book.h"
@@ -58,6 +60,11 @@ class EagerPool {
   bool first_empty() { return !said_empty_.exchange(true, std::memory_order_relaxed); }
   uint32_t lkey() const { return mr_->lkey; }
   uint32_t rkey() const { return mr_->rkey; }
+  // The pool's keys on adapter `other`'s PD (a fused comm's other member: its QPs read staging and
+  // write rings there): the pool's own on its adapter, else its memory registered there once, on
+  // the first fused comm that spans both, and kept with the pool. Set-up path; the caller holds
+  // the pool's adapter's eager_mu (eager_pool_keys).
+  Status keys_on(Adapter& own, Adapter& other, uint32_t* lkey, uint32_t* rkey);
   uint32_t slots() const { return slots_; }
   size_t stride() const { return stride_; }
   size_t max_bytes() const { return max_bytes_; }
@@ -73,6 +80,9 @@ class EagerPool {
   EagerPool() = default;
   NumaBuffer mem_;
   verbs::Mr mr_;
+  // The same memory on other adapters' PDs (keys_on), destroyed before mem_ is unmapped. Every
+  // pool goes before any adapter (Engine::~Engine), so those PDs outlive these.
+  std::vector<std::pair<Adapter*, verbs::Mr>> cross_;
   char* base_ = nullptr;
   uint32_t rings_ = 0;
   uint32_t slots_ = 0;
@@ -94,5 +104,7 @@ class EagerPool {
 // (the adapter's mutex).
 Result<EagerPool*> eager_pool_of(Adapter& a, int numa);
 void eager_pool_unref(Adapter& a);
+// EagerPool::keys_on under `own`'s eager_mu, for a comm holding a reference to own's pool.
+Status eager_pool_keys(Adapter& own, Adapter& other, uint32_t* lkey, uint32_t* rkey);
 
 }  // namespace sluice

@@ -362,6 +362,12 @@ void Engine::stop_threads() {
 Engine::~Engine() {
   stop_threads();
   devices_.clear();
+  // Every eager pool before any adapter: a pool may hold a registration on another adapter's PD
+  // (a fused comm's member, EagerPool::keys_on). No comm is left to use one.
+  for (auto& a : adapters_) {
+    std::lock_guard<std::mutex> lk(a->eager_mu);
+    a->eager.reset();
+  }
   adapters_.clear();
 }
 
