@@ -736,6 +736,7 @@ int comm_stats_v2(void* comm, sluiceCommStats_v2_t* out) noexcept {
     static_assert(SLUICE_EAGER_OFF == static_cast<int>(sluice::EagerState::kOff) &&
                   SLUICE_EAGER_WITHOUT == static_cast<int>(sluice::EagerState::kWithout));
     full.eager = static_cast<int>(st.eager);
+    full.eagerReplays = st.eager_replays;
     std::memcpy(out, &full, std::min(room, sizeof full));
     return 0;
   } catch (...) {

@@ -38,4 +38,13 @@ inline int eager_state(void* comm) {
   return st.eager;
 }
 
+// sluiceCommStats_v2_t::eagerReplays of send comm `comm`: eager WRITEs a failover posted again;
+// -1 when it cannot be read.
+inline long long eager_replays(void* comm) {
+  sluiceCommStats_v2_t st{};
+  st.size = sizeof st;
+  if (ext_v2() == nullptr || ext_v2()->commStatsV2(comm, &st) != 0) return -1;
+  return static_cast<long long>(st.eagerReplays);
+}
+
 }  // namespace nettest

@@ -19,7 +19,9 @@
 #     host0 after the fence: none of them may land in a receive buffer that completed or was
 #     re-posted (every buffer checked whole, "fence check: N buffers re-posted, 0 late bytes");
 #     idle: eth1 down with nothing in flight, then 8 messages arrive while the eth1 member sends
-#     nothing;
+#     nothing; eager: small messages (0 .. 4 KiB, sent eagerly on both paths in turn; every eighth
+#     up to 64 KiB) with host1's eth1 down after a third and up after two thirds: each message
+#     once, every byte, most of them eager (plugin_failover_eager.cc);
 #  2. (the third run) at short RC timers (NCCL_IB_TIMEOUT=16, NCCL_IB_RETRY_CNT=4: 1.34 s; at 15, 671 ms, path 0
 #     once ran out of its retries at load 8 while path 1 was dropped), connections D, E:
 #     silent: every RoCE packet arriving on host1's eth1 dropped by a tc filter mid-stream (no port
@@ -42,7 +44,8 @@ add_executable(plugin_failover_two_host_test ${CMAKE_CURRENT_LIST_DIR}/plugin_fa
                                              ${CMAKE_CURRENT_LIST_DIR}/plugin_failover_paced.cc
                                              ${CMAKE_CURRENT_LIST_DIR}/plugin_failover_flaps.cc
                                              ${CMAKE_CURRENT_LIST_DIR}/plugin_failover_steps.cc
-                                             ${CMAKE_CURRENT_LIST_DIR}/plugin_failover_defects.cc)
+                                             ${CMAKE_CURRENT_LIST_DIR}/plugin_failover_defects.cc
+                                             ${CMAKE_CURRENT_LIST_DIR}/plugin_failover_eager.cc)
 sluice_not_in_sanitizer_pass(plugin_failover_two_host_test)  # label nosan: not run sanitized
 target_include_directories(plugin_failover_two_host_test PRIVATE ${CMAKE_CURRENT_LIST_DIR})
 target_link_libraries(plugin_failover_two_host_test PRIVATE sluice_nccl_abi GTest::gtest
@@ -65,8 +68,8 @@ set(_fo_create "env NCCL_IB_TIMEOUT=17 SLUICE_TEST_FAILBACK_CREATE_FAILS=1 ${_fo
 set(_fo_old "env NCCL_IB_TIMEOUT=17 SLUICE_TEST_PATH_MSG_SET=1 ${_fo}")
 add_test(NAME plugin_failover_two_host
   COMMAND ${SLUICE_SKIP_STATUS} ${PROJECT_SOURCE_DIR}/scripts/rdma-bed --two-host --timeout 520 --
-    "${_fo_run1} 0 sender-port,fence,idle && ${_fo_cm} 0 receiver-port && ${_fo_hold} 0 silent,all-gone,hold-rq && ${_fo_run1} 0 create-fail && ${_fo_old} 0 old-peer && ${_fo_run1} 0 old-peer"
-    "${_fo_run1} 1 sender-port,fence,idle && ${_fo_cm} 1 receiver-port && ${_fo_hold} 1 silent,all-gone,hold-rq && ${_fo_create} 1 create-fail && ${_fo_run1} 1 old-peer && ${_fo_old} 1 old-peer")
+    "${_fo_run1} 0 sender-port,fence,idle,eager && ${_fo_cm} 0 receiver-port && ${_fo_hold} 0 silent,all-gone,hold-rq && ${_fo_run1} 0 create-fail && ${_fo_old} 0 old-peer && ${_fo_run1} 0 old-peer"
+    "${_fo_run1} 1 sender-port,fence,idle,eager && ${_fo_cm} 1 receiver-port && ${_fo_hold} 1 silent,all-gone,hold-rq && ${_fo_create} 1 create-fail && ${_fo_run1} 1 old-peer && ${_fo_old} 1 old-peer")
 set_tests_properties(plugin_failover_two_host PROPERTIES LABELS "rdma;bed;faults;nosan" TIMEOUT 540
                      SKIP_RETURN_CODE 77   # 77: nested inside a VM bed, cannot boot VMs there
                      ENVIRONMENT "SLUICE_LIVENESS_POLL_MS=100;SLUICE_TEST_DEADLINE_S=60;SLUICE_TEST_FAILOVER_MESSAGES=150;SLUICE_TEST_ALL_GONE_MS=20000;SLUICE_FAILBACK_RETRY_MS=100;SLUICE_FAILBACK_RETRY_CAP_MS=800;SLUICE_FAILBACK_RAMP_MS=250;SLUICE_TEST_FLAP_MS=4000")

@@ -58,8 +58,10 @@ set(SLUICE_PLUGIN_DATA_TESTS
 # default, one-path comms) a receive whose message comes eagerly has none (docs/eager.md); the
 # eager path's own counts are core_eager's and ProfilerEager's. So every one-path matrix below runs
 # without them, and plugin_rdma_noeager and plugin_rdma_qps4_noeager run them (and, the first, the
-# whole matrix) with SLUICE_EAGER_MAX=0. Fused and standby comms have no eager path: theirs keep
-# them.
+# whole matrix) with SLUICE_EAGER_MAX=0. Fused and standby comms have the eager path too
+# (SLUICE_EAGER_FUSED): their runs leave the counts out, and plugin_rdma_fused_noeager runs them
+# over the fused device with it off (a standby path carries no clear-to-send while the primary is
+# up: its comm counts what a one-path comm does).
 set(SLUICE_PLUGIN_CTS_COUNTS "Cost*:CtsPublish*:*Profiler.EveryWorkRequestStartsAndStopsUnderItsParent*")
 set(SLUICE_PLUGIN_EAGER_DATA_TESTS "${SLUICE_PLUGIN_DATA_TESTS}-${SLUICE_PLUGIN_CTS_COUNTS}")
 sluice_add_rdma_test(NAME plugin_rdma_qps1
@@ -128,7 +130,14 @@ set_property(TEST plugin_rdma_qps4_noeager APPEND PROPERTY LABELS nosan)
 #    FusedDevice.SharesByPacketCount* (packets per member).
 set(SLUICE_PLUGIN_FUSED_EXCLUDE
     "*Versions.SendRecvThroughTable/v8:Cost.LongMessages*:Cost.AdaptiveRouting*")
-set(SLUICE_PLUGIN_FUSED_TESTS "${SLUICE_PLUGIN_DATA_TESTS}-${SLUICE_PLUGIN_FUSED_EXCLUDE}")
+set(SLUICE_PLUGIN_FUSED_TESTS
+    "${SLUICE_PLUGIN_DATA_TESTS}-${SLUICE_PLUGIN_FUSED_EXCLUDE}:${SLUICE_PLUGIN_CTS_COUNTS}")
+# The clear-to-send protocol's counts over the fused device, with the eager path off.
+sluice_add_rdma_test(NAME plugin_rdma_fused_noeager
+                     COMMAND $<TARGET_FILE:plugin_rdma_test>
+                             --gtest_filter=${SLUICE_PLUGIN_CTS_COUNTS}-${SLUICE_PLUGIN_FUSED_EXCLUDE})
+set_property(TEST plugin_rdma_fused_noeager APPEND PROPERTY ENVIRONMENT SLUICE_TEST_FUSE=fused
+             NCCL_IB_QPS_PER_CONNECTION=1 SLUICE_CM=oob SLUICE_EAGER_MAX=0)
 foreach(run "fused;fused;1;0" "fused_qps4_split;fused;4;1" "fused_send_qps4;send;4;0"
             "fused_recv;recv;1;0")
   list(GET run 0 name)

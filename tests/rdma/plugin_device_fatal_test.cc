@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "ext_stats.h"
 #include "nccl_profiler_default.h"
 #include "plugin_bed.h"
 #include "rdma_env.h"
@@ -62,6 +63,77 @@ bool write_fault(const std::string& dev) {
     if (std::string bad = check_fill(rbuf.data() + sz, kMsg + kGuard - sz, kGuardByte);
         !bad.empty())
       return ::testing::AssertionFailure() << "message " << i << " past its size: " << bad;
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// The eager burst (fused comms, SLUICE_EAGER_FUSED): up to kBurst small messages sent ahead of
+// their receives (into the receiver's ring, striped over both paths by counter) and left untested,
+// so that the dead member's share of their WRITEs has no completion polled when its path is fenced.
+constexpr int kBurst = 12;
+constexpr size_t kBurstSlot = 4096;
+size_t burst_size(int k) {
+  return 1 + static_cast<size_t>(k) * 331 % 4000;
+}
+
+struct Burst {
+  std::vector<void*> sreq;
+};
+
+::testing::AssertionResult burst_send(Net& n, Conn& c, RegBuf& sbuf, RegBuf& rbuf, int tag,
+                                      Burst* b) {
+  // A send goes eagerly ahead of its receive only with a tag the sender saw the receiver number
+  // (in a clear-to-send entry): one message on the tag first.
+  int got = -1;
+  fill_pattern(sbuf.data(), 8, 99);
+  if (auto ok = send_recv(n, c, sbuf, 8, rbuf, 4096, tag, &got); !ok) return ok << " (tag 77)";
+  for (int k = 0; k < kBurst; ++k) {
+    const size_t sz = burst_size(k);
+    uint8_t* p = sbuf.data() + static_cast<size_t>(k) * kBurstSlot;
+    fill_pattern(p, sz, pattern_seed(sz, 7000 + k, tag));
+    void* req = nullptr;
+    if (n.isend(c.send, p, sz, tag, sbuf.mh(), &req) != ncclSuccess)
+      return ::testing::AssertionFailure() << "burst isend " << k << ": " << last_warn();
+    if (req == nullptr) break;  // no credit or staging slot left: the rest is not needed
+    b->sreq.push_back(req);
+  }
+  if (b->sreq.size() < 6)
+    return ::testing::AssertionFailure() << "only " << b->sreq.size() << " of " << kBurst
+                                         << " burst sends went before their receives";
+  return ::testing::AssertionSuccess();
+}
+
+// The burst's receives, then every request tested to done: each message once, its size, every
+// byte and the guard after it.
+::testing::AssertionResult burst_receive(Net& n, Conn& c, RegBuf& rbuf, int tag, Burst& b) {
+  const int count = static_cast<int>(b.sreq.size());
+  std::memset(rbuf.data(), kGuardByte, static_cast<size_t>(count) * kBurstSlot);
+  std::vector<void*> rreq(count, nullptr);
+  for (int k = 0; k < count; ++k) {
+    void* data = rbuf.data() + static_cast<size_t>(k) * kBurstSlot;
+    void* mh = rbuf.mh();
+    size_t cap = kBurstSlot - kGuard;
+    int t = tag;
+    if (!post_until("irecv", &rreq[k],
+                    [&](void** req) { return n.irecv(c.recv, 1, &data, &cap, &t, &mh, req); }))
+      return ::testing::AssertionFailure() << "burst irecv " << k;
+  }
+  for (int k = 0; k < count; ++k) {
+    int got = -1;
+    if (!wait_done(n, "burst recv", rreq[k], &got))
+      return ::testing::AssertionFailure() << "burst receive " << k << ": " << last_warn();
+    const size_t sz = burst_size(k);
+    if (got != static_cast<int>(sz))
+      return ::testing::AssertionFailure() << "burst message " << k << ": " << got << " of " << sz;
+    const uint8_t* p = rbuf.data() + static_cast<size_t>(k) * kBurstSlot;
+    if (std::string bad = check_pattern(p, sz, pattern_seed(sz, 7000 + k, tag)); !bad.empty())
+      return ::testing::AssertionFailure() << "burst message " << k << ": " << bad;
+    if (std::string bad = check_fill(p + sz, kBurstSlot - sz, kGuardByte); !bad.empty())
+      return ::testing::AssertionFailure() << "burst message " << k << " past its size: " << bad;
+  }
+  for (int k = 0; k < count; ++k) {
+    if (!wait_done(n, "burst send", b.sreq[k], nullptr))
+      return ::testing::AssertionFailure() << "burst send " << k << ": " << last_warn();
   }
   return ::testing::AssertionSuccess();
 }
@@ -147,6 +219,11 @@ TEST(DeviceFatal, AMembersDeadDeviceFailsOverItsPathsAndTheCommGoesOn) {
     EXPECT_NE(paths.back().find("failover on"), std::string::npos) << paths.back();
 
     sluice::rdmatest::ExpectWarns expected;  // the device's fatal event is a WARN
+    // Eager messages in flight on both paths when the device dies (their completions unpolled):
+    // the dead member's are posted again on the path left, and the receiver, whose ring the first
+    // WRITEs reached too (rxe goes on working), takes each message once.
+    Burst burst;
+    ASSERT_TRUE(burst_send(n, c, sbuf, rbuf, 77, &burst));
     ASSERT_TRUE(write_fault(dead)) << fault_file();
     // The async thread reads the file every 100 ms; the comms find out at their next call.
     const auto deadline = Clock::now() + std::chrono::seconds(10);
@@ -155,6 +232,15 @@ TEST(DeviceFatal, AMembersDeadDeviceFailsOverItsPathsAndTheCommGoesOn) {
       usleep(20000);
     }
     EXPECT_NE(last_warn().find(dead + ": async event"), std::string::npos) << last_warn();
+    ASSERT_TRUE(burst_receive(n, c, rbuf, 77, burst));
+    const long long replays = eager_replays(c.send);
+    std::fprintf(stderr, "[device-fatal] %zu burst sends, %lld eager WRITEs replayed\n",
+                 burst.sreq.size(), replays);
+    if (standby) {
+      EXPECT_EQ(replays, 0) << "the standby carried an eager WRITE";
+    } else {
+      EXPECT_GT(replays, 0) << "no eager WRITE of the dead member was replayed";
+    }
     // The comm goes on: 64 messages over the paths left, each checked.
     ASSERT_TRUE(messages(n, c, sbuf, rbuf, 8, 64));
     // Both sides failed the dead member's path over and keep it down with the reason.

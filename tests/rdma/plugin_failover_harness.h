@@ -443,6 +443,8 @@ int step_old_peer(Ctx& x, int step);
 int step_fence(Ctx& x, int step);
 int step_idle(Ctx& x, int step);
 int step_silent(Ctx& x, int step);
+// plugin_failover_eager.cc: eager (small messages on both paths, host1's eth1 down and up).
+int step_eager(Ctx& x, int step);
 int step_all_gone(Ctx& x, int step);
 
 }  // namespace nettest::failover

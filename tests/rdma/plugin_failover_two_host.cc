@@ -99,8 +99,8 @@
 // failure's.
 // The test is split in files: plugin_failover_harness.h (what the steps share; its .cc: the plain
 // stream and the printing), plugin_failover_paced.cc (the paced stream), plugin_failover_flaps.cc
-// (sender-port, receiver-port), plugin_failover_steps.cc (fence, idle, silent, all-gone); this
-// file runs the steps.
+// (sender-port, receiver-port), plugin_failover_steps.cc (fence, idle, silent, all-gone),
+// plugin_failover_eager.cc (eager: its own comment says what it checks); this file runs the steps.
 #include <unistd.h>
 
 #include <algorithm>
@@ -167,6 +167,8 @@ int run(int host, const std::string& steps) {
       rc = step_idle(x, step);
     } else if (s == "silent") {
       rc = step_silent(x, step);
+    } else if (s == "eager") {
+      rc = step_eager(x, step);
     } else if (s == "all-gone") {
       rc = step_all_gone(x, step);
     } else if (s == "hold-rq") {
@@ -177,8 +179,8 @@ int run(int host, const std::string& steps) {
       rc = step_old_peer(x, step);
     } else {
       return fail(2, "unknown step '" + s +
-                         "' (sender-port, receiver-port, fence, idle, silent, all-gone, hold-rq, "
-                         "create-fail, old-peer)");
+                         "' (sender-port, receiver-port, fence, idle, silent, eager, all-gone, "
+                         "hold-rq, create-fail, old-peer)");
     }
     std::fprintf(stderr, "host%d: step %s: exit %d after %.1f s\n", host, s.c_str(), rc,
                  double(ms_since(t)) / 1000);

@@ -292,13 +292,16 @@ TEST(ProfilerEager, AnEagerSendIsOneWriteEvent) {
   // The engine (and its configuration) lives as long as the bed's own Net: the process's
   // environment decides (unset: on, the default; plugin_rdma_noeager sets SLUICE_EAGER_MAX=0).
   // With it off, the same sends all go by rendezvous, each with its events (checked below too).
-  // A comm with more than one path (a fused device, SLUICE_TEST_FUSE; a standby) has none.
+  // A comm with more than one path (a fused device, SLUICE_TEST_FUSE; a standby) has it too,
+  // unless SLUICE_EAGER_FUSED=0.
   const char* max = std::getenv("SLUICE_EAGER_MAX");
   const char* fuse = std::getenv("SLUICE_TEST_FUSE");
   const char* standby = std::getenv("SLUICE_STANDBY");
+  const char* fused_eager = std::getenv("SLUICE_EAGER_FUSED");
   const bool one_path =
       (fuse == nullptr || *fuse == '\0') && (standby == nullptr || std::strcmp(standby, "0") == 0);
-  const bool eager_on = (max == nullptr || std::atol(max) > 0) && one_path;
+  const bool fused_off = fused_eager != nullptr && std::strcmp(fused_eager, "0") == 0;
+  const bool eager_on = (max == nullptr || std::atol(max) > 0) && (one_path || !fused_off);
   Net n(12);
   n.profiler = &counting_callback;
   ASSERT_EQ(n.init(0x2240), ncclSuccess);
@@ -339,8 +342,8 @@ TEST(ProfilerEager, AnEagerSendIsOneWriteEvent) {
   if (eager_on) {
     ASSERT_GT(eager_sent, 0) << "no send went eagerly: the test shows nothing";
   } else {
-    EXPECT_EQ(eager_sent, 0) << "a send went eagerly with the eager path off or on a comm of "
-                                "more than one path";
+    EXPECT_EQ(eager_sent, 0) << "a send went eagerly with the eager path off (or on a comm of "
+                                "more than one path with SLUICE_EAGER_FUSED=0)";
   }
   {
     std::lock_guard<std::mutex> lk(g_rec.mu);

@@ -57,6 +57,7 @@ TEST(Config, DefaultsWithEmptyEnvironment) {
   // The eager path is on: messages of up to 4 KiB.
   EXPECT_EQ(c.eager_max, 4096);
   EXPECT_TRUE(c.eager_hold);
+  EXPECT_TRUE(c.eager_fused);
   EXPECT_EQ(c.rnr_retry, 7);
   EXPECT_EQ(c.min_rnr_timer, 12);
   EXPECT_EQ(c.traffic_class, -1);
@@ -110,6 +111,7 @@ TEST(Config, EveryParameterReachesItsField) {
       {"SLUICE_EAGER_MAX", "2048"},
       {"SLUICE_EAGER_SLOTS", "32"},
       {"SLUICE_EAGER_HOLD", "0"},
+      {"SLUICE_EAGER_FUSED", "0"},
       {"SLUICE_EAGER_RINGS", "7"},
       {"SLUICE_HANDSHAKE_TIMEOUT_MS", "1500"},
       {"SLUICE_LIVENESS_POLL_MS", "250"},
@@ -179,6 +181,7 @@ TEST(Config, EveryParameterReachesItsField) {
   EXPECT_EQ(c.eager_max, 2048);
   EXPECT_EQ(c.eager_slots, 32);
   EXPECT_FALSE(c.eager_hold);
+  EXPECT_FALSE(c.eager_fused);
   EXPECT_EQ(c.eager_rings, 7);
   EXPECT_EQ(c.handshake_timeout_ms, 1500);
   EXPECT_EQ(c.liveness_poll_ms, 250);
@@ -513,7 +516,7 @@ TEST(Config, LogLevelForTheLoggerUsesTheTableRow) {
 
 TEST(ParamDocs, OneRowPerParameterWithEverythingFilledIn) {
   const auto& docs = param_docs();
-  EXPECT_EQ(docs.size(), 65u);
+  EXPECT_EQ(docs.size(), 66u);
   std::set<std::string> names;
   for (const ParamDoc& d : docs) {
     SCOPED_TRACE(d.name);

@@ -168,7 +168,7 @@ const std::vector<Param>& table() {
     {.name = "SLUICE_EAGER_MAX", .type = Type::kInt, .field = &Config::eager_max, .min = 0,
      .max = 65536,
      .doc = "Largest message in bytes sent eagerly (without waiting for the receiver's "
-            "clear-to-send) on a one-path comm whose peer also has it; 0 = off (docs/eager.md)"},
+            "clear-to-send) on a comm whose peer also has it; 0 = off (docs/eager.md)"},
     {.name = "SLUICE_EAGER_SLOTS", .type = Type::kInt, .field = &Config::eager_slots, .min = 4,
      .max = 64,
      .doc = "Eager ring slots per comm (rounded down to a power of two): eager messages a sender "
@@ -177,6 +177,10 @@ const std::vector<Param>& table() {
      .doc = "With eager on, a receiver whose traffic is eager holds each receive's clear-to-send "
             "back until its message lands in the ring or the sender asks for it (1 message, 1 "
             "WRITE); needs the receiver's requests tested while a send waits, as NCCL's proxy does"},
+    {.name = "SLUICE_EAGER_FUSED", .type = Type::kBool, .field = &Config::eager_fused,
+     .doc = "The eager path on fused comms too (NIC fusion, a standby), where both ends offer "
+            "it: eager WRITEs follow failover's routes and a failover replays those it did not "
+            "see complete; 0 = fused comms use clear-to-send only"},
     {.name = "SLUICE_EAGER_RINGS", .type = Type::kInt, .field = &Config::eager_rings, .min = 0,
      .max = 4096,
      .doc = "Eager rings per adapter, shared by its comms: a comm that finds none free sends "

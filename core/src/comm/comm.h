@@ -160,6 +160,7 @@ struct CommCounters {
   StatCell cts_probes;     // the watchdog's zero-length CTS probes (progress.h), also in wrs
   StatCell ar_imm_writes;  // adaptive routing's separate closing WRITE_WITH_IMMs, also in wrs
   StatCell eager;          // eager WRITEs posted (send) / eager messages copied out (receive)
+  StatCell eager_replays;  // eager WRITEs a failover posted again (send comm)
   std::atomic<int> eager_state{0};  // api.h CommStatsV2::eager (EagerState)
   void set_eager(EagerState s) {
     eager_state.store(static_cast<int>(s), std::memory_order_relaxed);
@@ -402,7 +403,21 @@ class SendComm : public CommBase {
     wire::EagerGrant* block = nullptr;  // where the receiver writes it (in `mem`, registered)
     size_t max = 0;                     // min(ours, the receiver's)
     uint64_t busy = 0;                  // staging slots whose WRITE has not completed
-    bool owed = false;                  // the slot at head is complete but not posted yet
+    // Staging slot of counter c is c % mod (mod = min(ours, the receiver's W)), so counter c + W
+    // waits until a WRITE of c completed. A fused comm (eager.cc "Failover"): the busy slots whose
+    // WRITE went on each path, posted again on another once both sides fenced it, and each slot's
+    // request (its pool index) for that.
+    uint32_t mod = 0;
+    uint64_t on_path[wire::kMaxMetaMembers] = {};
+    uint8_t slot_req[wire::kEagerMaxSlots] = {};
+    uint64_t replays = 0;     // WRITEs posted again (statistics)
+    int8_t ask_path = -1;     // the path the ask went on
+    int8_t report_path = -1;  // the path the head report went on
+    uint32_t ask_bytes = 0;
+    uint64_t ask_counter = 0;  // while ask_busy, counter ask_counter + W waits (eager_send)
+    // The staging pool's lkey on each member (member 0: the pool's own adapter).
+    uint32_t lkeys[wire::kMaxMetaMembers] = {};
+    bool owed = false;  // the slot at head is complete but not posted yet
     // The head report (eager.cc): slots read so far, twice (16 bytes), written into the
     // receiver's head cell; it frees FIFO slots of receives completed from the ring.
     uint64_t* head_src = nullptr;  // its source (in `mem`, registered)
@@ -460,6 +475,8 @@ class RecvComm : public CommBase {
     eager::ReceiverBook* book = nullptr;
     EagerRef ref;     // before `ring`: given back after it
     EagerLease ring;  // lent at the comm's first receive if it is host memory, while rings last
+    // The pool's rkey on each member (a fused comm's grant names them all; member 0: its own).
+    uint32_t rkeys[wire::kMaxMetaMembers] = {};
     bool grant_sent = false;    // the grant block is written (before any credit could be used)
     uint32_t grant = 0;         // the grant's generation
     uint64_t remote_block = 0;  // the sender's grant block

@@ -31,14 +31,17 @@ void fill_local_meta(const Device& d, uint8_t role, const wire::Nonce& nonce, wi
   std::snprintf(m->dev_name, sizeof m->dev_name, "%s", d.name.c_str());
   if (local_path_msg_set() >= 2) m->features |= wire::kMetaFeaturePathSet2;
   const Config& cfg = engine()->config();
-  if (cfg.eager_max > 0 && cfg.eager_rings > 0) m->features |= wire::kMetaFeatureEager;
+  if (cfg.eager_max > 0 && cfg.eager_rings > 0) {
+    m->features |= wire::kMetaFeatureEager;
+    if (cfg.eager_fused) m->features |= wire::kMetaFeatureEagerFused;
+  }
 }
 
 namespace {
 
-// Whether a comm takes the eager path: both ends offer it and it has one path (docs/eager.md:
-// failover's replay of eager WRITEs is not built), and the adapter's pool exists (made here, on
-// the setup path, at the first such comm).
+// Whether a comm takes the eager path: both ends offer it (a fused comm: its fused form too,
+// SLUICE_EAGER_FUSED), and the adapter's pool exists (made here, on the setup path, at the first
+// such comm).
 Result<EagerPool*> eager_pool_for(Conn& c, uint8_t local_features, uint8_t remote_features) {
   const bool both = (local_features & remote_features & wire::kMetaFeatureEager) != 0;
   SLUICE_TRACE(kSubNet, "%s: eager path offered here %d, by the peer %d", c.describe_qp(0).c_str(),
@@ -54,12 +57,31 @@ Result<EagerPool*> eager_pool_for(Conn& c, uint8_t local_features, uint8_t remot
     }
     return static_cast<EagerPool*>(nullptr);
   }
-  if (c.npaths > 1) {
-    SLUICE_INFO(kSubNet, "%s: eager path off on a fused comm (NIC fusion): clear-to-send only",
-                c.describe_qp(0).c_str());
+  if (c.npaths > 1 && (local_features & remote_features & wire::kMetaFeatureEagerFused) == 0) {
+    SLUICE_INFO(kSubNet, "%s: eager path off on this fused comm (%d paths): %s; clear-to-send only",
+                c.describe_qp(0).c_str(), c.npaths,
+                (local_features & wire::kMetaFeatureEagerFused) == 0
+                    ? "SLUICE_EAGER_FUSED=0 here"
+                    : "the peer does not offer it (SLUICE_EAGER_FUSED=0 there, or an older "
+                      "Sluice)");
     return static_cast<EagerPool*>(nullptr);
   }
   return eager_pool_of(*c.dev->adapter, numa_of(*c.dev));
+}
+
+// The pool's keys on each of the comm's members (eager_pool_keys). A registration refused turns
+// the comm's eager path off (WARN), as a pool that cannot be made does: false.
+bool member_keys(Conn& c, uint32_t* lkeys, uint32_t* rkeys) {
+  for (int m = 0; m < c.nmembers; ++m) {
+    if (Status st =
+            eager_pool_keys(*c.dev->adapter, *c.members[m].dev->adapter, &lkeys[m], &rkeys[m]);
+        !st.is_ok()) {
+      SLUICE_WARN("%s: eager path off for this comm: %s", c.describe_qp(0).c_str(),
+                  st.message().c_str());
+      return false;
+    }
+  }
+  return true;
 }
 
 }  // namespace
@@ -69,8 +91,15 @@ Status setup_send_eager(SendComm& s, uint8_t local_features, uint8_t remote_feat
   if (!pool.is_ok()) return pool.status();
   s.eg.on = pool.value() != nullptr;
   if (s.eg.on) {
-    s.c.stats.set_eager(EagerState::kNegotiated);
     s.eg.ref.adapter = s.c.dev->adapter;  // eager_pool_of's reference
+    uint32_t rkeys[kMaxConnMembers] = {};
+    if (!member_keys(s.c, s.eg.lkeys, rkeys)) {
+      s.eg.ref.reset();
+      s.eg.on = false;
+    }
+  }
+  if (s.eg.on) {
+    s.c.stats.set_eager(EagerState::kNegotiated);
     s.eg.book_lease.pool = pool.value();  // its book: borrowed at its first use (eager.cc)
     s.eg.staging.pool = pool.value();     // borrowed at the first eager send
   }
@@ -85,13 +114,21 @@ Status setup_recv_eager(RecvComm& r, uint8_t local_features, uint8_t remote_feat
   if (!pool.is_ok()) return pool.status();
   r.eg.on = pool.value() != nullptr;
   if (!r.eg.on) return Status::ok();
-  r.c.stats.set_eager(EagerState::kNegotiated);
   r.eg.ref.adapter = r.c.dev->adapter;  // eager_pool_of's reference
-  r.eg.ring.pool = pool.value();        // ring and book: borrowed at the first receive (eager.cc)
+  uint32_t lkeys[kMaxConnMembers] = {};
+  if (!member_keys(r.c, lkeys, r.eg.rkeys)) {
+    r.eg.ref.reset();
+    r.eg.on = false;
+    return Status::ok();
+  }
+  r.c.stats.set_eager(EagerState::kNegotiated);
+  r.eg.ring.pool = pool.value();  // ring and book: borrowed at the first receive (eager.cc)
   r.eg.hold = engine()->config().eager_hold;
-  // The sender's grant block follows its FIFO and records (connect.cc), one-path layout.
+  // The sender's grant block follows its FIFO (a fused comm's entries are cell pairs) and records
+  // (connect.cc).
   r.eg.remote_block = r.remote_fifo +
-                      sizeof(wire::CtsEntry) * wire::kFifoSlots * wire::kEntriesPerSlot +
+                      sizeof(wire::CtsEntry) * wire::kFifoSlots * wire::kEntriesPerSlot *
+                          static_cast<size_t>(wire::cts_cells(r.c.npaths)) +
                       sizeof(wire::DoneRecord) * wire::kFifoSlots;
   return Status::ok();
 }

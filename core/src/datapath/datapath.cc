@@ -326,6 +326,7 @@ Status comm_stats_v2(void* comm, CommStatsV2* out) {
   const PathFailover& f = c.fo;
   out->failover = f.on;
   out->eager = static_cast<EagerState>(c.stats.eager_state.load(std::memory_order_relaxed));
+  out->eager_replays = c.stats.eager_replays.get();
   out->npaths = std::max(1, std::min(c.npaths, kMaxMembers));
   for (int p = 0; p < out->npaths; ++p) {
     PathStats& ps = out->paths[p];

@@ -169,6 +169,10 @@ Status eager_send(SendComm& s, const void* data, size_t size, int tag, bool host
 Status eager_ask(SendComm& s, size_t size, int tag, bool host);
 // A completion of an eager WRITE (poll_send).
 void eager_write_done(SendComm& s, uint64_t wr_id);
+// A fused comm's failover (eager.cc "Failover"): once both sides fenced path p, every eager WRITE
+// that went on it and was not seen complete is posted again where the eager path goes now, in
+// counter order (*done: all of them; else the next call goes on).
+Status eager_replay(SendComm& s, int p, bool* done);
 // Posts the group at head when it is complete and fits (*posted); shared with isend (send.cc).
 Status post_group_if_room(SendComm& s, bool* posted);
 

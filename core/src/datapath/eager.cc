@@ -23,8 +23,9 @@ namespace {
 // < 64).
 constexpr uint32_t kHeadReport = 0xff;
 constexpr uint32_t kAskWrite = 0xfe;
-// The QP that carries the eager path's WRITEs: messages, asks, head reports (one-path comms only).
-constexpr int kEagerQp = 0;
+// Where a request's profiler event of its eager WRITE is kept (SendReq::ev), whatever QP it went
+// on (a fused comm's route may change before it completes).
+constexpr int kEagerEv = 0;
 
 const char* ring_slot(const RecvComm& r, uint64_t counter) {
   const EagerLease& l = r.eg.ring;
@@ -204,8 +205,10 @@ Status eager_recv_post(RecvComm& r, RecvReq& req, const MemHandle* const* mhs,
     r.c.stats.set_eager(EagerState::kOn);
     r.eg.grant = p.next_grant();
     r.eg.lazy_max = static_cast<int64_t>(p.max_bytes());
+    // A fused comm's WRITEs reach the ring through any of this side's members: each one's key.
+    const int more = r.c.npaths > 1 ? r.c.nmembers - 1 : 0;
     wire::encode_grant(r.eg.src, reinterpret_cast<uintptr_t>(ring.base), ring.rkey, r.eg.grant,
-                       static_cast<uint32_t>(p.max_bytes()), ring.slots);
+                       static_cast<uint32_t>(p.max_bytes()), ring.slots, &r.eg.rkeys[1], more);
     r.eg.grant_sent = false;  // written before the next publication (recv.cc)
   }
   // Parts whose tag this end numbers say so in their entries (the sender sends eagerly only those).
@@ -349,6 +352,24 @@ void stand_in(SendComm& s, int i, uint32_t size) {
 
 namespace {
 
+// The QP that carries the eager WRITE of `counter` (a message or an ask; a head report takes 0):
+// on a one-path comm its only QP; on a fused comm the first QP of a path that carries by weight
+// (never a standby's while another carries), in turn by counter, so the paths share the small
+// messages, where failover routes it (fo_route); -1 while none can take it (a fence waits for
+// its substitute): nothing goes eagerly then. Eager WRITEs need no order among themselves (the
+// receiver takes each by its counter), so any path will do. The ring's key is the receiver
+// member's at the other end of that QP (the grant names each one).
+int eager_qp(const SendComm& s, uint64_t counter) {
+  if (s.c.npaths <= 1) return 0;
+  const stripe::Paths& w = s.c.fo.on ? s.c.fo.live : s.c.paths;
+  int carry[stripe::kMaxPaths];
+  int n = 0;
+  for (int p = 0; p < s.c.npaths && p < stripe::kMaxPaths; ++p)
+    if (w.weight[p] > 0) carry[n++] = p;
+  const int p = n > 0 ? carry[counter % static_cast<uint64_t>(n)] : 0;
+  return fo_route(s.c.fo, s.c.qpp, p * s.c.qpp);
+}
+
 // The receiver's grant block, read until it is valid (then kept: `granted`). kRemoteError: a
 // block whose CRC checks with values outside the format's.
 Status try_grant(SendComm& s) {
@@ -405,8 +426,12 @@ Status read_head(SendComm& s) {
     // Stand-ins for the slot's eager parts come from the pool: make sure a whole slot's fit
     // before the book matches (it cannot take a match back).
     if (s.free_top < wire::kEntriesPerSlot) return Status::ok();
-    const wire::CtsEntry* e = &s.fifo[(s.head % wire::kFifoSlots) * wire::kEntriesPerSlot];
-    Status st = cts::take_snapshot(e, s.head + 1, &s.snap, true);
+    const wire::CtsEntry* e =
+        &s.fifo[(s.head % wire::kFifoSlots) * wire::kEntriesPerSlot * s.c.cells()];
+    Status st = s.c.npaths > 1
+                    ? cts::take_snapshot_fused(e, s.head + 1, s.c.npaths, s.c.remote_nmembers,
+                                               &s.snap, s.c.fo.path_set >= 2, true)
+                    : cts::take_snapshot(e, s.head + 1, &s.snap, true);
     if (st.is_again()) return Status::ok();
     if (!st.is_ok()) return fail(s.c, on_qp(s.c, 0, st));
     if (!s.eg.decided) {
@@ -468,6 +493,50 @@ Status eager_read_head(SendComm& s) {
   return st;
 }
 
+namespace {
+
+// The WRITE of `bytes` from staging (or the ask's source) into the ring's slot of `counter`, on
+// QP q: the keys of q's member on this side (staging) and on the receiver's (the grant's).
+Status ring_write(SendComm& s, int q, const char* src, uint32_t bytes, uint64_t counter,
+                  uint32_t ss, uint32_t index, ibv_send_wr* w, ibv_sge* sge) {
+  const SendComm::Eager& g = s.eg;
+  const uint32_t rkey = wire::grant_rkey(g.grant, remote_member(s.c, q));
+  if (rkey == 0) {
+    return fail(s.c,
+                Status(Code::kRemoteError,
+                       "the eager grant names no ring key for the receiver's member " +
+                           std::to_string(remote_member(s.c, q)) + " (" +
+                           std::to_string(g.grant.nkeys + 1) + " keyed) on " + s.c.describe_qp(q)));
+  }
+  const bool ask = src == g.ask_src;
+  *sge = {reinterpret_cast<uintptr_t>(src), bytes,
+          ask ? local_mem_lkey(s.c, q) : g.lkeys[s.c.qp_member[q]]};
+  *w = ibv_send_wr{};
+  w->wr_id = kWrEager | static_cast<uint64_t>(ss) << 8 | index;
+  w->sg_list = sge;
+  w->num_sge = 1;
+  w->opcode = IBV_WR_RDMA_WRITE;
+  w->send_flags = IBV_SEND_SIGNALED;
+  w->wr.rdma.remote_addr = wire::ring_slot_addr(g.grant, counter);
+  w->wr.rdma.rkey = rkey;
+  return Status::ok();
+}
+
+Status post_eager_wr(SendComm& s, int q, ibv_send_wr* w, const char* what) {
+  ibv_send_wr* bad = nullptr;
+  if (int rc = ibv_post_send(s.c.qp[q].get(), w, &bad); rc != 0) {
+    return fail(
+        s.c, Status(Code::kSystemError, std::string("ibv_post_send (") + what + ") on " +
+                                            s.c.describe_qp(q) + " failed: " + std::strerror(rc)));
+  }
+  s.c.qp[q].sq_used += 1;
+  s.c.stats.wrs.add(1);
+  s.c.stats.doorbells.add(1);
+  return Status::ok();
+}
+
+}  // namespace
+
 Status eager_send(SendComm& s, const void* data, size_t size, int tag, bool host, void* parent,
                   Request** out) {
   // The CPU copies the message into staging: a buffer in GPU memory goes by rendezvous.
@@ -491,14 +560,24 @@ Status eager_send(SendComm& s, const void* data, size_t size, int tag, bool host
     st.slots = p.slots();
     st.stride = p.stride();
     g.max = std::min<size_t>(p.max_bytes(), g.grant.max_bytes);
+    // Counter c's staging slot is also counter c + W's (W a multiple of it): c + W, which the
+    // receiver's ring takes in the same slot, waits until a WRITE of c completed, a failover's
+    // replay of c included ("Failover" below).
+    g.mod = std::min<uint32_t>(st.slots, g.grant.slots);
   }
   if (!g.book->may_send(tag, size, g.max)) return Status::again();
   const uint64_t counter = g.book->counter();
-  const uint32_t ss = static_cast<uint32_t>(counter % st.slots);
-  const int q = kEagerQp;
-  if ((g.busy >> ss & 1u) != 0 || s.c.qp[q].sq_used + 1 > kSendSqDepth) {
+  const uint32_t ss = static_cast<uint32_t>(counter % g.mod);
+  const int q = eager_qp(s, counter);
+  if (q < 0) return Status::again();  // a fence waits for its substitute
+  // An ask whose WRITE is not known complete (it may be replayed) holds counter ask + W back.
+  auto blocked = [&] {
+    return (g.busy >> ss & 1u) != 0 || s.c.qp[q].sq_used + 1 > kSendSqDepth ||
+           (g.ask_busy && counter >= g.ask_counter + g.grant.slots);
+  };
+  if (blocked()) {
     SLUICE_RETURN_IF_ERROR(poll_send(s));
-    if ((g.busy >> ss & 1u) != 0 || s.c.qp[q].sq_used + 1 > kSendSqDepth) return Status::again();
+    if (blocked()) return Status::again();
   }
   if (s.free_top == 0) return Status::again();
   const uint16_t index = s.free_list[--s.free_top];
@@ -525,27 +604,17 @@ Status eager_send(SendComm& s, const void* data, size_t size, int tag, bool host
   const size_t bytes =
       wire::encode_eager_slot(src, counter, g.grant.grant, tag, g.book->send_ordinal(tag), data,
                               static_cast<uint32_t>(size), s.head);
-  ibv_sge sge{reinterpret_cast<uintptr_t>(src), static_cast<uint32_t>(bytes), st.lkey};
   ibv_send_wr w{};
-  w.wr_id = kWrEager | static_cast<uint64_t>(ss) << 8 | index;
-  w.sg_list = &sge;
-  w.num_sge = 1;
-  w.opcode = IBV_WR_RDMA_WRITE;
-  w.send_flags = IBV_SEND_SIGNALED;
-  w.wr.rdma.remote_addr = wire::ring_slot_addr(g.grant, counter);
-  w.wr.rdma.rkey = g.grant.rkey;
+  ibv_sge sge{};
+  SLUICE_RETURN_IF_ERROR(
+      ring_write(s, q, src, static_cast<uint32_t>(bytes), counter, ss, index, &w, &sge));
   if (s.c.prof.start != nullptr) [[unlikely]]
-    prof_eager_send(s.c, *r, w, q);
-  ibv_send_wr* bad = nullptr;
-  if (int rc = ibv_post_send(s.c.qp[q].get(), &w, &bad); rc != 0) {
-    return fail(s.c, Status(Code::kSystemError, "ibv_post_send (eager) on " + s.c.describe_qp(q) +
-                                                    " failed: " + std::strerror(rc)));
-  }
-  s.c.qp[q].sq_used += 1;
+    prof_eager_send(s.c, *r, w, q, kEagerEv);
+  SLUICE_RETURN_IF_ERROR(post_eager_wr(s, q, &w, "eager"));
   g.busy |= uint64_t{1} << ss;
+  g.on_path[q / s.c.qpp] |= uint64_t{1} << ss;
+  g.slot_req[ss] = static_cast<uint8_t>(index);
   g.book->on_eager(tag, static_cast<uint32_t>(size), index);
-  s.c.stats.wrs.add(1);
-  s.c.stats.doorbells.add(1);
   s.c.stats.messages.add(1);
   s.c.stats.bytes.add(size);
   s.c.stats.eager.add(1);
@@ -555,36 +624,19 @@ Status eager_send(SendComm& s, const void* data, size_t size, int tag, bool host
 
 namespace {
 
-// One signaled RDMA WRITE of `bytes` from the sender's registered comm memory (`src`) to `remote`
-// (the receiver's comm memory, or its ring with `rkey`) on kEagerQp, counted. `what` names it in
-// errors.
-Status post_small_write(SendComm& s, const void* src, uint32_t bytes, uint64_t remote,
-                        uint32_t rkey, uint64_t wr_id, const char* what) {
-  const int q = kEagerQp;
-  ibv_sge sge{reinterpret_cast<uintptr_t>(src), bytes, local_mem_lkey(s.c, q)};
+// The ask's one WRITE (its source: g.ask_src, `bytes` long, of counter `counter`), on the eager QP.
+Status post_ask(SendComm& s, int q, uint32_t bytes, uint64_t counter, const char* what) {
+  SendComm::Eager& g = s.eg;
   ibv_send_wr w{};
-  w.wr_id = wr_id;
-  w.sg_list = &sge;
-  w.num_sge = 1;
-  w.opcode = IBV_WR_RDMA_WRITE;
-  w.send_flags = IBV_SEND_SIGNALED;
-  w.wr.rdma.remote_addr = remote;
-  w.wr.rdma.rkey = rkey;
-  ibv_send_wr* bad = nullptr;
-  if (int rc = ibv_post_send(s.c.qp[q].get(), &w, &bad); rc != 0) {
-    return fail(
-        s.c, Status(Code::kSystemError, std::string("ibv_post_send (") + what + ") on " +
-                                            s.c.describe_qp(q) + " failed: " + std::strerror(rc)));
-  }
-  s.c.qp[q].sq_used += 1;
-  s.c.stats.wrs.add(1);
-  s.c.stats.doorbells.add(1);
+  ibv_sge sge{};
+  SLUICE_RETURN_IF_ERROR(ring_write(s, q, g.ask_src, bytes, counter, kAskWrite, 0, &w, &sge));
+  SLUICE_RETURN_IF_ERROR(post_eager_wr(s, q, &w, what));
+  g.ask_busy = true;
+  g.ask_counter = counter;
+  g.ask_bytes = bytes;
+  g.ask_path = static_cast<int8_t>(q / s.c.qpp);
   return Status::ok();
 }
-
-}  // namespace
-
-namespace {
 
 // A send comm without a book whose receiver has a ring (decide_book): one ask-all, counter 0 (it
 // wrote nothing else into the ring, so slot 0 is free), and the receiver holds nothing back on
@@ -595,13 +647,11 @@ Status ask_all_without_book(SendComm& s, size_t size, int tag, bool host) {
   if (!g.decided || g.asked_all) return Status::ok();
   SLUICE_RETURN_IF_ERROR(try_grant(s));
   if (!g.granted) return Status::ok();
-  if (s.c.qp[kEagerQp].sq_used + 1 > kSendSqDepth) return Status::ok();  // a later call asks
+  const int q = eager_qp(s, 0);
+  if (q < 0 || s.c.qp[q].sq_used + 1 > kSendSqDepth) return Status::ok();  // a later call asks
   const size_t bytes = wire::encode_eager_ask(g.ask_src, 0, g.grant.grant, tag, 0, size, true,
                                               !host || size > g.grant.max_bytes, s.head);
-  SLUICE_RETURN_IF_ERROR(post_small_write(s, g.ask_src, static_cast<uint32_t>(bytes),
-                                          wire::ring_slot_addr(g.grant, 0), g.grant.rkey,
-                                          kWrEager | uint64_t{kAskWrite} << 8, "eager ask-all"));
-  g.ask_busy = true;
+  SLUICE_RETURN_IF_ERROR(post_ask(s, q, static_cast<uint32_t>(bytes), 0, "eager ask-all"));
   g.asked_all = true;
   return Status::ok();
 }
@@ -623,16 +673,17 @@ Status eager_ask(SendComm& s, size_t size, int tag, bool host) {
   const bool limit = !host || !g.staging.held() || size > g.max;
   if (!limit && g.book->confirmed(tag)) return Status::ok();
   if (!g.book->may_ask(tag)) return Status::ok();
-  if (s.c.qp[kEagerQp].sq_used + 1 > kSendSqDepth) return Status::ok();  // a later call asks
   const uint64_t counter = g.book->counter();
+  const int q = eager_qp(s, counter);
+  if (q < 0 || s.c.qp[q].sq_used + 1 > kSendSqDepth) return Status::ok();  // a later call asks
+  // Its ring slot must not hold a message the receiver has not taken: counter - W's WRITE is
+  // known complete (its staging slot is free), as for a message (eager_send).
+  if (g.mod != 0 && (g.busy >> (counter % g.mod) & 1u) != 0) return Status::ok();
   const bool all = !g.book->numbers(tag);
   const size_t bytes =
       wire::encode_eager_ask(g.ask_src, counter, g.grant.grant, tag,
                              all ? 0 : g.book->send_ordinal(tag), size, all, limit, s.head);
-  SLUICE_RETURN_IF_ERROR(post_small_write(s, g.ask_src, static_cast<uint32_t>(bytes),
-                                          wire::ring_slot_addr(g.grant, counter), g.grant.rkey,
-                                          kWrEager | uint64_t{kAskWrite} << 8, "eager ask"));
-  g.ask_busy = true;
+  SLUICE_RETURN_IF_ERROR(post_ask(s, q, static_cast<uint32_t>(bytes), counter, "eager ask"));
   g.book->on_ask(tag);
   return Status::ok();
 }
@@ -643,17 +694,26 @@ Status eager_report_head(SendComm& s, bool force) {
   // the receiver that its slot (and every one before) was read.
   if (!g.on || !g.unreported || s.head == g.reported || (!force && s.head - g.reported < 16))
     return Status::ok();
-  const int q = kEagerQp;
-  if (s.c.qp[q].sq_used + 1 > kSendSqDepth) return Status::ok();  // a later call reports it
+  const int q = eager_qp(s, 0);
+  if (q < 0 || s.c.qp[q].sq_used + 1 > kSendSqDepth) return Status::ok();  // a later call reports
   // The source byte is rewritten only once the previous report completed (the NIC reads it late).
   // A forced report (a send waits) polls once for that completion, as eager_ask does.
   if (g.report_busy && force) SLUICE_RETURN_IF_ERROR(poll_send(s));
   if (g.report_busy) return Status::ok();
   g.head_src[0] = g.head_src[1] = s.head;
-  SLUICE_RETURN_IF_ERROR(
-      post_small_write(s, g.head_src, 2 * sizeof(uint64_t), g.remote_head, remote_mem_rkey(s.c, q),
-                       kWrEager | uint64_t{kHeadReport} << 8, "eager head report"));
+  ibv_sge sge{reinterpret_cast<uintptr_t>(g.head_src), 2 * sizeof(uint64_t),
+              local_mem_lkey(s.c, q)};
+  ibv_send_wr w{};
+  w.wr_id = kWrEager | uint64_t{kHeadReport} << 8;
+  w.sg_list = &sge;
+  w.num_sge = 1;
+  w.opcode = IBV_WR_RDMA_WRITE;
+  w.send_flags = IBV_SEND_SIGNALED;
+  w.wr.rdma.remote_addr = g.remote_head;
+  w.wr.rdma.rkey = remote_mem_rkey(s.c, q);
+  SLUICE_RETURN_IF_ERROR(post_eager_wr(s, q, &w, "eager head report"));
   g.report_busy = true;
+  g.report_path = static_cast<int8_t>(q / s.c.qpp);
   g.reported = s.head;
   g.unreported = false;
   return Status::ok();
@@ -671,12 +731,80 @@ void eager_write_done(SendComm& s, uint64_t wr_id) {
     return;
   }
   s.eg.busy &= ~(uint64_t{1} << ss);
+  for (uint64_t& m : s.eg.on_path) m &= ~(uint64_t{1} << ss);
   if (index < static_cast<uint32_t>(SendComm::kPool)) {
     SendReq& r = s.pool[index];
     if (s.c.prof.start != nullptr) [[unlikely]]
-      prof_stop(s.c, r.ev[kEagerQp]);
+      prof_stop(s.c, r.ev[kEagerEv]);
     r.done = true;
   }
+}
+
+// ---- Failover (fused comms) ---------------------------------------------------------------------
+//
+// An eager WRITE on a path that failed before its completion was seen may or may not have landed.
+// Its staging slot stays busy, so nothing reuses the slot or sends counter c + W (whose ring slot
+// is c's) meanwhile. Once both sides fenced the path (the sender's drain markers are back: every
+// completion of the path's QPs was polled; or its device is dead and reports none), no byte of it
+// can land any more, and the same bytes go again where the eager path goes now. The receiver
+// takes each counter once: read_eager_slot matches the counter it expects, so a copy landing
+// after the receiver took c reads as another counter ("not yet"), and c + W, posted only after a
+// WRITE of c completed, lands after it. An ask is the same (its counter's slot); a head report is
+// only reported again (its value only grows). The request of a replayed message completes with
+// its replay; its profiler event, started once, stops then.
+
+Status eager_replay(SendComm& s, int p, bool* done) {
+  SendComm::Eager& g = s.eg;
+  *done = false;
+  if (p < 0 || p >= wire::kMaxMetaMembers) return Status::ok();
+  if (g.report_busy && g.report_path == p) {  // reported again at the next call
+    g.report_busy = false;
+    g.reported = 0;
+    g.unreported = true;
+  }
+  // In counter order (a staging slot's header holds its counter); at most 64, each posted once.
+  while ((g.on_path[p] & g.busy) != 0) {
+    uint32_t best = 64;
+    uint64_t best_counter = UINT64_MAX;
+    for (uint64_t m = g.on_path[p] & g.busy; m != 0; m &= m - 1) {
+      const uint32_t ss = static_cast<uint32_t>(std::countr_zero(m));
+      wire::EagerHeader h;
+      std::memcpy(&h, g.staging.base + static_cast<size_t>(ss) * g.staging.stride, sizeof h);
+      if (h.seq - 1 < best_counter) {
+        best_counter = h.seq - 1;
+        best = ss;
+      }
+    }
+    const int q = eager_qp(s, best_counter);
+    if (q < 0 || q / s.c.qpp == p) return Status::ok();  // its substitute fences too: later
+    if (s.c.qp[q].sq_used + 1 > kSendSqDepth) {
+      SLUICE_RETURN_IF_ERROR(poll_send(s));
+      if (s.c.qp[q].sq_used + 1 > kSendSqDepth) return Status::ok();  // the next call goes on
+    }
+    const char* src = g.staging.base + static_cast<size_t>(best) * g.staging.stride;
+    wire::EagerHeader h;
+    std::memcpy(&h, src, sizeof h);
+    const auto bytes = static_cast<uint32_t>(wire::kEagerHeaderBytes + h.size);
+    ibv_send_wr w{};
+    ibv_sge sge{};
+    SLUICE_RETURN_IF_ERROR(
+        ring_write(s, q, src, bytes, best_counter, best, g.slot_req[best], &w, &sge));
+    SLUICE_RETURN_IF_ERROR(post_eager_wr(s, q, &w, "eager replay"));
+    g.on_path[p] &= ~(uint64_t{1} << best);
+    g.on_path[q / s.c.qpp] |= uint64_t{1} << best;
+    ++g.replays;
+    s.c.stats.eager_replays.add(1);
+  }
+  g.on_path[p] = 0;  // what is left there completed
+  if (g.ask_busy && g.ask_path == p) {
+    const int q = eager_qp(s, g.ask_counter);
+    if (q < 0 || q / s.c.qpp == p || s.c.qp[q].sq_used + 1 > kSendSqDepth) return Status::ok();
+    SLUICE_RETURN_IF_ERROR(post_ask(s, q, g.ask_bytes, g.ask_counter, "eager ask replay"));
+    ++g.replays;
+    s.c.stats.eager_replays.add(1);
+  }
+  *done = true;
+  return Status::ok();
 }
 
 }  // namespace dp

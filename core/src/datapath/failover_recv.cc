@@ -112,6 +112,20 @@ Status fo_recv_republish(RecvComm& r) {
       break;
     }
   }
+  // With the eager path, a receive completed from the ring is complete, but its entries (resolved)
+  // may have gone on the failed path: the sender reads its FIFO in order and would stop at one it
+  // never got. So from the first slot the sender is not known to have read (eg.head; at most 32
+  // behind `published`, and no slot from it on was reused: eager_slot_free), with the grant again
+  // first (it may have gone with them; the same bytes).
+  if (r.eg.on && r.eg.ring.held()) {
+    lo = std::min(
+        lo, std::max(r.eg.head, r.published > wire::kFifoSlots ? r.published - wire::kFifoSlots
+                                                               : uint64_t{0}));
+    if (lo < r.published) {
+      r.eg.grant_sent = false;
+      r.eg.flush = true;  // resolved entries go now, not in a later batch
+    }
+  }
   if (lo == r.published) return Status::ok();
   r.published = lo;
   return republish_from(r);

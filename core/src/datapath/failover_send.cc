@@ -25,14 +25,20 @@ Status fo_drive_send(SendComm& s, int64_t now) {
     bool done = false;
     SLUICE_RETURN_IF_ERROR(fo_send_replay(s, p, &done));
     if (!done) continue;
+    // Then the eager WRITEs flushed on the path (eager.cc "Failover"); until all are posted again
+    // the path's replay stays pending (fo_send_replay finds nothing left to do meanwhile).
+    if (s.eg.on) SLUICE_RETURN_IF_ERROR(eager_replay(s, p, &done));
+    if (!done) continue;
     f.replay_pending[p] = false;
     f.last_stall_ms = f.rec->path_stall_ms[p] = now - f.rec->fault_ms[p];
     SLUICE_INFO(kSubNet,
                 "send comm to %s: %s fenced on both sides %lld ms after the fault; %llu chains "
-                "(%llu bytes) replayed so far on this comm, later ones go to path %d",
+                "(%llu bytes) and %llu eager WRITEs replayed so far on this comm, later ones go "
+                "to path %d",
                 c.peer.c_str(), fo_path_desc(c, p).c_str(), static_cast<long long>(f.last_stall_ms),
                 static_cast<unsigned long long>(f.chains_replayed),
-                static_cast<unsigned long long>(f.bytes_replayed), f.sub[p]);
+                static_cast<unsigned long long>(f.bytes_replayed),
+                static_cast<unsigned long long>(s.eg.replays), f.sub[p]);
   }
   return Status::ok();
 }

@@ -333,7 +333,9 @@ Status take_recv_wc(RecvComm& r, const ibv_wc& w, int member, int q, int64_t* no
     // The one place a close is counted (health/qp_ledger.h): never after this QP's FENCE.
     if (Status st = ledger::on_close(r.c.qp[q].led); !st.is_ok())
       return fail(r.c, on_qp(r.c, q, st));
-    if (req.magic != Request::kMagic || !req.in_use || req.done || req.pending == 0)
+    // (A receive done from the ring before its close came waits for it: close_owed, below.)
+    if (!req.close_owed &&
+        (req.magic != Request::kMagic || !req.in_use || req.done || req.pending == 0))
       return fail(
           r.c, on_qp(r.c, q,
                      Status(Code::kInternalError, "a close for slot " + std::to_string(slot) +

@@ -62,9 +62,10 @@ size_t ar_of(const SendComm& s, const size_t* sizes, int n) {
   return s.c.npaths > 1 && n == 1 && sizes[0] > wire::kImmFusedSizeMax ? 0 : s.ar_threshold;
 }
 // Whether a group's closes carry the completion record (kImmRecord | slot): a grouped receive, or
-// a fused comm's message above kImmFusedSizeMax.
-bool record_close(const SendComm& s, const size_t* sizes, int n) {
-  return n > 1 || (s.c.npaths > 1 && sizes[0] > wire::kImmFusedSizeMax);
+// a fused comm's message above kImmFusedSizeMax, or one a fused comm sent eagerly (a fused
+// immediate has no room for the eager mark: the record says kRecordEager and its size).
+bool record_close(const SendComm& s, const size_t* sizes, int n, const SendReq* const* reqs) {
+  return n > 1 || (s.c.npaths > 1 && (sizes[0] > wire::kImmFusedSizeMax || reqs[0]->shadow));
 }
 
 // The receiver's key of entry i's buffer on the receiver member at the other end of `path`.
@@ -135,7 +136,7 @@ Status post_path_chain(SendComm& s, const cts::Snapshot& snap, SendReq* const* r
   ibv_send_wr* close = &wrs[nw - 1];
   const bool separate = plan[nw - 1].msg < 0;  // else the last data WRITE carries the immediate
   bool ar_imm = false;  // adaptive routing: this chain's data WRITEs are closed by their own WR
-  if (!record_close(s, sizes, nreqs)) {
+  if (!record_close(s, sizes, nreqs, reqs)) {
     ar_imm = separate && nw > 1;
     if (separate) {  // no data on this chain, or above NCCL_IB_AR_THRESHOLD: a zero-length one
       close->wr.rdma.remote_addr = e[0].addr;
@@ -204,7 +205,7 @@ Status post_group(SendComm& s) {
   s.c.stats.bytes.add(bytes);
   size_t sizes[wire::kEntriesPerSlot];
   for (int i = 0; i < nreqs; ++i) sizes[i] = s.slot_reqs[i]->size;
-  if (record_close(s, sizes, nreqs)) {
+  if (record_close(s, sizes, nreqs, s.slot_reqs)) {
     wire::DoneRecord& r = s.records[slot];
     for (int i = 0; i < wire::kEntriesPerSlot; ++i) {
       const SendReq* q = i < nreqs ? s.slot_reqs[i] : nullptr;
@@ -352,8 +353,8 @@ Status isend_impl(SendComm* s, void* data, size_t size, int tag, MemHandle* mh, 
         &s->fifo[(s->head % wire::kFifoSlots) * wire::kEntriesPerSlot * cells];
     Status st = s->c.npaths > 1
                     ? cts::take_snapshot_fused(e, s->head + 1, s->c.npaths, s->c.remote_nmembers,
-                                               &s->snap, s->c.fo.path_set >= 2)
-                    : cts::take_snapshot(e, s->head + 1, &s->snap);
+                                               &s->snap, s->c.fo.path_set >= 2, s->eg.on)
+                    : cts::take_snapshot(e, s->head + 1, &s->snap, s->eg.on);
     if (st.is_again()) return st;
     if (!st.is_ok()) return fail(s->c, on_qp(s->c, 0, st));
   }
@@ -423,6 +424,22 @@ Status post_group_if_room(SendComm& s, bool* posted) {
 }
 
 namespace {
+
+// Every request of `leader`'s group is done; stand-ins for parts sent eagerly (eager.cc) are ours:
+// back to the pool (the leader may be one: its group is copied first).
+void group_done(SendComm& s, const SendReq& leader) {
+  uint16_t group[wire::kEntriesPerSlot];
+  const int gn = leader.group_n;
+  for (int i = 0; i < gn; ++i) group[i] = leader.group[i];
+  for (int i = 0; i < gn; ++i) s.pool[group[i]].done = true;
+  for (int i = 0; i < gn; ++i) {
+    SendReq& m = s.pool[group[i]];
+    if (!m.shadow) continue;
+    m.shadow = false;
+    m.in_use = false;
+    s.free_list[s.free_top++] = m.index;
+  }
+}
 
 Status poll_send_cq(SendComm& s, int member) {
   ibv_wc wc[kPollBatch];
@@ -497,18 +514,7 @@ Status poll_send_cq(SendComm& s, int member) {
     if (--leader->pending == 0) {
       if (now == 0) now = stat_clock_ns();
       s.c.stats.add_latency(now - leader->posted_ns);
-      uint16_t group[wire::kEntriesPerSlot];
-      const int gn = leader->group_n;
-      for (int i = 0; i < gn; ++i) group[i] = leader->group[i];
-      for (int i = 0; i < gn; ++i) s.pool[group[i]].done = true;
-      // Stand-ins for parts sent eagerly (eager.cc) are ours: back to the pool.
-      for (int i = 0; i < gn; ++i) {
-        SendReq& m = s.pool[group[i]];
-        if (!m.shadow) continue;
-        m.shadow = false;
-        m.in_use = false;
-        s.free_list[s.free_top++] = m.index;
-      }
+      group_done(s, *leader);
     }
   }
   return Status::ok();
@@ -556,7 +562,7 @@ Status fo_send_replay(SendComm& s, int p, bool* done) {
         ledger::on_chain_settled(old.led);
         if (--leader->pending == 0) {
           s.c.stats.add_latency(stat_clock_ns() - leader->posted_ns);
-          for (int g = 0; g < leader->group_n; ++g) s.pool[leader->group[g]].done = true;
+          group_done(s, *leader);
         }
         continue;
       }
@@ -567,7 +573,7 @@ Status fo_send_replay(SendComm& s, int p, bool* done) {
       const wire::CtsEntry* e =
           &s.fifo[(rec.seq % wire::kFifoSlots) * wire::kEntriesPerSlot * cells];
       if (Status st = cts::take_snapshot_fused(e, rec.seq + 1, s.c.npaths, s.c.remote_nmembers,
-                                               &snap, s.c.fo.path_set >= 2);
+                                               &snap, s.c.fo.path_set >= 2, s.eg.on);
           !st.is_ok()) {
         return fail(s.c, Status(Code::kInternalError,
                                 "failover replay: the clear-to-send entries of receive " +

@@ -54,8 +54,8 @@ void prof_send_chain(const Conn& c, int q, const ibv_send_wr* wrs, const cts::La
                             : nullptr;
 }
 
-void prof_eager_send(const Conn& c, SendReq& r, const ibv_send_wr& w, int q) {
-  r.ev[q] = start(c, r.parent, w, c.qp[q].qpn, wr_bytes(w));
+void prof_eager_send(const Conn& c, SendReq& r, const ibv_send_wr& w, int q, int ev) {
+  r.ev[ev] = start(c, r.parent, w, c.qp[q].qpn, wr_bytes(w));
 }
 
 void prof_send_done(SendComm& s, SendReq& leader, int q) {

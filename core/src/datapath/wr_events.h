@@ -27,7 +27,8 @@ void prof_send_done(SendComm& s, SendReq& leader, int q);
 // prof_eager_send: the eager WRITE `w` of send `r` (header and payload, into the receiver's ring)
 // on QP q is about to be posted: its one event, in r.ev[q], stops when the WRITE completes
 // (eager_write_done) or at close.
-void prof_eager_send(const Conn& c, SendReq& r, const ibv_send_wr& w, int q);
+// Kept in r.ev[ev] (one event per eager send, whatever QP it went on: eager.cc kEagerEv).
+void prof_eager_send(const Conn& c, SendReq& r, const ibv_send_wr& w, int q, int ev);
 
 // Receive side. prof_recv_posted: irecv took receive `req` with its buffers' parents.
 // prof_cts: the clear-to-send WRITE `w` on QP q publishing receives [from, to) is about to be

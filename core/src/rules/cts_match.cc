@@ -90,11 +90,11 @@ Status take_snapshot(const wire::CtsEntry* fifo_slot, uint64_t want, Snapshot* o
 }
 
 Status take_snapshot_fused(const wire::CtsEntry* fifo_slot, uint64_t want, int npaths, int nrecv,
-                           Snapshot* out, bool shares_ok) {
+                           Snapshot* out, bool shares_ok, bool eager) {
   if (npaths < 2 || npaths > wire::kMaxMetaMembers || nrecv < 1 || nrecv > npaths)
     return Status(Code::kInternalError, "take_snapshot_fused: " + std::to_string(npaths) +
                                             " paths, " + std::to_string(nrecv) + " members");
-  SLUICE_RETURN_IF_ERROR(take_strided(fifo_slot + 1, 2, want, out));
+  SLUICE_RETURN_IF_ERROR(take_strided(fifo_slot + 1, 2, want, out, eager));
   const auto bad = [&](const std::string& why) {
     out->seq = 0;
     return Status(Code::kRemoteError,

@@ -43,9 +43,9 @@ Status take_snapshot(const wire::CtsEntry* fifo_slot, uint64_t want, Snapshot* o
 // that is empty, names a path >= npaths or differs between entries, rkey[0] other than the entry's,
 // a key on a member the receiver does not have, non-zero reserved words; shares other than entry
 // 0's, a share for a path outside the mask or above 99 %, or any share where `shares_ok` is false
-// (a comm of path-message set 1).
+// (a comm of path-message set 1). `eager`: as for take_snapshot.
 Status take_snapshot_fused(const wire::CtsEntry* fifo_slot, uint64_t want, int npaths, int nrecv,
-                           Snapshot* out, bool shares_ok = false);
+                           Snapshot* out, bool shares_ok = false, bool eager = false);
 
 struct Match {
   enum Kind {

@@ -101,9 +101,13 @@ typedef struct {
   sluicePathStats_v2_t paths[SLUICE_EXT_MAX_MEMBERS];
   /* Appended (the eager path, docs/eager.md): SLUICE_EAGER_OFF .. SLUICE_EAGER_WITHOUT. */
   int eager;
+  /* Appended (eager on fused comms): send comm: eager WRITEs a failover posted again on another
+   * path (their first WRITE's completion was not seen before its path was fenced); 0 otherwise. */
+  uint64_t eagerReplays;
 } sluiceCommStats_v2_t;
-/* Not negotiated: SLUICE_EAGER_MAX=0 or SLUICE_EAGER_RINGS=0 on either end, more than one path
- * (fusion, standby), or a peer without the feature. */
+/* Not negotiated: SLUICE_EAGER_MAX=0 or SLUICE_EAGER_RINGS=0 on either end, SLUICE_EAGER_FUSED=0
+ * on either end of a comm of more than one path (fusion, standby), or a peer without the
+ * feature. */
 #define SLUICE_EAGER_OFF 0
 /* Negotiated, nothing lent yet: before the receive comm's first receive, or before the send comm
  * first reads a clear-to-send slot or finds the receiver's grant. */

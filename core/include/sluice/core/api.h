@@ -226,8 +226,9 @@ struct PathStats {
 };
 // Where a comm stands with the eager path (docs/eager.md; sluice_ext.h SLUICE_EAGER_*).
 enum class EagerState : int {
-  kOff = 0,         // not negotiated: SLUICE_EAGER_MAX=0 or no pool on either end, more than one
-                    // path (fusion, standby), or a peer without the feature
+  kOff = 0,         // not negotiated: SLUICE_EAGER_MAX=0 or no pool on either end,
+                    // SLUICE_EAGER_FUSED=0 on a comm of more than one path (fusion, standby), or a
+                    // peer without the feature
   kNegotiated = 1,  // negotiated, nothing lent yet (before the first receive / first slot read)
   kOn = 2,          // a ring and its book (receive comm) or a book (send comm) lent
   kWithout = 3,     // negotiated, but without for good: no ring or book left in the pool, GPU
@@ -242,6 +243,7 @@ struct CommStatsV2 {
   bool failover = false;   // the comm fails over (more than one path, both sides run it)
   int npaths = 0;
   PathStats paths[kMaxMembers];
+  uint64_t eager_replays = 0;  // send comm: eager WRITEs a failover posted again (eager.cc)
 };
 Status comm_stats_v2(void* comm, CommStatsV2* out);
 

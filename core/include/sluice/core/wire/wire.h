@@ -180,6 +180,14 @@ inline constexpr uint8_t kMetaFeatureEagerV1 = 0x8;
 inline constexpr uint8_t kMetaFeatureEager = 0x10;
 static_assert(((kMetaFeatureEagerV1 | kMetaFeatureEager) & kMetaFeaturePathSet2) == 0 &&
               (kMetaFeatureEagerV1 & kMetaFeatureEager) == 0);
+// The eager path on a fused comm too (more than one path: NIC fusion, a standby), where both ends
+// set it beside kMetaFeatureEager: the grant names the ring's key on each of the receiver's
+// members (eager.h EagerGrant::keys), eager WRITEs follow failover's routes, and a failover
+// replays those it did not see complete (docs/eager.md). A Sluice without it keeps a fused comm
+// clear-to-send only, and never meets a grant with member keys.
+inline constexpr uint8_t kMetaFeatureEagerFused = 0x40;
+static_assert((kMetaFeatureEagerFused & (kMetaFeatureEagerV1 | kMetaFeatureEager |
+                                         kMetaFeaturePathSet2 | kMetaFeatureEce)) == 0);
 inline constexpr int kPathMsgSetNewest = 2;
 
 // The private data of each rdma_cm connect request in SLUICE_CM=rdmacm mode: the listener matches
