@@ -19,7 +19,7 @@
 #     host0 after the fence: none of them may land in a receive buffer that completed or was
 #     re-posted (every buffer checked whole, "fence check: N buffers re-posted, 0 late bytes");
 #     idle: eth1 down with nothing in flight, then 8 messages arrive while the eth1 member sends
-#     nothing; eager: small messages (0 .. 4 KiB, sent eagerly on both paths in turn; every eighth
+#     nothing; eager: small messages (0 .. 4 KiB, sent eagerly on both paths in turn; every 64th
 #     up to 64 KiB) with host1's eth1 down after a third and up after two thirds: each message
 #     once, every byte, most of them eager (plugin_failover_eager.cc);
 #  2. (the third run) at short RC timers (NCCL_IB_TIMEOUT=16, NCCL_IB_RETRY_CNT=4: 1.34 s; at 15, 671 ms, path 0

@@ -2,10 +2,11 @@
 // the eager path on a fused comm across a real link flap.
 //
 //  eager  a stream of SLUICE_TEST_FAILOVER_MESSAGES small messages: 0 .. 4,096 bytes (sent eagerly,
-//         into the receiver's ring, by both paths in turn: datapath/eager.cc), every eighth of
-//         4,097 .. 64 KiB (clear-to-send), kWindow in flight, receives posted at the message's
-//         size or at 4 MiB in turn; after a third host1 takes its eth1 down (path 1 fails over
-//         with eager WRITEs in flight on it: those are posted again on path 0 once both sides
+//         into the receiver's ring, by both paths in turn: datapath/eager.cc), every 64th of
+//         4,097 .. 64 KiB (clear-to-send: it asks, and the receiver publishes the next window's
+//         receives at once until a small one completes), kWindow in flight, receives posted at the
+//         message's size or at 4 MiB in turn; after a third host1 takes its eth1 down (path 1 fails
+//         over with eager WRITEs in flight on it: those are posted again on path 0 once both sides
 //         fenced it), after two thirds up again (failback). Every receive completes once, with
 //         its size and every byte, the guard after it untouched, and the sentinel last (no
 //         message arrived twice: the receiver takes each eager message by its counter, so a
@@ -29,7 +30,7 @@ std::vector<Msg> eager_msgs(int step, int count) {
   std::mt19937_64 rng(0xea9e + static_cast<uint64_t>(step));
   std::vector<Msg> v;
   for (int i = 0; i < count; ++i) {
-    const size_t s = i % 8 == 7 ? 4097 + rng() % (65536 - 4097) : rng() % 4097;
+    const size_t s = i % 64 == 63 ? 4097 + rng() % (65536 - 4097) : rng() % 4097;
     v.push_back({s, i % 2 == 0 ? kMaxMsg : s, pattern_seed(s, 100000u * step + i, kTag)});
   }
   v.push_back({kSentinel, kSentinel, pattern_seed(kSentinel, 100000u * step + 99999, kTag)});

@@ -80,10 +80,11 @@ Status post_receive_wrs(RecvComm& r, uint64_t to) {
     uint64_t ks[kRecvRqMaxDepth];
     int nw = 0;
     for (uint64_t k = from; k < to; ++k) {
+      // A receive completed from the eager ring gets no close: no credit either.
+      if (r.pool[k % wire::kFifoSlots].resolved) continue;
       const uint32_t mask = r.pool[k % wire::kFifoSlots].paths;
       if (!f.on) {
-        // A receive completed from the eager ring gets no close: no credit either.
-        if (closes_on(r.c, mask, k, t) && !r.pool[k % wire::kFifoSlots].resolved) ks[nw++] = k;
+        if (closes_on(r.c, mask, k, t)) ks[nw++] = k;
         continue;
       }
       for (int q = 0; q < r.c.nqps; ++q)
@@ -93,10 +94,12 @@ Status post_receive_wrs(RecvComm& r, uint64_t to) {
     if (f.on) ledger::on_credits(r.c.qp[t].led, static_cast<uint64_t>(nw));
   }
   if (f.on) {  // chains of a fencing path: owed on their own QP until the fence names a substitute
-    for (uint64_t k = from; k < to; ++k)
+    for (uint64_t k = from; k < to; ++k) {
+      if (r.pool[k % wire::kFifoSlots].resolved) continue;
       for (int q = 0; q < r.c.nqps; ++q)
         if (closes_on(r.c, r.pool[k % wire::kFifoSlots].paths, k, q) && fo_route(f, r.c.qpp, q) < 0)
           ledger::on_credits(r.c.qp[q].led, 1);
+    }
   }
   r.rq_posted = to;
   return Status::ok();
