@@ -483,10 +483,13 @@ Status fo_drive(Conn& c) {
   for (int p = 0; p < c.npaths; ++p) {
     int64_t d = f.path[p].next_due_ms();
     if (f.path[p].state() == failover::State::kDown && f.sender) {
-      if (fo_member_dead(c, p) || !f.can_recover) {
+      // A replay that did not finish (no room on the substitute's send queue) goes on at the next
+      // call, whatever else the path waits for (its device dead included).
+      if (f.replay_pending[p]) {
+        d = 0;
+      } else if (fo_member_dead(c, p) || !f.can_recover) {
         d = INT64_MAX;
-      } else if (f.replay_pending[p] || (f.port_back >> c.qp_member[p * c.qpp] & 1u) != 0 ||
-                 !fo_may_offer(c, p, d)) {
+      } else if ((f.port_back >> c.qp_member[p * c.qpp] & 1u) != 0 || !fo_may_offer(c, p, d)) {
         d = 0;
       }
     }
