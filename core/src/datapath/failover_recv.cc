@@ -124,6 +124,8 @@ Status fo_recv_republish(RecvComm& r) {
     if (lo < r.published) {
       r.eg.grant_sent = false;
       r.eg.flush = true;  // resolved entries go now, not in a later batch
+      // and what was published goes again as it was: none of it is held back now
+      r.eg.flush_to = std::max(r.eg.flush_to, r.published);
     }
   }
   if (lo == r.published) return Status::ok();
