@@ -678,7 +678,9 @@ Status eager_ask(SendComm& s, size_t size, int tag, bool host) {
   if (q < 0 || s.c.qp[q].sq_used + 1 > kSendSqDepth) return Status::ok();  // a later call asks
   // Its ring slot must not hold a message the receiver has not taken: counter - W's WRITE is
   // known complete (its staging slot is free), as for a message (eager_send).
-  if (g.mod != 0 && (g.busy >> (counter % g.mod) & 1u) != 0) return Status::ok();
+  const uint64_t slot_bit = g.mod != 0 ? uint64_t{1} << (counter % g.mod) : 0;
+  if ((g.busy & slot_bit) != 0) SLUICE_RETURN_IF_ERROR(poll_send(s));
+  if ((g.busy & slot_bit) != 0) return Status::ok();  // a later call asks
   const bool all = !g.book->numbers(tag);
   const size_t bytes =
       wire::encode_eager_ask(g.ask_src, counter, g.grant.grant, tag,
