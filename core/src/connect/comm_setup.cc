@@ -39,10 +39,12 @@ void fill_local_meta(const Device& d, uint8_t role, const wire::Nonce& nonce, wi
 
 namespace {
 
-// Whether a comm takes the eager path: both ends offer it (a fused comm: its fused form too,
-// SLUICE_EAGER_FUSED), and the adapter's pool exists (made here, on the setup path, at the first
-// such comm).
-Result<EagerPool*> eager_pool_for(Conn& c, uint8_t local_features, uint8_t remote_features) {
+// Whether a comm negotiated the eager path (*negotiated: both ends offer it; a fused comm its fused
+// form too, SLUICE_EAGER_FUSED), and the adapter's pool (made here, on the setup path, at the first
+// such comm; null when it could not be made: a WARN once per adapter).
+Result<EagerPool*> eager_pool_for(Conn& c, uint8_t local_features, uint8_t remote_features,
+                                  bool* negotiated) {
+  *negotiated = false;
   const bool both = (local_features & remote_features & wire::kMetaFeatureEager) != 0;
   SLUICE_TRACE(kSubNet, "%s: eager path offered here %d, by the peer %d", c.describe_qp(0).c_str(),
                (local_features & wire::kMetaFeatureEager) != 0,
@@ -66,6 +68,7 @@ Result<EagerPool*> eager_pool_for(Conn& c, uint8_t local_features, uint8_t remot
                       "Sluice)");
     return static_cast<EagerPool*>(nullptr);
   }
+  *negotiated = true;
   return eager_pool_of(*c.dev->adapter, numa_of(*c.dev));
 }
 
@@ -87,21 +90,26 @@ bool member_keys(Conn& c, uint32_t* lkeys, uint32_t* rkeys) {
 }  // namespace
 
 Status setup_send_eager(SendComm& s, uint8_t local_features, uint8_t remote_features) {
-  auto pool = eager_pool_for(s.c, local_features, remote_features);
+  bool negotiated = false;
+  auto pool = eager_pool_for(s.c, local_features, remote_features, &negotiated);
   if (!pool.is_ok()) return pool.status();
-  s.eg.on = pool.value() != nullptr;
-  if (s.eg.on) {
+  EagerPool* p = pool.value();
+  if (p != nullptr) {
     s.eg.ref.adapter = s.c.dev->adapter;  // eager_pool_of's reference
     uint32_t rkeys[kMaxConnMembers] = {};
     if (!member_keys(s.c, s.eg.lkeys, rkeys)) {
       s.eg.ref.reset();
-      s.eg.on = false;
+      p = nullptr;
     }
   }
+  // Negotiated, the comm reads the receiver's eager marks in its entries, pool or not. Without a
+  // pool here (it could not be made, or not keyed on a member) it sends nothing eagerly (no book,
+  // no staging), and if the receiver lends it a ring it asks once for everything (decide_book).
+  s.eg.on = negotiated;
   if (s.eg.on) {
-    s.c.stats.set_eager(EagerState::kNegotiated);
-    s.eg.book_lease.pool = pool.value();  // its book: borrowed at its first use (eager.cc)
-    s.eg.staging.pool = pool.value();     // borrowed at the first eager send
+    s.c.stats.set_eager(p != nullptr ? EagerState::kNegotiated : EagerState::kWithout);
+    s.eg.book_lease.pool = p;  // its book: borrowed at its first use (eager.cc)
+    s.eg.staging.pool = p;     // borrowed at the first eager send
   }
   // The receiver's head cell follows its records and grant source (listener.cc).
   s.eg.remote_head =
@@ -110,8 +118,11 @@ Status setup_send_eager(SendComm& s, uint8_t local_features, uint8_t remote_feat
 }
 
 Status setup_recv_eager(RecvComm& r, uint8_t local_features, uint8_t remote_features) {
-  auto pool = eager_pool_for(r.c, local_features, remote_features);
+  bool negotiated = false;
+  auto pool = eager_pool_for(r.c, local_features, remote_features, &negotiated);
   if (!pool.is_ok()) return pool.status();
+  // Without a pool the receiver never lends a ring (nor numbers, nor grants): its sender reads its
+  // first entries without a grant and goes without a book.
   r.eg.on = pool.value() != nullptr;
   if (!r.eg.on) return Status::ok();
   r.eg.ref.adapter = r.c.dev->adapter;  // eager_pool_of's reference

@@ -396,6 +396,7 @@ void decide_book(SendComm& s) {
   s.c.stats.set_eager(EagerState::kWithout);  // unless a book is lent below
   if (!g.granted) return;
   EagerBookLease& l = g.book_lease;
+  if (l.pool == nullptr) return;  // negotiated without a pool here (eager.cc setup): no book
   const int i = l.pool->acquire_send_book();
   if (i < 0) {
     if (l.pool->first_empty()) {
