@@ -616,6 +616,7 @@ Status eager_send(SendComm& s, const void* data, size_t size, int tag, bool host
   g.on_path[q / s.c.qpp] |= uint64_t{1} << ss;
   g.slot_req[ss] = static_cast<uint8_t>(index);
   g.book->on_eager(tag, static_cast<uint32_t>(size), index);
+  if (s.c.nmembers > 1) s.c.member_bytes[s.c.qp_member[q]].add(size);  // the rail it went on
   s.c.stats.messages.add(1);
   s.c.stats.bytes.add(size);
   s.c.stats.eager.add(1);
