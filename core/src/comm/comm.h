@@ -32,6 +32,7 @@
 #include "health/progress.h"
 #include "rules/cts_match.h"
 #include "rules/eager_book.h"
+#include "rules/rewrite_gate.h"
 #include "rules/stripe.h"
 #include "sluice/core/api.h"
 #include "sluice/core/base/flow_label.h"
@@ -458,6 +459,8 @@ class RecvComm : public CommBase {
   uint64_t seq = 0;        // receives posted so far (staged in `stage`)
   uint64_t rq_posted = 0;  // receives whose receive WRs are posted (<= seq)
   uint64_t published = 0;  // receives whose CTS entries are written to the peer (<= rq_posted)
+  // A failover's re-publication not known landed: later entries that reuse its slots wait.
+  rules::RewriteGate rewrite;
   // (The clear-to-send writes' accounting is per QP incarnation: Conn::qp[q].cts_*.)
   // The progress watchdog's view of the unsignaled CTS tail (progress.h): per QP in its
   // incarnation (cts_tail_from, cts_probing); here the receives completed.

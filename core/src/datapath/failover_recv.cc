@@ -84,6 +84,9 @@ Status fo_recv_before_fence(RecvComm& r, int p) {
   const int sub = choose_sub(r.c, p);
   if (sub < 0) return fo_every_path_failed(r.c);
   f.sub[p] = static_cast<int8_t>(sub);
+  // Its QPs' CTS writes completed or were flushed: a rewrite waits for none of them any more (what
+  // a flushed one carried is written again by the republication that follows this fence).
+  for (int x = p * r.c.qpp; x < (p + 1) * r.c.qpp; ++x) r.c.qp[x].cts_rewrite = 0;
   // Every receive from here on leaves the path out (restriped at the fault, or earlier).
   f.from_seq[p] = r.seq;
   // The path's QPs are in ERROR, their markers back and every receive WR on them completed: their
@@ -129,6 +132,8 @@ Status fo_recv_republish(RecvComm& r) {
     }
   }
   if (lo == r.published) return Status::ok();
+  // Later entries for the rewritten slots wait until the rewrite has landed (rules/rewrite_gate.h).
+  r.rewrite.open(lo, r.published);
   r.published = lo;
   return republish_from(r);
 }

@@ -155,7 +155,9 @@ Status write_cts(RecvComm& r, uint64_t from, uint64_t to) {
   w.wr.rdma.remote_addr = r.remote_fifo + at * sizeof(wire::CtsEntry);
   w.wr.rdma.rkey = remote_mem_rkey(r.c, q);
   if (bytes <= r.c.max_inline) w.send_flags |= IBV_SEND_INLINE;
-  const bool signal = r.c.qp[q].cts_unsignaled + 1 >= kCtsSignalEvery;
+  // A failover's rewrite is signaled: a later entry for the same slot waits for its completion.
+  const bool rewrite = r.rewrite.rewrites(from, to);
+  const bool signal = rewrite || r.c.qp[q].cts_unsignaled + 1 >= kCtsSignalEvery;
   if (signal) {
     w.send_flags |= IBV_SEND_SIGNALED;
     w.wr_id = kWrCts | (static_cast<uint64_t>(q) << 32) | (r.c.qp[q].cts_unsignaled + 1);
@@ -170,6 +172,7 @@ Status write_cts(RecvComm& r, uint64_t from, uint64_t to) {
   }
   r.c.qp[q].cts_unsignaled = signal ? 0 : r.c.qp[q].cts_unsignaled + 1;
   r.c.qp[q].cts_tail_from = from;
+  if (++r.c.qp[q].cts_posted; rewrite) r.c.qp[q].cts_rewrite = r.c.qp[q].cts_posted;
   const int64_t t = stat_clock_ns();
   for (uint64_t k = from; k < to; ++k) r.pool[k % wire::kFifoSlots].posted_ns = t;
   ++r.c.qp[q].cts_outstanding;
@@ -215,6 +218,7 @@ Status post_cts_probe(RecvComm& r, int q) {
   }
   r.c.qp[q].cts_unsignaled = 0;
   ++r.c.qp[q].cts_outstanding;
+  ++r.c.qp[q].cts_posted;
   r.c.qp[q].cts_probing = true;
   r.c.stats.wrs.add(1);
   r.c.stats.doorbells.add(1);
@@ -241,6 +245,8 @@ Status post_eager_grant(RecvComm& r, int q) {
   }
   r.c.qp[q].cts_unsignaled = 0;
   ++r.c.qp[q].cts_outstanding;
+  // A grant written again by a failover's rewrite is waited for as its entries are.
+  if (++r.c.qp[q].cts_posted; r.rewrite.is_open()) r.c.qp[q].cts_rewrite = r.c.qp[q].cts_posted;
   r.c.stats.wrs.add(1);
   r.c.stats.doorbells.add(1);
   r.eg.grant_sent = true;
@@ -268,11 +274,23 @@ Status publish_staged(RecvComm& r, uint64_t end) {
 
 }  // namespace
 
+// After a failover's rewrite (rules/rewrite_gate.h): the end of what may be published now.
+// (The completions are taken by the comm's polls: a receive whose entries wait here is tested, and
+// its test polls.)
+uint64_t rewrite_limit(RecvComm& r, uint64_t end) {
+  bool landed = true;
+  for (int q = 0; q < r.c.nqps; ++q) landed = landed && r.c.qp[q].cts_done >= r.c.qp[q].cts_rewrite;
+  if (r.rewrite.close_if(r.published, landed)) return end;
+  return std::max(r.published, r.rewrite.limit(end));
+}
+
 Status publish(RecvComm& r) {
   if (r.published == r.seq) return r.c.failure;
   // The eager path holds back entries (docs/eager.md): of receives completed from the ring, until a
   // batch or a credit is due, and of receives whose message is expected in the ring.
-  const uint64_t end = eager_publish_end(r);
+  uint64_t end = eager_publish_end(r);
+  if (r.rewrite.is_open()) [[unlikely]]
+    end = rewrite_limit(r, end);
   if (end == r.published) return r.c.failure;
   if (r.eg.on && r.eg.ring.held() && !r.eg.grant_sent) {
     // The grant goes before the first entries that could carry a credit for its ring.
@@ -310,6 +328,7 @@ Status take_recv_wc(RecvComm& r, const ibv_wc& w, int member, int q, int64_t* no
   if (w.wr_id & kWrCts) {
     QpLife& l = r.c.qp[cts_q];
     l.cts_outstanding -= std::min(l.cts_outstanding, static_cast<uint32_t>(w.wr_id & 0xffffffffu));
+    l.cts_done += w.wr_id & 0xffffffffu;
     l.since_ns = 0;         // progress on that QP (progress.h)
     l.cts_probing = false;  // the first signaled completion after a probe is its own
     return Status::ok();
