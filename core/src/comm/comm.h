@@ -411,7 +411,6 @@ class SendComm : public CommBase {
     uint32_t mod = 0;
     uint64_t on_path[wire::kMaxMetaMembers] = {};
     uint8_t slot_req[wire::kEagerMaxSlots] = {};
-    uint64_t replays = 0;     // WRITEs posted again (statistics)
     int8_t ask_path = -1;     // the path the ask went on
     int8_t report_path = -1;  // the path the head report went on
     uint32_t ask_bytes = 0;

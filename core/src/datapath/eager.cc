@@ -770,6 +770,7 @@ Status eager_replay(SendComm& s, int p, bool* done) {
   while ((g.on_path[p] & g.busy) != 0) {
     uint32_t best = 64;
     uint64_t best_counter = UINT64_MAX;
+    uint32_t best_size = 0;
     for (uint64_t m = g.on_path[p] & g.busy; m != 0; m &= m - 1) {
       const uint32_t ss = static_cast<uint32_t>(std::countr_zero(m));
       wire::EagerHeader h;
@@ -777,6 +778,7 @@ Status eager_replay(SendComm& s, int p, bool* done) {
       if (h.seq - 1 < best_counter) {
         best_counter = h.seq - 1;
         best = ss;
+        best_size = h.size;
       }
     }
     const int q = eager_qp(s, best_counter);
@@ -786,9 +788,7 @@ Status eager_replay(SendComm& s, int p, bool* done) {
       if (s.c.qp[q].sq_used + 1 > kSendSqDepth) return Status::ok();  // the next call goes on
     }
     const char* src = g.staging.base + static_cast<size_t>(best) * g.staging.stride;
-    wire::EagerHeader h;
-    std::memcpy(&h, src, sizeof h);
-    const auto bytes = static_cast<uint32_t>(wire::kEagerHeaderBytes + h.size);
+    const auto bytes = static_cast<uint32_t>(wire::kEagerHeaderBytes + best_size);
     ibv_send_wr w{};
     ibv_sge sge{};
     SLUICE_RETURN_IF_ERROR(
@@ -796,7 +796,6 @@ Status eager_replay(SendComm& s, int p, bool* done) {
     SLUICE_RETURN_IF_ERROR(post_eager_wr(s, q, &w, "eager replay"));
     g.on_path[p] &= ~(uint64_t{1} << best);
     g.on_path[q / s.c.qpp] |= uint64_t{1} << best;
-    ++g.replays;
     s.c.stats.eager_replays.add(1);
   }
   g.on_path[p] = 0;  // what is left there completed
@@ -804,7 +803,6 @@ Status eager_replay(SendComm& s, int p, bool* done) {
     const int q = eager_qp(s, g.ask_counter);
     if (q < 0 || q / s.c.qpp == p || s.c.qp[q].sq_used + 1 > kSendSqDepth) return Status::ok();
     SLUICE_RETURN_IF_ERROR(post_ask(s, q, g.ask_bytes, g.ask_counter, "eager ask replay"));
-    ++g.replays;
     s.c.stats.eager_replays.add(1);
   }
   *done = true;

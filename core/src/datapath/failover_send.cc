@@ -38,7 +38,7 @@ Status fo_drive_send(SendComm& s, int64_t now) {
                 c.peer.c_str(), fo_path_desc(c, p).c_str(), static_cast<long long>(f.last_stall_ms),
                 static_cast<unsigned long long>(f.chains_replayed),
                 static_cast<unsigned long long>(f.bytes_replayed),
-                static_cast<unsigned long long>(s.eg.replays), f.sub[p]);
+                static_cast<unsigned long long>(s.c.stats.eager_replays.get()), f.sub[p]);
   }
   return Status::ok();
 }
