@@ -226,13 +226,26 @@ Status fo_apply(Conn& c, int p, uint32_t a, int64_t now, const wire::PathMsg* pe
     if (f.sender) {
       f.replay_pending[p] = true;
     } else {
-      SLUICE_RETURN_IF_ERROR(fo_recv_republish(*static_cast<RecvComm*>(c.owner)));
+      RecvComm& r = *static_cast<RecvComm*>(c.owner);
+      SLUICE_RETURN_IF_ERROR(fo_recv_republish(r));
       f.last_stall_ms = f.rec->path_stall_ms[p] = now - f.rec->fault_ms[p];
-      SLUICE_INFO(kSubNet,
-                  "receive comm to %s: %s fenced on both sides %lld ms after the fault; every "
-                  "receive not yet complete is published again over the paths left",
-                  c.peer.c_str(), fo_path_desc(c, p).c_str(),
-                  static_cast<long long>(f.last_stall_ms));
+      if (r.rewrite.is_open()) {
+        SLUICE_INFO(kSubNet,
+                    "receive comm to %s: %s fenced on both sides %lld ms after the fault; every "
+                    "receive not yet complete is published again over the paths left (receives "
+                    "%llu..%llu; entries from receive %llu on wait until those writes complete)",
+                    c.peer.c_str(), fo_path_desc(c, p).c_str(),
+                    static_cast<long long>(f.last_stall_ms),
+                    static_cast<unsigned long long>(r.rewrite.lo()),
+                    static_cast<unsigned long long>(r.rewrite.hi() - 1),
+                    static_cast<unsigned long long>(r.rewrite.lo() + wire::kFifoSlots));
+      } else {
+        SLUICE_INFO(kSubNet,
+                    "receive comm to %s: %s fenced on both sides %lld ms after the fault; no "
+                    "published receive is waiting: nothing to publish again",
+                    c.peer.c_str(), fo_path_desc(c, p).c_str(),
+                    static_cast<long long>(f.last_stall_ms));
+      }
     }
   }
   if (a & (failover::kOffer | failover::kAnswer)) f.sub[p] = -1;  // fresh QPs: the path's own
