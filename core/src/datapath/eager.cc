@@ -239,14 +239,26 @@ Status eager_poll(RecvComm& r) {
   if (!r.eg.on || !r.eg.ring.held()) return Status::ok();
   eager::ReceiverBook& b = *r.eg.book;
   const size_t max = r.eg.ring.stride - wire::kEagerHeaderBytes;
+  // A one-path comm's eager WRITEs all go on its first QP (eager_qp), which lands them in counter
+  // order: the first slot not landed ends the scan (one landed after it is read at a later poll
+  // at worst). A fused comm's go on several QPs and may land in any order: every slot is read.
+  const bool in_order = r.c.npaths <= 1;
   for (uint64_t c = b.prefix(); c < b.credited(); ++c) {
     // A copy below may move the prefix past later counters (those copied earlier): their slots
     // still hold their messages, which must never be taken twice.
     if (c < b.prefix() || b.arrived(c)) continue;
+    const void* slot = ring_slot(r, c);
+    if (!wire::eager_slot_landed(slot, c)) {
+      if (in_order) break;
+      continue;
+    }
     wire::EagerHeader h;
     std::string why;
-    const wire::SlotRead rd = wire::read_eager_slot(ring_slot(r, c), c, r.eg.grant, max, &h, &why);
-    if (rd == wire::SlotRead::kNotYet) continue;
+    const wire::SlotRead rd = wire::read_eager_slot(slot, c, r.eg.grant, max, &h, &why);
+    if (rd == wire::SlotRead::kNotYet) {
+      if (in_order) break;
+      continue;
+    }
     if (rd == wire::SlotRead::kCorrupt)
       return fail(r.c, Status(Code::kRemoteError, why + " on " + r.c.describe_qp(0)));
     // The sender's FIFO head when it wrote the slot (low 16 bits): at most 32 past the head known
