@@ -364,6 +364,14 @@ void stand_in(SendComm& s, int i, uint32_t size) {
 
 namespace {
 
+// Every eager WRITE of a message or an ask carries the sender's FIFO head (EagerHeader::head),
+// which the receiver learns when it reads the slot: a head report (eager_report_head) is then owed
+// only for slots read after it. In a stream of eager messages no report goes at all.
+void told_head(SendComm::Eager& g, uint64_t head) {
+  g.reported = head;
+  g.unreported = false;
+}
+
 // The QP that carries the eager WRITE of `counter` (a message or an ask; a head report takes 0):
 // on a one-path comm its only QP; on a fused comm the first QP of a path that carries by weight
 // (never a standby's while another carries), in turn by counter, so the paths share the small
@@ -628,6 +636,7 @@ Status eager_send(SendComm& s, const void* data, size_t size, int tag, bool host
   g.on_path[q / s.c.qpp] |= uint64_t{1} << ss;
   g.slot_req[ss] = static_cast<uint8_t>(index);
   g.book->on_eager(tag, static_cast<uint32_t>(size), index);
+  told_head(g, s.head);
   if (s.c.nmembers > 1) s.c.member_bytes[s.c.qp_member[q]].add(size);  // the rail it went on
   s.c.stats.messages.add(1);
   s.c.stats.bytes.add(size);
@@ -701,6 +710,7 @@ Status eager_ask(SendComm& s, size_t size, int tag, bool host) {
                              all ? 0 : g.book->send_ordinal(tag), size, all, limit, s.head);
   SLUICE_RETURN_IF_ERROR(post_ask(s, q, static_cast<uint32_t>(bytes), counter, "eager ask"));
   g.book->on_ask(tag);
+  told_head(g, s.head);
   return Status::ok();
 }
 
@@ -775,6 +785,12 @@ Status eager_replay(SendComm& s, int p, bool* done) {
   if (p < 0 || p >= wire::kMaxMetaMembers) return Status::ok();
   if (g.report_busy && g.report_path == p) {  // reported again at the next call
     g.report_busy = false;
+    g.reported = 0;
+    g.unreported = true;
+  }
+  if ((g.on_path[p] & g.busy) != 0 || (g.ask_busy && g.ask_path == p)) {
+    // The head those WRITEs carried (told_head) reaches the receiver with their replay only: a
+    // report goes now, as for a report that went on the path.
     g.reported = 0;
     g.unreported = true;
   }
