@@ -251,14 +251,14 @@ TEST(EagerReceiver, HeldMessagesFillTheirPartWhenItIsPostedAndTheCreditFollowsTh
   uint64_t c[wire::kEntriesPerSlot];
   EXPECT_EQ(r.fill_from_ring(0, c), 1);
   EXPECT_EQ(c[0], 0u);
-  r.consume(0);
+  r.consume(0, 0, 0);
   r.finish(0);
   EXPECT_EQ(r.prefix(), 1u);
   EXPECT_FALSE(r.credit_due());  // one slot freed of 4: not yet
   r.post(1, tags, 1);
   EXPECT_EQ(r.fill_from_ring(1, c), 1);
   EXPECT_EQ(c[0], 1u);
-  r.consume(1);
+  r.consume(1, 1, 0);
   EXPECT_TRUE(r.credit_due());
   EXPECT_EQ(r.limit(), 6u);
   // Beyond the credit written (4): the sender could not have written it.
@@ -459,7 +459,7 @@ struct Sim {
       if ((mask >> i & 1) == 0) continue;
       fill(j, static_cast<int>(i), landed.at(c[i]));
       ring_owner.erase(c[i] % W);
-      rb.consume(c[i]);
+      rb.consume(c[i], static_cast<uint64_t>(j), static_cast<int>(i));
     }
     const uint8_t all = static_cast<uint8_t>((1u << r.parts.size()) - 1);
     resolved[j] = mask == all;
@@ -512,7 +512,7 @@ struct Sim {
       const int j = static_cast<int>(seq);
       fill(j, index, m.send);
       ring_owner.erase(slot);
-      rb.consume(m.counter);
+      rb.consume(m.counter, seq, index);
       // A held receive (nothing written) whose parts are all in: resolved.
       bool all = true;
       for (int g : got[j]) all = all && g >= 0;

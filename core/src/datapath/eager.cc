@@ -76,7 +76,7 @@ Status copy_part(RecvComm& r, RecvReq& req, int i, uint64_t counter) {
   }
   req.received[i] = h.size;
   req.eager_got |= static_cast<uint8_t>(bit);
-  r.eg.book->consume(counter);
+  r.eg.book->consume(counter, req.seq, i);
   r.c.stats.eager.add(1);
   return Status::ok();
 }

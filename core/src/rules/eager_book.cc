@@ -196,16 +196,15 @@ Status ReceiverBook::arrive(uint64_t counter, int32_t tag, uint32_t ordinal, uin
                                         ") for a receive part already filled or finished");
 }
 
-void ReceiverBook::consume(uint64_t counter) {
+void ReceiverBook::consume(uint64_t counter, uint64_t seq, int index) {
   if (slots_ == 0 || counter < prefix_ || counter >= prefix_ + slots_) return;
   ring_[counter % slots_].consumed = true;
-  // A part filled from a held message is marked by its caller's copy: mark the open part too.
+  // A part filled from a held message is marked by its caller's copy: mark the open part too (a
+  // numbered part's (tag, ordinal) names one part: the one the message was copied into).
   const Slot& s = ring_[counter % slots_];
-  for (Open& o : open_) {
-    if (o.seq == UINT64_MAX || !s.message) continue;
-    for (int i = 0; i < o.n; ++i)
-      if (o.part[i].is(s.tag, s.ordinal)) o.part[i].filled = true;
-  }
+  Open& o = open_[seq % wire::kFifoSlots];
+  if (s.message && o.seq == seq && index >= 0 && index < o.n && o.part[index].is(s.tag, s.ordinal))
+    o.part[index].filled = true;
   advance();
 }
 

@@ -161,8 +161,9 @@ class ReceiverBook {
   Status arrive_ask(uint64_t counter, int32_t tag, uint32_t ordinal, bool all, uint64_t* asked_seq);
   // Whether the receive last posted (post()) has the part a kept ask names (the ask is then used).
   bool take_ask(uint64_t seq);
-  // Its bytes were copied out: the ring slot is free.
-  void consume(uint64_t counter);
+  // Its bytes were copied out into part `index` of receive `seq`: the ring slot is free, and that
+  // part is filled. Constant time (the part is named, not looked for among the open receives).
+  void consume(uint64_t counter, uint64_t seq, int index);
   // Receive `seq` finished (completed or failed): its parts leave the open set.
   void finish(uint64_t seq);
   // Whether counter c has arrived (the data path polls the others in [prefix, published limit)).
