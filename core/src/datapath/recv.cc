@@ -274,6 +274,8 @@ Status publish_staged(RecvComm& r, uint64_t end) {
 
 }  // namespace
 
+namespace {
+
 // After a failover's rewrite (rules/rewrite_gate.h): the end of what may be published now.
 // (The completions are taken by the comm's polls: a receive whose entries wait here is tested, and
 // its test polls.)
@@ -283,6 +285,8 @@ uint64_t rewrite_limit(RecvComm& r, uint64_t end) {
   if (r.rewrite.close_if(r.published, landed)) return end;
   return std::max(r.published, r.rewrite.limit(end));
 }
+
+}  // namespace
 
 Status publish(RecvComm& r) {
   if (r.published == r.seq) return r.c.failure;
