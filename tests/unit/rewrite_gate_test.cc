@@ -61,11 +61,16 @@ TEST(RewriteGate, ASecondRewriteWidensTheOpenOne) {
 // a completion means the write landed. The sender reads its FIFO in order and finishes receive k
 // once it read k's entry; the receiver posts receive k + kFifoSlots once k finished. At `fault`
 // writes, QP 0 fails: its writes in flight are lost, and the receiver writes every entry from the
-// oldest unfinished receive again, as fo_recv_republish does. Returns the receives the sender
-// read (all of `total` unless an entry was hidden).
+// oldest unfinished receive again, as fo_recv_republish does, and (wait_first) waits for every
+// write already posted on the QPs left as well: a first copy of a rewritten entry may still be on
+// its way there (`slow_q` lands a write only one step in `slow_1_in`, as an RC retry would).
+// Returns the receives the sender read (all of `total` unless an entry was hidden).
 struct Model {
   std::mt19937 rng;
   bool gate_on;
+  bool wait_first = true;
+  int slow_q = -1;
+  unsigned slow_1_in = 1;
   int nqps = 4;
   uint64_t total = 2000;
   int fault_at = 300;
@@ -108,12 +113,15 @@ struct Model {
           target[0] = 0;
           const uint64_t lo = head;  // the oldest receive the sender has not read
           gate.open(lo, published);
+          for (int x = 1; x < nqps && wait_first; ++x)
+            if (done[x] < posted[x]) target[x] = posted[x];
           published = lo;
         }
         continue;
       }
       // The wire: one QP lands its oldest write.
       const int q = static_cast<int>(rng() % static_cast<unsigned>(nqps));
+      if (q == slow_q && rng() % slow_1_in != 0) continue;
       if (!wire[q].empty()) {
         const Write w = wire[q].front();
         wire[q].pop_front();
@@ -131,7 +139,24 @@ TEST(RewriteGate, ModelWithTheGateEveryEntryReachesTheSender) {
   for (uint32_t seed = 1; seed <= 200; ++seed) {
     Model m{std::mt19937(seed), true};
     ASSERT_EQ(m.run(), m.total) << "seed " << seed;
+    Model slow{std::mt19937(seed), true};  // QP 1's writes trail (an RC retry)
+    slow.slow_q = 1;
+    slow.slow_1_in = 40;
+    ASSERT_EQ(slow.run(), slow.total) << "seed " << seed << ", QP 1 slow";
   }
+}
+
+TEST(RewriteGate, ModelWithoutWaitingForFirstCopiesATrailingOneHidesALaterEntry) {
+  // The gate alone waits for the rewrites: a first copy still on its way on another QP lands late.
+  int hidden = 0;
+  for (uint32_t seed = 1; seed <= 200; ++seed) {
+    Model m{std::mt19937(seed), true};
+    m.wait_first = false;
+    m.slow_q = 1;
+    m.slow_1_in = 40;
+    if (m.run() < m.total) ++hidden;
+  }
+  EXPECT_GT(hidden, 0);
 }
 
 TEST(RewriteGate, ModelWithoutTheGateARewriteHidesALaterEntry) {

@@ -132,8 +132,18 @@ Status fo_recv_republish(RecvComm& r) {
     }
   }
   if (lo == r.published) return Status::ok();
-  // Later entries for the rewritten slots wait until the rewrite has landed (rules/rewrite_gate.h).
+  // Later entries for the rewritten slots wait until the rewrite has landed (rules/rewrite_gate.h),
+  // and until every CTS write already posted on a path that carries has: the first copy of a
+  // rewritten entry may still be on its way there (an RC retry), and would land as late.
   r.rewrite.open(lo, r.published);
+  for (int q = 0; q < r.c.nqps; ++q) {
+    QpLife& l = r.c.qp[q];
+    if (!l || l.led.fenced || !r.c.fo.path[q / r.c.qpp].carries() || l.cts_done >= l.cts_posted)
+      continue;
+    // An unsignaled tail completes only behind a signaled WR: a zero-length probe.
+    if (l.cts_unsignaled > 0) SLUICE_RETURN_IF_ERROR(post_cts_probe(r, q));
+    l.cts_rewrite = l.cts_posted;
+  }
   r.published = lo;
   return republish_from(r);
 }

@@ -15,14 +15,19 @@
 // k + kFifoSlots and hide it, and the sender would wait for that slot until the comm's progress
 // bound failed it.
 //
+// The same holds for the first copy of a rewritten entry, if it is still on its way on a QP left
+// (a packet lost and retried by RC): it too could land after k + kFifoSlots's entry.
+//
 // The rule. While a rewrite is open, entries from lo + kFifoSlots on (the first one that reuses a
-// rewritten slot) are not published. Every CTS write that carries a rewritten entry is signaled,
-// and its QP's count of CTS writes at that point is its target (QpLife::cts_rewrite); the rewrite
-// closes once every entry of [lo, hi) was written again and every QP's completed count reached
-// its target. A completed CTS write landed at the sender (RC: the responder acknowledged it), so
-// nothing written before the close can land after it. A QP fenced meanwhile loses its target
-// (fo_recv_before_fence): its writes either completed or were flushed and never land; the fence
-// republishes again, and the rewrite widens to cover both.
+// rewritten slot) are not published. When it opens, every QP of a carrying path with CTS writes
+// not known complete takes its count of CTS writes as its target (QpLife::cts_rewrite), with a
+// zero-length signaled probe behind an unsignaled tail; every CTS write that carries a rewritten
+// entry is signaled, and its QP's count at that point becomes its target. The rewrite closes once
+// every entry of [lo, hi) was written again and every QP's completed count reached its target. A
+// completed CTS write landed at the sender (RC: the responder acknowledged it), so nothing written
+// before the close, first copies included, can land after it. A QP fenced meanwhile loses its
+// target (fo_recv_before_fence): its writes either completed or were flushed and never land; the
+// fence republishes again, and the rewrite widens to cover both.
 //
 // What it costs: receives k + kFifoSlots and later wait one CTS write's round trip after a
 // failover, once; nothing at all on a comm that never fails over.
