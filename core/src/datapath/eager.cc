@@ -38,10 +38,12 @@ uint8_t all_parts(const RecvReq& req) {
 }
 
 // The sender's FIFO head `v`, as a slot header or a head report gave it: the slots before it were
-// read. Kept only when it moves forward and not past what this side published (a value read late
-// is stale, never wrong; one past `published` is not a head).
+// read. Kept only when it moves forward and not past what this side ever published (a value read
+// late is stale, never wrong; one past that is not a head). While a failover's rewrite is open,
+// `published` was lowered to its first rewritten receive: the sender may have read past it, and a
+// slot's header is read once, so its head is judged against what was published before (hi).
 void learn_head(RecvComm& r, uint64_t v) {
-  if (v > r.eg.head && v <= r.published) r.eg.head = v;
+  if (v > r.eg.head && v <= std::max(r.published, r.rewrite.hi())) r.eg.head = v;
 }
 
 // Copies eager message `counter` (validated when it landed) into part i of `req`, and frees its
