@@ -35,11 +35,11 @@ struct QpLife {
   uint32_t cts_outstanding = 0;
   uint64_t cts_tail_from = 0;
   bool cts_probing = false;
-  // Its CTS writes (entries, probes, grants) posted and known complete, and the count a failover's
-  // rewrite waits for (rules/rewrite_gate.h; 0: none).
+  // Its CTS writes (entries, probes, grants) posted, and the count of them a failover's rewrite
+  // waits to see complete (rules/rewrite_gate.h; 0: none). Complete: all but the outstanding ones.
   uint64_t cts_posted = 0;
-  uint64_t cts_done = 0;
   uint64_t cts_rewrite = 0;
+  uint64_t cts_completed() const { return cts_posted - cts_outstanding; }
   // The progress watchdog's clock (progress.h ProgressWatch): watched work without completion
   // since this time (steady clock, ns); 0: not running.
   int64_t since_ns = 0;

@@ -138,7 +138,7 @@ Status fo_recv_republish(RecvComm& r) {
   r.rewrite.open(lo, r.published);
   for (int q = 0; q < r.c.nqps; ++q) {
     QpLife& l = r.c.qp[q];
-    if (!l || l.led.fenced || !r.c.fo.path[q / r.c.qpp].carries() || l.cts_done >= l.cts_posted)
+    if (!l || l.led.fenced || !r.c.fo.path[q / r.c.qpp].carries() || l.cts_outstanding == 0)
       continue;
     // An unsignaled tail completes only behind a signaled WR: a zero-length probe.
     if (l.cts_unsignaled > 0) SLUICE_RETURN_IF_ERROR(post_cts_probe(r, q));

@@ -281,7 +281,8 @@ namespace {
 // its test polls.)
 uint64_t rewrite_limit(RecvComm& r, uint64_t end) {
   bool landed = true;
-  for (int q = 0; q < r.c.nqps; ++q) landed = landed && r.c.qp[q].cts_done >= r.c.qp[q].cts_rewrite;
+  for (int q = 0; q < r.c.nqps; ++q)
+    landed = landed && r.c.qp[q].cts_completed() >= r.c.qp[q].cts_rewrite;
   if (r.rewrite.close_if(r.published, landed)) return end;
   return std::max(r.published, r.rewrite.limit(end));
 }
@@ -332,7 +333,6 @@ Status take_recv_wc(RecvComm& r, const ibv_wc& w, int member, int q, int64_t* no
   if (w.wr_id & kWrCts) {
     QpLife& l = r.c.qp[cts_q];
     l.cts_outstanding -= std::min(l.cts_outstanding, static_cast<uint32_t>(w.wr_id & 0xffffffffu));
-    l.cts_done += w.wr_id & 0xffffffffu;
     l.since_ns = 0;         // progress on that QP (progress.h)
     l.cts_probing = false;  // the first signaled completion after a probe is its own
     return Status::ok();
