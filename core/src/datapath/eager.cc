@@ -250,13 +250,11 @@ Status eager_poll(RecvComm& r) {
     // still hold their messages, which must never be taken twice.
     if (c < b.prefix() || b.arrived(c)) continue;
     const void* slot = ring_slot(r, c);
-    if (!wire::eager_slot_landed(slot, c)) {
-      if (in_order) break;
-      continue;
-    }
     wire::EagerHeader h;
     std::string why;
-    const wire::SlotRead rd = wire::read_eager_slot(slot, c, r.eg.grant, max, &h, &why);
+    const wire::SlotRead rd = wire::eager_slot_landed(slot, c)  // one load for an empty slot
+                                  ? wire::read_eager_slot(slot, c, r.eg.grant, max, &h, &why)
+                                  : wire::SlotRead::kNotYet;
     if (rd == wire::SlotRead::kNotYet) {
       if (in_order) break;
       continue;
@@ -785,14 +783,11 @@ Status eager_replay(SendComm& s, int p, bool* done) {
   SendComm::Eager& g = s.eg;
   *done = false;
   if (p < 0 || p >= wire::kMaxMetaMembers) return Status::ok();
-  if (g.report_busy && g.report_path == p) {  // reported again at the next call
-    g.report_busy = false;
-    g.reported = 0;
-    g.unreported = true;
-  }
-  if ((g.on_path[p] & g.busy) != 0 || (g.ask_busy && g.ask_path == p)) {
-    // The head those WRITEs carried (told_head) reaches the receiver with their replay only: a
-    // report goes now, as for a report that went on the path.
+  // A head report that went on the path, or a head those WRITEs carried (told_head), which reaches
+  // the receiver with their replay only: reported again at the next call.
+  const bool report_lost = g.report_busy && g.report_path == p;
+  if (report_lost) g.report_busy = false;
+  if (report_lost || (g.on_path[p] & g.busy) != 0 || (g.ask_busy && g.ask_path == p)) {
     g.reported = 0;
     g.unreported = true;
   }
