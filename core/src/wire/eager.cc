@@ -127,9 +127,7 @@ SlotRead read_eager_slot(const void* slot, uint64_t counter, uint32_t grant, siz
   // copied once and only the copy is judged. The payload is checked where it lies: its writer
   // rewrites a slot only after the receiver freed it (a credit), or with the same bytes (a failover
   // replay), so what checks here is what the caller copies out.
-  const uint64_t seq = std::atomic_ref<const uint64_t>(*reinterpret_cast<const uint64_t*>(base))
-                           .load(std::memory_order_acquire);
-  if (seq != counter + 1) return SlotRead::kNotYet;
+  if (!eager_slot_landed(base, counter)) return SlotRead::kNotYet;
   EagerHeader h;
   std::memcpy(&h, base, sizeof h);
   if (h.seq != counter + 1 || h.hcrc != header_crc(h)) return SlotRead::kNotYet;

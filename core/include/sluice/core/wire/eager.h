@@ -82,17 +82,17 @@ enum class SlotRead {
   kReady,    // *out is the header of message `counter`; its payload follows it in the slot
   kCorrupt,  // the header checks but says what no Sluice writes (*why): the comm fails
 };
-// Reads the slot the receiver expects eager message `counter` of grant `grant` in (`slot`, at least
-// kEagerHeaderBytes + max_bytes bytes, which the peer may be writing right now: every byte is read
-// once into a copy before it is judged). An ask (size has kEagerAsk) has no payload, and reads as
-// ready with its size as written. kCorrupt: a message's size above max_bytes, a grant other than
-// `grant` with the expected seq (the tag is the receiver book's to judge).
 // Whether `slot` may hold message `counter` yet: its first word (the header's seq) reads counter
 // + 1. One load, for a poll that finds most slots empty; read_eager_slot judges the rest.
 inline bool eager_slot_landed(const void* slot, uint64_t counter) {
   return std::atomic_ref<const uint64_t>(*static_cast<const uint64_t*>(slot))
              .load(std::memory_order_acquire) == counter + 1;
 }
+// Reads the slot the receiver expects eager message `counter` of grant `grant` in (`slot`, at least
+// kEagerHeaderBytes + max_bytes bytes, which the peer may be writing right now: every byte is read
+// once into a copy before it is judged). An ask (size has kEagerAsk) has no payload, and reads as
+// ready with its size as written. kCorrupt: a message's size above max_bytes, a grant other than
+// `grant` with the expected seq (the tag is the receiver book's to judge).
 SlotRead read_eager_slot(const void* slot, uint64_t counter, uint32_t grant, size_t max_bytes,
                          EagerHeader* out, std::string* why);
 
