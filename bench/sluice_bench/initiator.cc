@@ -158,9 +158,17 @@ struct Initiator {
               "send_replayed_bytes", "send_stall_ms", "recv_rail", "recv_state", "recv_failovers",
               "recv_failbacks", "recv_stall_ms"});
     bool fo_seen = false;
+    // CPU per message split into user and system time, each side, medians over the repetitions,
+    // beside the wall time per message: a side whose user + system equals the wall time is
+    // saturated, and the system time is its verbs posts (Soft-RoCE runs a whole WRITE, the
+    // peer's placement and ACK included, in the poster's system call) while the user time is the
+    // plugin's calls and polling.
+    Table cpu_split(std::string(name) + "_cpu",
+                    {"size", "wall_us/msg", "usr_us/msg_send", "sys_us/msg_send", "usr_us/msg_recv",
+                     "sys_us/msg_recv"});
     for (uint64_t size : sizes) {
       uint64_t iters = iters_for(size);
-      std::vector<double> gbs, mmsg, cpus, cpur, rgbs, rmmsg;
+      std::vector<double> gbs, mmsg, cpus, cpur, rgbs, rmmsg, wall, us, ss, ur, sr;
       double pkts = NAN, rpkts = NAN, wrs_s = NAN, wrs_r = NAN, db = NAN;
       uint64_t row_bad = 0;
       for (uint32_t rep = 0; rep < o.reps; ++rep) {
@@ -176,6 +184,12 @@ struct Initiator {
         mmsg.push_back(me.messages / me.elapsed_s / 1e6);
         cpus.push_back((me.user_s + me.sys_s) * 1e6 / me.messages);
         cpur.push_back((peer.user_s + peer.sys_s) * 1e6 / std::max<uint64_t>(peer.messages, 1));
+        const double pm = static_cast<double>(std::max<uint64_t>(peer.messages, 1));
+        wall.push_back(me.elapsed_s * 1e6 / me.messages);
+        us.push_back(me.user_s * 1e6 / me.messages);
+        ss.push_back(me.sys_s * 1e6 / me.messages);
+        ur.push_back(peer.user_s * 1e6 / pm);
+        sr.push_back(peer.sys_s * 1e6 / pm);
         if (c.flags & kCountWire) {
           double n = static_cast<double>(me.messages);
           pkts = wire_per(me, peer, n);
@@ -287,8 +301,12 @@ struct Initiator {
       }
       if (o.verify) row.push_back(Table::integer(static_cast<long long>(row_bad)));
       t.add(std::move(row));
+      cpu_split.add({Table::integer(size), Table::num(spread(wall).med, "%.2f"),
+                     Table::num(spread(us).med, "%.2f"), Table::num(spread(ss).med, "%.2f"),
+                     Table::num(spread(ur).med, "%.2f"), Table::num(spread(sr).med, "%.2f")});
     }
     tables.push_back(std::move(t));
+    if (rate) tables.push_back(std::move(cpu_split));
     if (rails_seen) tables.push_back(std::move(rails));
     if (fo_seen) tables.push_back(std::move(fo));
   }
