@@ -115,6 +115,21 @@ set_property(TEST core_eager_pool_unmade APPEND PROPERTY ENVIRONMENT SLUICE_EAGE
                                                                      SLUICE_EAGER_SLOTS=64
                                                                      SLUICE_EAGER_RINGS=4096
                                                                      GTEST_FILTER=CoreEagerPoolUnmade.*)
+# A fused comm's member adapter refusing the pool's registration, for real: no CAP_IPC_LOCK and
+# RLIMIT_MEMLOCK (48 MiB) above one registration of the 34 MB pool but below two. Its comms go by
+# clear-to-send; the refusal is said once (WARN), remembered, and not tried again.
+add_executable(core_eager_keys_test ${CMAKE_CURRENT_LIST_DIR}/core_eager_keys_test.cc)
+target_include_directories(core_eager_keys_test PRIVATE ${PROJECT_SOURCE_DIR}/core/src)
+target_link_libraries(core_eager_keys_test PRIVATE sluice_core GTest::gtest_main)
+sluice_add_rdma_test(NAME core_eager_keys_refused
+                     COMMAND ${CMAKE_CURRENT_LIST_DIR}/no_ipc_lock.sh
+                             prlimit --memlock=50331648:50331648
+                             $<TARGET_FILE:core_eager_keys_test> TIMEOUT 300)
+set_property(TEST core_eager_keys_refused APPEND PROPERTY ENVIRONMENT SLUICE_CM=oob
+                                                                      SLUICE_EAGER_MAX=4096
+                                                                      SLUICE_EAGER_SLOTS=16
+                                                                      SLUICE_EAGER_RINGS=512)
+set_property(TEST core_eager_keys_refused APPEND PROPERTY LABELS nosan)
 # The core data path's own tests with the eager path on.
 sluice_add_rdma_test(NAME core_datapath_eager COMMAND $<TARGET_FILE:core_datapath_test> TIMEOUT 900)
 set_property(TEST core_datapath_eager APPEND PROPERTY ENVIRONMENT SLUICE_CM=oob SLUICE_EAGER_MAX=4096)

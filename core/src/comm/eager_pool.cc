@@ -122,10 +122,19 @@ Status EagerPool::keys_on(Adapter& own, Adapter& other, uint32_t* lkey, uint32_t
   return Status::ok();
 }
 
-Status eager_pool_keys(Adapter& own, Adapter& other, uint32_t* lkey, uint32_t* rkey) {
+Status eager_pool_keys(Adapter& own, Adapter& other, uint32_t* lkey, uint32_t* rkey,
+                       bool* remembered) {
   std::lock_guard<std::mutex> lk(own.eager_mu);
+  *remembered = false;
   if (!own.eager) return Status(Code::kInternalError, own.name + " has no eager pool");
-  return own.eager->keys_on(own, other, lkey, rkey);
+  for (const auto& [a, refusal] : own.eager_refused) {
+    if (a != &other) continue;
+    *remembered = true;
+    return refusal;
+  }
+  Status st = own.eager->keys_on(own, other, lkey, rkey);
+  if (!st.is_ok()) own.eager_refused.emplace_back(&other, st);
+  return st;
 }
 
 void EagerPool::release(int ring) {

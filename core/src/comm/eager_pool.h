@@ -104,7 +104,10 @@ class EagerPool {
 // (the adapter's mutex).
 Result<EagerPool*> eager_pool_of(Adapter& a, int numa);
 void eager_pool_unref(Adapter& a);
-// EagerPool::keys_on under `own`'s eager_mu, for a comm holding a reference to own's pool.
-Status eager_pool_keys(Adapter& own, Adapter& other, uint32_t* lkey, uint32_t* rkey);
+// EagerPool::keys_on under `own`'s eager_mu, for a comm holding a reference to own's pool. A
+// refusal is kept in own.eager_refused and given again, with *remembered set, to every later ask
+// for the same `other`, which is not tried again.
+Status eager_pool_keys(Adapter& own, Adapter& other, uint32_t* lkey, uint32_t* rkey,
+                       bool* remembered);
 
 }  // namespace sluice

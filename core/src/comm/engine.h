@@ -103,6 +103,10 @@ struct Adapter {
   // Why the pool could not be made (its registration failed): said once at WARN; the adapter's
   // comms then go by clear-to-send only, and no later comm tries the registration again.
   std::string eager_error;
+  // Adapters whose PD refused this adapter's pool (a fused comm's other member, eager_pool_keys),
+  // with the refusal: said once at WARN, given to every later comm that spans both without trying
+  // again (each try pins the whole pool), for the adapter's life (a pool made again is as large).
+  std::vector<std::pair<const Adapter*, Status>> eager_refused;
   std::unique_ptr<EagerPool, EagerPoolDeleter> eager;
   DmabufProbe dmabuf;             // the NIC's answer to ibv_reg_dmabuf_mr(fd -1)
   RoProbe ro_probe;               // a registration with IBV_ACCESS_RELAXED_ORDERING (fabric.h)

@@ -73,14 +73,23 @@ Result<EagerPool*> eager_pool_for(Conn& c, uint8_t local_features, uint8_t remot
 }
 
 // The pool's keys on each of the comm's members (eager_pool_keys). A registration refused turns
-// the comm's eager path off (WARN), as a pool that cannot be made does: false.
+// the comm's eager path off, as a pool that cannot be made does: false. The refusal is said at
+// WARN by the comm that met it, and at INFO by every later comm given the same remembered one.
 bool member_keys(Conn& c, uint32_t* lkeys, uint32_t* rkeys) {
   for (int m = 0; m < c.nmembers; ++m) {
-    if (Status st =
-            eager_pool_keys(*c.dev->adapter, *c.members[m].dev->adapter, &lkeys[m], &rkeys[m]);
+    bool remembered = false;
+    if (Status st = eager_pool_keys(*c.dev->adapter, *c.members[m].dev->adapter, &lkeys[m],
+                                    &rkeys[m], &remembered);
         !st.is_ok()) {
-      SLUICE_WARN("%s: eager path off for this comm: %s", c.describe_qp(0).c_str(),
-                  st.message().c_str());
+      if (remembered) {
+        SLUICE_INFO(kSubNet,
+                    "%s: eager path off for this comm: %s (refused before on this pair of "
+                    "adapters, not tried again)",
+                    c.describe_qp(0).c_str(), st.message().c_str());
+      } else {
+        SLUICE_WARN("%s: eager path off for this comm: %s", c.describe_qp(0).c_str(),
+                    st.message().c_str());
+      }
       return false;
     }
   }
