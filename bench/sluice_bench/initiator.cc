@@ -182,9 +182,9 @@ struct Initiator {
         row_bad += peer.bad_bytes + me.bad_bytes;
         gbs.push_back(static_cast<double>(size) * me.messages / me.elapsed_s / 1e9);
         mmsg.push_back(me.messages / me.elapsed_s / 1e6);
-        cpus.push_back((me.user_s + me.sys_s) * 1e6 / me.messages);
-        cpur.push_back((peer.user_s + peer.sys_s) * 1e6 / std::max<uint64_t>(peer.messages, 1));
         const double pm = static_cast<double>(std::max<uint64_t>(peer.messages, 1));
+        cpus.push_back((me.user_s + me.sys_s) * 1e6 / me.messages);
+        cpur.push_back((peer.user_s + peer.sys_s) * 1e6 / pm);
         wall.push_back(me.elapsed_s * 1e6 / me.messages);
         us.push_back(me.user_s * 1e6 / me.messages);
         ss.push_back(me.sys_s * 1e6 / me.messages);
