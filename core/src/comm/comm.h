@@ -466,7 +466,11 @@ class RecvComm : public CommBase {
   uint64_t completed = 0;       // receives completed
   uint64_t completed_hi = 0;    // 1 + the highest seq of a completed receive (0: none)
   uint64_t completed_seen = 0;  // `completed` at the watchdog's previous check
-  RecvReq* pool = nullptr;      // kFifoSlots requests in `mem`; receive k uses k % kFifoSlots
+  // Every receive below it is done (finish_recv moves it): a receive of a higher seq that is done
+  // waits for the ones between in `test` only while this is below it (completion in posting
+  // order, docs/eager.md); one at or past it skips that scan of the pool.
+  uint64_t done_below = 0;
+  RecvReq* pool = nullptr;  // kFifoSlots requests in `mem`; receive k uses k % kFifoSlots
   // SLUICE_TEST_HOLD_RQ (tests only): completions held back with their member (failover_recv.cc).
   std::vector<std::pair<ibv_wc, int>> held;
   // The eager path (docs/eager.md; datapath/eager.cc). on: negotiated (one path, both ends).

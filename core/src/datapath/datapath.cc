@@ -247,8 +247,8 @@ Status test(Request* req, int* done, size_t* sizes) {
   }
   if (rc.eg.on) {
     // Receives complete in posting order (docs/eager.md): one completed from the eager ring
-    // waits for every earlier one.
-    for (uint64_t k = 1; k < wire::kFifoSlots && k <= r->seq; ++k) {
+    // waits for every earlier one (none is left when every receive below it is done).
+    for (uint64_t k = 1; rc.done_below < r->seq && k < wire::kFifoSlots && k <= r->seq; ++k) {
       const RecvReq& e = rc.pool[(r->seq - k) % wire::kFifoSlots];
       if (e.magic == Request::kMagic && e.in_use && !e.done && e.seq < r->seq) {
         SLUICE_RETURN_IF_ERROR(check_device(rc.c, false));

@@ -138,6 +138,15 @@ Status finish_recv(RecvComm& r, RecvReq& req, int64_t* now) {
   req.done = true;
   ++r.completed;
   r.completed_hi = std::max(r.completed_hi, req.seq + 1);
+  // The prefix of receives all done (RecvComm::done_below, read by `test` only on a comm with the
+  // eager path, whose receives are tested done in posting order: a pool entry holds receive k
+  // until k and every one before it were done). Each receive is passed once here. Without the
+  // eager path entries are freed in any order, and the prefix may stop short: nothing reads it.
+  while (r.done_below < r.seq) {
+    const RecvReq& q = r.pool[r.done_below % wire::kFifoSlots];
+    if (q.seq != r.done_below || !q.done) break;
+    ++r.done_below;
+  }
   if (r.eg.on) {
     // The comm's traffic is eager while its receives complete from the ring, or by rendezvous with
     // sizes the sender could have sent eagerly: then later receives hold their clear-to-send back.
