@@ -259,11 +259,13 @@ Status eager_poll(RecvComm& r) {
     // still hold their messages, which must never be taken twice.
     if (c < b.prefix() || b.arrived(c)) continue;
     const void* slot = ring_slot(r, c);
+    if (!wire::eager_slot_landed(slot, c)) {  // one load for an empty slot
+      if (in_order) break;
+      continue;
+    }
     wire::EagerHeader h;
     std::string why;
-    const wire::SlotRead rd = wire::eager_slot_landed(slot, c)  // one load for an empty slot
-                                  ? wire::read_eager_slot(slot, c, r.eg.grant, max, &h, &why)
-                                  : wire::SlotRead::kNotYet;
+    const wire::SlotRead rd = wire::read_eager_slot(slot, c, r.eg.grant, max, &h, &why);
     if (rd == wire::SlotRead::kNotYet) {
       if (in_order) break;
       continue;

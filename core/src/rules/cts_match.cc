@@ -39,7 +39,7 @@ Status take_strided(const wire::CtsEntry* fifo_slot, int stride, uint64_t want, 
   // connection: waiting for it would wait forever.
   if (const uint64_t s0 = seq_of(fifo_slot[0]); s0 != want) {
     const uint64_t prev = want > wire::kFifoSlots ? want - wire::kFifoSlots : 0;
-    if (mix_of(s0, prev, want)) return Status::again();
+    if (s0 == prev || mix_of(s0, prev, want)) return Status::again();  // the first: the usual
     return Status(Code::kRemoteError, "corrupt clear-to-send slot: entry 0 has seq " +
                                           std::to_string(s0) + ", expected " +
                                           std::to_string(want) + " (or " + std::to_string(prev) +

@@ -137,14 +137,6 @@ uint8_t ReceiverBook::post(uint64_t seq, const int32_t* tags, int n) {
   return mask;
 }
 
-bool ReceiverBook::all_numbered(uint64_t seq) const {
-  const Open& o = open_[seq % wire::kFifoSlots];
-  if (o.seq != seq) return false;
-  for (int i = 0; i < o.n; ++i)
-    if (!o.part[i].numbered) return false;
-  return true;
-}
-
 uint8_t ReceiverBook::fill_from_ring(uint64_t seq, uint64_t* counters) const {
   const Open& o = open_[seq % wire::kFifoSlots];
   uint8_t mask = 0;
@@ -262,10 +254,6 @@ bool ReceiverBook::take_ask(uint64_t seq) {
 void ReceiverBook::finish(uint64_t seq) {
   Open& o = open_[seq % wire::kFifoSlots];
   if (o.seq == seq) o = Open();
-}
-
-bool ReceiverBook::arrived(uint64_t c) const {
-  return slots_ > 0 && c >= prefix_ && c < prefix_ + slots_ && ring_[c % slots_].arrived;
 }
 
 }  // namespace sluice::eager

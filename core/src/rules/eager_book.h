@@ -214,6 +214,19 @@ class ReceiverBook {
   Open open_[wire::kFifoSlots];
 };
 
+// Called on every poll of the ring and every publication: inline.
+inline bool ReceiverBook::all_numbered(uint64_t seq) const {
+  const Open& o = open_[seq % wire::kFifoSlots];
+  if (o.seq != seq) return false;
+  for (int i = 0; i < o.n; ++i)
+    if (!o.part[i].numbered) return false;
+  return true;
+}
+
+inline bool ReceiverBook::arrived(uint64_t c) const {
+  return slots_ > 0 && c >= prefix_ && c < prefix_ + slots_ && ring_[c % slots_].arrived;
+}
+
 // ---- Publication --------------------------------------------------------------------------------
 
 // What a receive not yet published is to the receiver's publication (docs/eager.md, "Held
