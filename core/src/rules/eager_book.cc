@@ -1,5 +1,6 @@
 #include "rules/eager_book.h"
 
+#include <bit>
 #include <string>
 
 namespace sluice::eager {
@@ -127,6 +128,7 @@ uint8_t ReceiverBook::post(uint64_t seq, const int32_t* tags, int n) {
   Open& o = open_[seq % wire::kFifoSlots];
   o.seq = seq;
   o.n = n;
+  open_bits_ |= 1u << (seq % wire::kFifoSlots);
   uint8_t mask = 0;
   for (int i = 0; i < n; ++i) {
     const int32_t t = tags[i];
@@ -142,7 +144,7 @@ uint8_t ReceiverBook::fill_from_ring(uint64_t seq, uint64_t* counters) const {
   uint8_t mask = 0;
   for (int i = 0; i < o.n; ++i) {
     counters[i] = UINT64_MAX;
-    if (o.seq != seq || !o.part[i].numbered) continue;
+    if (unclaimed_ == 0 || o.seq != seq || !o.part[i].numbered) continue;
     for (uint64_t c = prefix_; c < prefix_ + slots_; ++c) {
       const Slot& s = ring_[c % slots_];
       if (!s.arrived || s.consumed || !s.message || !o.part[i].is(s.tag, s.ordinal)) continue;
@@ -168,9 +170,10 @@ Status ReceiverBook::arrive(uint64_t counter, int32_t tag, uint32_t ordinal, uin
                                           ", which this receiver does not number (its entries "
                                           "said so)");
   ring_[counter % slots_] = Slot{true, false, true, tag, ordinal, size};
+  ++unclaimed_;
   if (!ord_before(ordinal, part_ord_[x])) return Status::ok();  // not posted yet: held
-  for (Open& o : open_) {
-    if (o.seq == UINT64_MAX) continue;
+  for (uint32_t m = open_bits_; m != 0; m &= m - 1) {
+    Open& o = open_[std::countr_zero(m)];
     for (int i = 0; i < o.n; ++i) {
       Part& p = o.part[i];
       if (!p.is(tag, ordinal)) continue;
@@ -190,7 +193,9 @@ Status ReceiverBook::arrive(uint64_t counter, int32_t tag, uint32_t ordinal, uin
 
 void ReceiverBook::consume(uint64_t counter, uint64_t seq, int index) {
   if (slots_ == 0 || counter < prefix_ || counter >= prefix_ + slots_) return;
-  ring_[counter % slots_].consumed = true;
+  Slot& was = ring_[counter % slots_];
+  if (was.arrived && was.message && !was.consumed) --unclaimed_;
+  was.consumed = true;
   // A part filled from a held message is marked by its caller's copy: mark the open part too (a
   // numbered part's (tag, ordinal) names one part: the one the message was copied into).
   const Slot& s = ring_[counter % slots_];
@@ -231,8 +236,8 @@ Status ReceiverBook::arrive_ask(uint64_t counter, int32_t tag, uint32_t ordinal,
   }
   // Posted: its receive's clear-to-send must go, unless it went and the receive finished already
   // (the ask and the rendezvous that followed it can be seen in either order).
-  for (const Open& o : open_) {
-    if (o.seq == UINT64_MAX) continue;
+  for (uint32_t m = open_bits_; m != 0; m &= m - 1) {
+    const Open& o = open_[std::countr_zero(m)];
     for (int i = 0; i < o.n; ++i)
       if (o.part[i].is(tag, ordinal) && !o.part[i].filled) *asked_seq = o.seq;
   }
@@ -253,7 +258,10 @@ bool ReceiverBook::take_ask(uint64_t seq) {
 
 void ReceiverBook::finish(uint64_t seq) {
   Open& o = open_[seq % wire::kFifoSlots];
-  if (o.seq == seq) o = Open();
+  if (o.seq == seq) {
+    o = Open();
+    open_bits_ &= ~(1u << (seq % wire::kFifoSlots));
+  }
 }
 
 }  // namespace sluice::eager

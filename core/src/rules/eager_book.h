@@ -204,6 +204,13 @@ class ReceiverBook {
   uint32_t slots_ = 0;
   uint64_t prefix_ = 0;
   uint64_t credited_ = 0;
+  // Bit seq % kFifoSlots: open_[] holds an open receive (post sets it, finish clears it); the
+  // scans for a message's part go over these only.
+  uint32_t open_bits_ = 0;
+  static_assert(wire::kFifoSlots <= 32, "open_bits_ has a bit per open receive");
+  // Messages in the ring not copied out (arrived, not consumed): fill_from_ring has nothing to
+  // look for while there are none (a receive posted before its message: the usual case).
+  uint32_t unclaimed_ = 0;
   bool asked_ = false;  // an ask whose part was not posted when it came
   int32_t ask_tag_ = 0;
   uint32_t ask_ord_ = 0;
