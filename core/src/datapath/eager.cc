@@ -636,8 +636,8 @@ Status eager_send(SendComm& s, const void* data, size_t size, int tag, bool host
   const size_t bytes =
       wire::encode_eager_slot(src, counter, g.grant.grant, tag, g.book->send_ordinal(tag), data,
                               static_cast<uint32_t>(size), s.head);
-  ibv_send_wr w{};
-  ibv_sge sge{};
+  ibv_send_wr w;  // ring_write sets both (once: this is every eager message's path)
+  ibv_sge sge;
   SLUICE_RETURN_IF_ERROR(
       ring_write(s, q, src, static_cast<uint32_t>(bytes), counter, ss, index, &w, &sge));
   if (s.c.prof.start != nullptr) [[unlikely]]
