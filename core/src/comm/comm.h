@@ -357,6 +357,8 @@ struct Conn {
   std::unique_ptr<CmLink, CmLinkDeleter> cm;  // rdmacm mode only; null in oob mode
   bool retired = false;  // finalize released its verbs objects (retire_comm); dev is null
   bool failed() const { return !failure.is_ok(); }
+  // `failure`, copied only when there is one (the data path's idle calls return this).
+  Status status() const { return failed() ? failure : Status::ok(); }
   std::string describe_qp(int q) const;  // "qpn 17 (rxe0:1) -> qpn 18 (rxe1) at 127.0.0.1:4711"
   // QPs to ERROR, then polls the CQ until every queue is drained (a marker WR posted behind the
   // send queue's work came back, every posted receive WR completed) or SLUICE_CLOSE_TIMEOUT_MS of

@@ -290,18 +290,18 @@ uint64_t rewrite_limit(RecvComm& r, uint64_t end) {
 }  // namespace
 
 Status publish(RecvComm& r) {
-  if (r.published == r.seq) return r.c.failure;
+  if (r.published == r.seq) return r.c.status();
   // The eager path holds back entries (docs/eager.md): of receives completed from the ring, until a
   // batch or a credit is due, and of receives whose message is expected in the ring.
   uint64_t end = eager_publish_end(r);
   if (r.rewrite.is_open()) [[unlikely]]
     end = rewrite_limit(r, end);
-  if (end == r.published) return r.c.failure;
+  if (end == r.published) return r.c.status();
   if (r.eg.on && r.eg.ring.held() && !r.eg.grant_sent) {
     // The grant goes before the first entries that could carry a credit for its ring.
     bool fits = false;
     SLUICE_RETURN_IF_ERROR(cts_room(r, r.published, &fits));
-    if (!fits) return r.c.failure;
+    if (!fits) return r.c.status();
     SLUICE_RETURN_IF_ERROR(post_eager_grant(r, cts_qp(r, r.published)));
   }
   // A failed comm has nothing left to publish: every later call reports its failure.
