@@ -193,12 +193,11 @@ Status ReceiverBook::arrive(uint64_t counter, int32_t tag, uint32_t ordinal, uin
 
 void ReceiverBook::consume(uint64_t counter, uint64_t seq, int index) {
   if (slots_ == 0 || counter < prefix_ || counter >= prefix_ + slots_) return;
-  Slot& was = ring_[counter % slots_];
-  if (was.arrived && was.message && !was.consumed) --unclaimed_;
-  was.consumed = true;
+  Slot& s = ring_[counter % slots_];
+  if (s.arrived && s.message && !s.consumed) --unclaimed_;
+  s.consumed = true;
   // A part filled from a held message is marked by its caller's copy: mark the open part too (a
   // numbered part's (tag, ordinal) names one part: the one the message was copied into).
-  const Slot& s = ring_[counter % slots_];
   Open& o = open_[seq % wire::kFifoSlots];
   if (s.message && o.seq == seq && index >= 0 && index < o.n && o.part[index].is(s.tag, s.ordinal))
     o.part[index].filled = true;
