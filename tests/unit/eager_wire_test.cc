@@ -27,6 +27,44 @@ TEST(EagerCrc, MatchesTheStandardCheckValues) {
   EXPECT_EQ(wire::crc32c(wire::crc32c(0, nine, 4), nine + 4, 5), 0xe3069283u);
 }
 
+TEST(EagerCrc, BothMethodsGiveTheSameValue) {
+  for (auto m : {wire::Crc32cMethod::kTable, wire::Crc32cMethod::kHardware}) {
+    EXPECT_EQ(wire::crc32c_by(m, 0, "123456789", 9), 0xe3069283u);
+    std::vector<uint8_t> ones(32, 0xff);
+    EXPECT_EQ(wire::crc32c_by(m, 0, ones.data(), 32), 0x62a8ab43u);
+  }
+  // Every length to 200 at every alignment (the table's 8-byte steps and its byte tail), a 4-KiB
+  // slot and a continued CRC, on random bytes.
+  std::mt19937 rng(33);
+  std::vector<uint8_t> buf(4096 + 8);
+  for (auto& b : buf) b = static_cast<uint8_t>(rng());
+  for (size_t off = 0; off < 8; ++off) {
+    for (size_t n = 0; n <= 200; ++n) {
+      const uint32_t t = wire::crc32c_by(wire::Crc32cMethod::kTable, 0, buf.data() + off, n);
+      EXPECT_EQ(wire::crc32c_by(wire::Crc32cMethod::kHardware, 0, buf.data() + off, n), t) << n;
+      EXPECT_EQ(wire::crc32c(0, buf.data() + off, n), t) << off << " " << n;
+    }
+  }
+  const uint32_t whole = wire::crc32c_by(wire::Crc32cMethod::kTable, 0, buf.data(), 4096);
+  EXPECT_EQ(wire::crc32c_by(wire::Crc32cMethod::kHardware, 0, buf.data(), 4096), whole);
+  const uint32_t half = wire::crc32c_by(wire::Crc32cMethod::kTable, 0, buf.data(), 1001);
+  EXPECT_EQ(wire::crc32c_by(wire::Crc32cMethod::kTable, half, buf.data() + 1001, 3095), whole);
+  // A flipped bit anywhere changes it.
+  buf[2049] ^= 0x10;
+  EXPECT_NE(wire::crc32c_by(wire::Crc32cMethod::kTable, 0, buf.data(), 4096), whole);
+}
+
+TEST(EagerCrc, TheChoiceIsTheFasterMethodThisCpuHas) {
+  const wire::Crc32cChoice& c = wire::crc32c_choice();
+  if (!c.hardware_present) {
+    EXPECT_STREQ(c.method, "table");
+    return;
+  }
+  EXPECT_GE(c.hardware_ns, 0);
+  EXPECT_GE(c.table_ns, 0);
+  EXPECT_STREQ(c.method, c.hardware_ns <= c.table_ns ? c.hardware_name : "table");
+}
+
 TEST(EagerSlot, StrideIsHeaderPlusPayloadOnCacheLines) {
   EXPECT_EQ(wire::eager_stride(0), 64u);
   EXPECT_EQ(wire::eager_stride(32), 64u);

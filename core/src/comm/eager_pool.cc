@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "sluice/core/base/log.h"
+#include "sluice/core/wire/eager.h"
 
 namespace sluice {
 
@@ -162,11 +163,15 @@ Result<EagerPool*> eager_pool_of(Adapter& a, int numa) {
       return static_cast<EagerPool*>(nullptr);
     }
     a.eager.reset(std::move(p).value().release());
+    const wire::Crc32cChoice& crc = wire::crc32c_choice();
     SLUICE_INFO(kSubNet,
                 "%s: eager pool of %d rings x %u slots x %zu bytes (%zu KiB registered, "
-                "SLUICE_EAGER_MAX=%d) and %d receiver and sender books (%zu KiB)",
+                "SLUICE_EAGER_MAX=%d) and %d receiver and sender books (%zu KiB); slot CRC32C by "
+                "%s (4 KiB in %lld ns by %s, %lld ns by table)",
                 a.name.c_str(), cfg.eager_rings, slots, a.eager->stride(), a.eager->bytes() / 1024,
-                cfg.eager_max, cfg.eager_rings, a.eager->book_bytes() / 1024);
+                cfg.eager_max, cfg.eager_rings, a.eager->book_bytes() / 1024, crc.method,
+                static_cast<long long>(crc.hardware_ns), crc.hardware_name,
+                static_cast<long long>(crc.table_ns));
   }
   ++a.eager_users;
   return a.eager.get();

@@ -62,9 +62,26 @@ inline constexpr uint32_t kEagerAskSize = 0x1fffffffu;
 // up to 64 (each slot starts on a cache line).
 size_t eager_stride(size_t max_bytes);
 
-// CRC32C (Castagnoli), continuing `crc` (start with 0): SSE4.2 or ARMv8 CRC instructions where the
-// CPU has them, a table otherwise; the same value either way.
+// CRC32C (Castagnoli), continuing `crc` (start with 0): SSE4.2 or ARMv8 CRC instructions, or
+// eight tables (slicing by 8), whichever ran faster over 4 KiB at the first call (crc32c_choice);
+// the same value either way.
 uint32_t crc32c(uint32_t crc, const void* p, size_t n);
+
+// The process's choice, made once at the first call of crc32c or of this: the method used
+// ("sse4.2", "armv8-crc" or "table"), and the best of five timings of each over 4 KiB (0 where
+// the CPU lacks the instructions).
+struct Crc32cChoice {
+  const char* method = "table";
+  const char* hardware_name = "none";
+  bool hardware_present = false;
+  int64_t hardware_ns = 0;
+  int64_t table_ns = 0;
+};
+const Crc32cChoice& crc32c_choice();
+
+// CRC32C by one method (kHardware falls back to the table where the CPU lacks it): for tests.
+enum class Crc32cMethod { kTable, kHardware };
+uint32_t crc32c_by(Crc32cMethod m, uint32_t crc, const void* p, size_t n);
 
 // Writes a slot into `slot` (staging memory of at least kEagerHeaderBytes + size bytes): the header
 // for eager message `counter`, then a copy of `payload`. Returns the bytes to write.
