@@ -49,7 +49,7 @@ TEST(EagerCrc, BothMethodsGiveTheSameValue) {
   EXPECT_EQ(wire::crc32c_by(wire::Crc32cMethod::kHardware, 0, buf.data(), 4096), whole);
   const uint32_t half = wire::crc32c_by(wire::Crc32cMethod::kTable, 0, buf.data(), 1001);
   EXPECT_EQ(wire::crc32c_by(wire::Crc32cMethod::kTable, half, buf.data() + 1001, 3095), whole);
-  // A flipped bit anywhere changes it.
+  // A flipped bit in the middle changes it.
   buf[2049] ^= 0x10;
   EXPECT_NE(wire::crc32c_by(wire::Crc32cMethod::kTable, 0, buf.data(), 4096), whole);
 }

@@ -4,7 +4,7 @@
 #include <atomic>
 #include <bit>
 #include <chrono>
-#include <climits>
+#include <cstdint>
 #include <cstring>
 
 namespace sluice::wire {
@@ -99,10 +99,7 @@ struct Choice {
   Choice() {
     info.hardware_present = have_hw();
     info.hardware_name = kHwName;
-    if (!info.hardware_present) {
-      info.method = "table";
-      return;
-    }
+    if (!info.hardware_present) return;  // the table, as info.method says by default
     alignas(64) static uint8_t buf[4096];
     for (size_t i = 0; i < sizeof buf; ++i) buf[i] = static_cast<uint8_t>(i * 131u + 7u);
     auto best = [&](CrcFn f) {
