@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <new>
 #include <string>
 
 #include "comm/comm.h"
@@ -55,6 +56,26 @@ inline uint32_t remote_mem_rkey(const Conn& c, int q) {
 // Our key of our comm memory on QP q's member.
 inline uint32_t local_mem_lkey(const Conn& c, int q) {
   return c.mem_lkey[c.qp_member[q]];
+}
+
+// The next request of the send pool's free list (the caller checked `s.free_top > 0`), made on
+// its pool entry's first use, in use, not done, leading no group: the one place a send request is
+// taken. The caller sets the rest for the kind of send it is: a rendezvous send (send.cc), an eager
+// one, or a stand-in for a part sent eagerly (eager.cc).
+inline SendReq* take_send_req(SendComm& s) {
+  const uint16_t index = s.free_list[--s.free_top];
+  SendReq* r = &s.pool[index];
+  if (r->magic != Request::kMagic) {  // first use of this pool entry
+    new (r) SendReq();
+    r->index = index;
+    r->comm = &s;
+    r->is_send = true;
+  }
+  r->in_use = true;
+  r->done = false;
+  r->pending = 0;
+  r->group_n = 0;
+  return r;
 }
 
 // The per-member payload counters (Conn::member_bytes): each buffer's part on each path of `mask`

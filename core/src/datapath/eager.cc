@@ -346,19 +346,8 @@ namespace {
 // A request of our own standing in the group at head for part i, sent eagerly before its
 // clear-to-send was read (send.cc posts the group as if it had 0 bytes; the close names its size).
 void stand_in(SendComm& s, int i, uint32_t size) {
-  const uint16_t index = s.free_list[--s.free_top];
-  SendReq* r = &s.pool[index];
-  if (r->magic != Request::kMagic) {
-    new (r) SendReq();
-    r->index = index;
-    r->comm = &s;
-    r->is_send = true;
-  }
-  r->in_use = true;
-  r->done = false;
+  SendReq* r = take_send_req(s);
   r->posted = false;
-  r->pending = 0;
-  r->group_n = 0;
   r->eager = false;
   r->shadow = true;
   r->eager_size = size;
@@ -612,19 +601,9 @@ Status eager_send(SendComm& s, const void* data, size_t size, int tag, bool host
     if (blocked()) return Status::again();
   }
   if (s.free_top == 0) return Status::again();
-  const uint16_t index = s.free_list[--s.free_top];
-  SendReq* r = &s.pool[index];
-  if (r->magic != Request::kMagic) {
-    new (r) SendReq();
-    r->index = index;
-    r->comm = &s;
-    r->is_send = true;
-  }
-  r->in_use = true;
-  r->done = false;
+  SendReq* r = take_send_req(s);
+  const uint16_t index = r->index;
   r->posted = true;
-  r->pending = 0;
-  r->group_n = 0;
   r->eager = true;
   r->shadow = false;
   r->eager_size = static_cast<uint32_t>(size);

@@ -378,19 +378,8 @@ Status isend_impl(SendComm* s, void* data, size_t size, int tag, MemHandle* mh, 
     SLUICE_RETURN_IF_ERROR(group_fits(*s, sizes, nreqs, &fits));
     if (!fits) return Status::again();
   }
-  const uint16_t slot_index = s->free_list[--s->free_top];
-  SendReq* r = &s->pool[slot_index];
-  if (r->magic != Request::kMagic) {  // first use of this pool entry
-    new (r) SendReq();
-    r->index = slot_index;
-    r->comm = s;
-    r->is_send = true;
-  }
-  r->in_use = true;
-  r->done = false;
+  SendReq* r = take_send_req(*s);
   r->posted = false;
-  r->pending = 0;
-  r->group_n = 0;
   r->eager = false;
   r->shadow = false;
   r->data = static_cast<const char*>(data);
