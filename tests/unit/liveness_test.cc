@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "sluice/core/base/verbs.h"
+
 namespace sluice {
 namespace {
 
@@ -320,6 +322,36 @@ TEST(AsyncEvents, BenignOnesFailNothing) {
 
 }  // namespace
 }  // namespace sluice
+
+// A completion error's likely cause: the async event that failed the comm first, else a local port
+// that is no longer ACTIVE (a port that went down fails its QPs' work requests, and the data path
+// can poll those completions before the async thread reads the port's event: CI's sanitized pass
+// saw "local QP operation error" named as the cause there), else the status's meaning.
+TEST(CompletionError, CauseIsTheEventThenThePortThenTheStatus) {
+  const std::string event =
+      "rxe0: async event port error on port 1: the port went down; likely cause: link lost";
+  const std::string after_event =
+      sluice::completion_error_cause(IBV_WC_LOC_QP_OP_ERR, event, "rxe0:1", IBV_PORT_NOP);
+  EXPECT_EQ(after_event, "it follows an async event: " + event);
+  // The event's reason wins over the port's state (it names the event itself).
+  EXPECT_EQ(sluice::completion_error_cause(IBV_WC_LOC_QP_OP_ERR, event, "rxe0:1", IBV_PORT_DOWN),
+            after_event);
+  for (const ibv_wc_status st : {IBV_WC_LOC_QP_OP_ERR, IBV_WC_RETRY_EXC_ERR, IBV_WC_WR_FLUSH_ERR}) {
+    const std::string down = sluice::completion_error_cause(st, "", "rxe0:1", IBV_PORT_DOWN);
+    EXPECT_EQ(down.find("likely cause: the port went down (the local port rxe0:1 is DOWN)"), 0u)
+        << down;
+    EXPECT_NE(down.find("netdev set down"), std::string::npos) << down;
+    const std::string init = sluice::completion_error_cause(st, "", "mlx5_0:1", IBV_PORT_INIT);
+    EXPECT_NE(init.find("the port went down (the local port mlx5_0:1 is not ACTIVE (init))"),
+              std::string::npos)
+        << init;
+    // An ACTIVE port, or one that could not be read: the status's own meaning, as before.
+    const std::string hint = std::string("likely cause: ") + sluice::verbs::wc_status_hint(st);
+    EXPECT_EQ(sluice::completion_error_cause(st, "", "rxe0:1", IBV_PORT_ACTIVE), hint);
+    EXPECT_EQ(sluice::completion_error_cause(st, "", "rxe0:1", IBV_PORT_NOP), hint);
+    EXPECT_EQ(hint.find("port went down"), std::string::npos) << hint;
+  }
+}
 
 // A connect that failed while its local port was not ACTIVE says so first (the likely cause of any
 // failure then); an ACTIVE port gives no reason.

@@ -126,10 +126,23 @@ Status on_qp(const Conn& c, int q, const Status& st) {
 Status completion_error(Conn& c, const ibv_wc& wc, const char* side, int member) {
   char vendor[16];
   std::snprintf(vendor, sizeof vendor, "0x%x", wc.vendor_err);
-  std::string m = std::string(side) + " completion error on " +
-                  c.describe_qp(qp_index(c, wc.qp_num, member)) + ": status " +
-                  ibv_wc_status_str(wc.status) + " (" + std::to_string(wc.status) +
-                  "), vendor_err " + vendor + "; likely cause: " + verbs::wc_status_hint(wc.status);
+  // The likely cause (health/liveness.h completion_error_cause): the async event that already
+  // failed this comm (its reason is written before the flag is released), else the QP's port when
+  // it is no longer ACTIVE (a system call, on this error path only), else the status's meaning.
+  const std::string async =
+      c.watch.async_failed.load(std::memory_order_acquire) ? c.watch.async_reason : std::string();
+  ibv_port_attr pa{};
+  pa.state = IBV_PORT_NOP;
+  const Device* d = member >= 0 && member < c.nmembers ? c.members[member].dev : nullptr;
+  std::string port = "?";
+  if (async.empty() && d != nullptr && d->adapter != nullptr) {
+    port = d->name + ":" + std::to_string(d->port);
+    if (ibv_query_port(d->adapter->ctx.get(), d->port, &pa) != 0) pa.state = IBV_PORT_NOP;
+  }
+  std::string m =
+      std::string(side) + " completion error on " + c.describe_qp(qp_index(c, wc.qp_num, member)) +
+      ": status " + ibv_wc_status_str(wc.status) + " (" + std::to_string(wc.status) +
+      "), vendor_err " + vendor + "; " + completion_error_cause(wc.status, async, port, pa.state);
   return Status(Code::kRemoteError, std::move(m));
 }
 

@@ -21,6 +21,7 @@
 #include "health/peer_link.h"
 #include "sluice/core/base/log.h"
 #include "sluice/core/base/socket_drain.h"
+#include "sluice/core/base/verbs.h"
 
 namespace sluice {
 
@@ -134,6 +135,20 @@ std::string local_port_hint(const std::string& port, ibv_port_state state) {
   return "the local port " + port + " " + what +
          ": likely cause: its link is down (cable pulled, switch port down, or its netdev set down "
          "with `ip link`); connections over it fail until the port is ACTIVE again";
+}
+
+std::string completion_error_cause(ibv_wc_status status, const std::string& async_reason,
+                                   const std::string& port, ibv_port_state port_state) {
+  if (!async_reason.empty()) return "it follows an async event: " + async_reason;
+  if (port_state != IBV_PORT_NOP && port_state != IBV_PORT_ACTIVE) {
+    const std::string what =
+        port_state == IBV_PORT_DOWN
+            ? "DOWN"
+            : "not ACTIVE (" + std::string(ibv_port_state_str(port_state)) + ")";
+    return "likely cause: the port went down (the local port " + port + " is " + what +
+           "): link lost: cable pulled, switch port down, or the netdev set down (ip link)";
+  }
+  return std::string("likely cause: ") + verbs::wc_status_hint(status);
 }
 
 std::string peer_gone_reason(SocketSeen seen, int err, bool said_goodbye, const std::string& peer,

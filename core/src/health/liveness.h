@@ -122,6 +122,17 @@ AsyncEventInfo async_event_info(ibv_event_type t);
 // failed (a route that no longer exists, a TCP connect that timed out) better than that failure.
 std::string local_port_hint(const std::string& port, ibv_port_state state);
 
+// What follows a completion error's status in its reason: the likely cause. A port that goes down
+// fails the work requests on its QPs, and their completions can be polled before the async
+// thread has read the port's event (Soft-RoCE fails them at once, "local QP operation error"; a
+// real NIC after its retries, "transport retry counter exceeded"); the status alone then names
+// the wrong cause. So: the event's reason when the async thread already failed the comm with it
+// (`async_reason`, else empty); else, when the QP's local port `port` (e.g. "rxe0:1") is not
+// ACTIVE (`port_state`; IBV_PORT_NOP when it could not be read), that the port went down; else
+// what the status says (verbs::wc_status_hint).
+std::string completion_error_cause(ibv_wc_status status, const std::string& async_reason,
+                                   const std::string& port, ibv_port_state port_state);
+
 // The reason text for a peer that is gone; `seen` and `err` as from classify_read; `text` the
 // notice's reason (kNotice) or what was wrong with it (kBadNotice).
 std::string peer_gone_reason(SocketSeen seen, int err, bool said_goodbye, const std::string& peer,
