@@ -145,6 +145,12 @@ struct Device {
   std::string standby_reason;  // "rxe0: the only other RoCE device (...)", "none: ..."
 };
 
+// The device's port as "name:port" for reasons and WARNs: a device of a multi-port adapter is
+// named so already (engine.cc), any other gets its port appended.
+inline std::string port_label(const Device& d) {
+  return d.name.find(':') != std::string::npos ? d.name : d.name + ":" + std::to_string(d.port);
+}
+
 // A fused device (make_vdevice): index >= the physical devices' count. Created at NCCL's init,
 // before any comm on it; never removed until the engine goes.
 struct VDevice {

@@ -865,11 +865,8 @@ Status connect(int dev, void* handle, const CommConfig& cfg, SendComm** out) {
     const Device& d = *s->members[0];  // the state lives on in `node` until we return
     ibv_port_attr pa{};                // a port that went down explains any failure above best
     std::string down;
-    if (ibv_query_port(d.adapter->ctx.get(), d.port, &pa) == 0) {
-      const bool named_with_port = d.name.find(':') != std::string::npos;  // "dev:port"
-      down = local_port_hint(named_with_port ? d.name : d.name + ":" + std::to_string(d.port),
-                             pa.state);
-    }
+    if (ibv_query_port(d.adapter->ctx.get(), d.port, &pa) == 0)
+      down = local_port_hint(port_label(d), pa.state);
     if (!down.empty())
       st = Status(Code::kRemoteError, down + " (what failed: " + st.message() + ")");
     return st.with_context("connect to " + s->peer + " from " + d.name);

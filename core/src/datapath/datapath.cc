@@ -136,7 +136,7 @@ Status completion_error(Conn& c, const ibv_wc& wc, const char* side, int member)
   const Device* d = member >= 0 && member < c.nmembers ? c.members[member].dev : nullptr;
   std::string port = "?";
   if (async.empty() && d != nullptr && d->adapter != nullptr) {
-    port = d->name + ":" + std::to_string(d->port);
+    port = port_label(*d);
     if (ibv_query_port(d->adapter->ctx.get(), d->port, &pa) != 0) pa.state = IBV_PORT_NOP;
   }
   std::string m =

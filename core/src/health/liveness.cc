@@ -127,12 +127,19 @@ AsyncEventInfo async_event_info(ibv_event_type t) {
   }
 }
 
+namespace {
+
+// "DOWN", or "not ACTIVE (<state>)": a port that is not ACTIVE, in the reasons below.
+std::string not_active(ibv_port_state state) {
+  return state == IBV_PORT_DOWN ? "DOWN"
+                                : "not ACTIVE (" + std::string(ibv_port_state_str(state)) + ")";
+}
+
+}  // namespace
+
 std::string local_port_hint(const std::string& port, ibv_port_state state) {
   if (state == IBV_PORT_ACTIVE) return {};
-  const std::string what = state == IBV_PORT_DOWN
-                               ? "is DOWN"
-                               : "is not ACTIVE (" + std::string(ibv_port_state_str(state)) + ")";
-  return "the local port " + port + " " + what +
+  return "the local port " + port + " is " + not_active(state) +
          ": likely cause: its link is down (cable pulled, switch port down, or its netdev set down "
          "with `ip link`); connections over it fail until the port is ACTIVE again";
 }
@@ -141,12 +148,9 @@ std::string completion_error_cause(ibv_wc_status status, const std::string& asyn
                                    const std::string& port, ibv_port_state port_state) {
   if (!async_reason.empty()) return "it follows an async event: " + async_reason;
   if (port_state != IBV_PORT_NOP && port_state != IBV_PORT_ACTIVE) {
-    const std::string what =
-        port_state == IBV_PORT_DOWN
-            ? "DOWN"
-            : "not ACTIVE (" + std::string(ibv_port_state_str(port_state)) + ")";
-    return "likely cause: the port went down (the local port " + port + " is " + what +
-           "): link lost: cable pulled, switch port down, or the netdev set down (ip link)";
+    const AsyncEventInfo down = async_event_info(IBV_EVENT_PORT_ERR);  // the event's own words
+    return std::string("likely cause: ") + down.meaning + " (the local port " + port + " is " +
+           not_active(port_state) + "): " + down.cause;
   }
   return std::string("likely cause: ") + verbs::wc_status_hint(status);
 }
