@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cerrno>
+
 namespace sluice {
 namespace {
 
@@ -121,6 +123,19 @@ TEST(CmChoice, PerPortViewForSluiceInfo) {
   EXPECT_EQ(cm_for_port(CmMode::kOob, false, true).verdict, CmDecision::kOob);
   EXPECT_EQ(cm_for_port(CmMode::kOob, true, true).verdict, CmDecision::kError);
   EXPECT_EQ(cm_for_port(CmMode::kRdmacm, false, false).verdict, CmDecision::kError);
+}
+
+// rdmacm address resolution is tried again only after a timeout (no neighbour answer yet), and
+// only while an attempt still fits in the bound; any other error (no route, no device) is final.
+TEST(CmChoice, AddressResolutionIsTriedAgainOnlyAfterATimeoutWithTimeLeft) {
+  static_assert(kCmResolveMinAttemptMs < kCmResolveAttemptMs);
+  EXPECT_TRUE(cm_resolve_again(-ETIMEDOUT, 4000));
+  EXPECT_TRUE(cm_resolve_again(-ETIMEDOUT, kCmResolveMinAttemptMs));
+  EXPECT_FALSE(cm_resolve_again(-ETIMEDOUT, kCmResolveMinAttemptMs - 1));
+  EXPECT_FALSE(cm_resolve_again(-ETIMEDOUT, 0));
+  EXPECT_FALSE(cm_resolve_again(-ETIMEDOUT, -50));
+  for (int status : {-ENETUNREACH, -EHOSTUNREACH, -ENODEV, -EADDRNOTAVAIL, -ENODATA, 0, ETIMEDOUT})
+    EXPECT_FALSE(cm_resolve_again(status, 4000)) << status;
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 // The connection-manager decision (cm_choice.h).
 #include "sluice/core/connect/cm_choice.h"
 
+#include <cerrno>
+
 namespace sluice {
 
 const char* cm_mode_name(CmMode m) {
@@ -89,6 +91,10 @@ CmDecision cm_for_port(CmMode knob, bool iwarp, bool has_ip) {
     return {CmDecision::kError, "SLUICE_CM=rdmacm, but the port has no IP address: listen fails"};
   return {CmDecision::kOob,
           "SLUICE_CM=auto: no IP address on this port (InfiniBand without IPoIB?)"};
+}
+
+bool cm_resolve_again(int event_status, long long left_ms) {
+  return event_status == -ETIMEDOUT && left_ms >= kCmResolveMinAttemptMs;
 }
 
 }  // namespace sluice

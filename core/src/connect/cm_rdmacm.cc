@@ -257,28 +257,56 @@ Status cm_resolve_start(CmLink& l, const sockaddr_storage* src, const sockaddr_s
   return cm_resolve_more(l, 0, nqps, src, dst, nullptr, timeout_ms);
 }
 
+namespace {
+
+using CmClock = std::chrono::steady_clock;
+
+long long ms_left(CmClock::time_point until) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(until - CmClock::now()).count();
+}
+
+// One attempt at resolving id q's address (l.resolve[q]) with a fresh id, bounded by
+// kCmResolveAttemptMs and what is left of l.resolve_until.
+Status resolve_attempt(CmLink& l, int q) {
+  if (l.ids[q] != nullptr) rdma_destroy_id(l.ids[q]);  // its attempt ended (ADDR_ERROR)
+  l.ids[q] = nullptr;
+  if (rdma_create_id(l.mailbox->channel(), &l.ids[q], l.mailbox->context(), RDMA_PS_TCP) != 0) {
+    l.ids[q] = nullptr;
+    return errno_status(Code::kSystemError, "rdma_create_id", errno);
+  }
+  CmLink::Resolve& r = l.resolve[q];
+  sockaddr_storage d = r.dst;
+  sockaddr_storage s = r.src;  // port 0: rdma_cm picks one per id
+  const long long left = std::max<long long>(ms_left(l.resolve_until), 1);
+  ++r.attempts;
+  if (rdma_resolve_addr(l.ids[q], r.has_src ? reinterpret_cast<sockaddr*>(&s) : nullptr,
+                        reinterpret_cast<sockaddr*>(&d),
+                        static_cast<int>(std::min<long long>(kCmResolveAttemptMs, left))) != 0) {
+    return errno_status(Code::kRemoteError,
+                        "rdma_resolve_addr of " + sockaddr_text(r.dst) +
+                            (r.has_src ? " from " + address_to_string(r.src) : std::string()),
+                        errno);
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
 Status cm_resolve_more(CmLink& l, int first, int count, const sockaddr_storage* src,
                        const sockaddr_storage& dst, const Device* via, int timeout_ms) {
   if (first + count > wire::kMaxQps)
     return Status(Code::kInternalError, "rdma_cm: more ids than QPs");
   l.nqps = first + count;
+  l.resolve_started = CmClock::now();
+  l.resolve_until = l.resolve_started + std::chrono::milliseconds(timeout_ms);
   for (int q = first; q < first + count; ++q) {
     l.step_done[q] = false;
     l.via[q] = via;
-    if (rdma_create_id(l.mailbox->channel(), &l.ids[q], l.mailbox->context(), RDMA_PS_TCP) != 0) {
-      l.ids[q] = nullptr;
-      return errno_status(Code::kSystemError, "rdma_create_id", errno);
-    }
-    sockaddr_storage d = dst;
-    sockaddr_storage s{};
-    if (src != nullptr) s = *src;  // port 0: rdma_cm picks one per id
-    if (rdma_resolve_addr(l.ids[q], src ? reinterpret_cast<sockaddr*>(&s) : nullptr,
-                          reinterpret_cast<sockaddr*>(&d), timeout_ms) != 0) {
-      return errno_status(Code::kRemoteError,
-                          "rdma_resolve_addr of " + sockaddr_text(dst) +
-                              (src ? " from " + address_to_string(*src) : std::string()),
-                          errno);
-    }
+    l.resolve[q] = CmLink::Resolve{};
+    l.resolve[q].dst = dst;
+    if (src != nullptr) l.resolve[q].src = *src;
+    l.resolve[q].has_src = src != nullptr;
+    SLUICE_RETURN_IF_ERROR(resolve_attempt(l, q));
   }
   l.progress = "resolving the address";
   return Status::ok();
@@ -316,6 +344,23 @@ Status cm_resolve_poll(CmLink& l, const Device& d, int timeout_ms, CmFacts::Rout
         }
         break;
       case RDMA_CM_EVENT_ADDR_ERROR:
+        if (cm_resolve_again(e.status, ms_left(l.resolve_until))) {
+          SLUICE_INFO(kSubNet,
+                      "rdma_cm: no neighbour answer for %s within %d ms (attempt %d): "
+                      "resolving it again with a fresh id",
+                      sockaddr_text(l.resolve[q].dst).c_str(), kCmResolveAttemptMs,
+                      l.resolve[q].attempts);
+          SLUICE_RETURN_IF_ERROR(resolve_attempt(l, q));
+          break;
+        }
+        *route = CmFacts::Route::kFailed;
+        *detail = cm_event_text(e.type, e.status) + " (" + std::to_string(l.resolve[q].attempts) +
+                  (l.resolve[q].attempts == 1 ? " attempt" : " attempts") + " in " +
+                  std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                     CmClock::now() - l.resolve_started)
+                                     .count()) +
+                  " ms)";
+        return Status::ok();
       case RDMA_CM_EVENT_ROUTE_ERROR:
         *route = CmFacts::Route::kFailed;
         *detail = cm_event_text(e.type, e.status);

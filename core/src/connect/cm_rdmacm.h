@@ -18,6 +18,7 @@
 #include <rdma/rdma_cma.h>
 #include <sys/socket.h>
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -52,6 +53,15 @@ class CmLink {
   uint8_t tc = 0, sl = 0;                // overrides of the CM's address vector (NCCL_IB_TC/SL)
   std::string progress = "not started";  // for timeout messages
   Status failure;                        // accept side: a request for this link failed
+  // Connect side, address resolution (cm_resolve_more): what each id resolves, so that an attempt
+  // that timed out can be made again with a fresh id, until `resolve_until`.
+  struct Resolve {
+    sockaddr_storage src{}, dst{};
+    bool has_src = false;
+    int attempts = 0;
+  };
+  Resolve resolve[wire::kMaxQps] = {};
+  std::chrono::steady_clock::time_point resolve_started{}, resolve_until{};
 };
 
 // ---- connect side ----
@@ -59,6 +69,7 @@ class CmLink {
 // address with no neighbour answer then fails as RDMA_CM_EVENT_ADDR_ERROR (ETIMEDOUT), named,
 // instead of running into SLUICE_CONNECT_TIMEOUT_MS. rping uses 2 s.
 inline constexpr int kCmResolveTimeoutMs = 5000;
+// Within that bound, resolution goes in attempts of kCmResolveAttemptMs (cm_choice.h says why).
 
 // The connect side's choice of connection manager and, in rdmacm mode, its rdma_cm ids.
 struct CmConnector {

@@ -48,4 +48,21 @@ CmDecision choose_cm(const CmFacts& f);
 // the port has an IP address (toward peers whose address routes through it) or is iWARP, else oob.
 CmDecision cm_for_port(CmMode knob, bool iwarp, bool has_ip);
 
+// rdmacm connect side: within the bound on address resolution (cm_rdmacm.h, 5 s or the
+// connect's deadline), resolution is asked of the kernel in attempts of at most this long,
+// each with a fresh id: the kernel (ib_core's addr.c) looks at the neighbour entry when a request
+// starts, then again only on a neighbour update or at the request's own timeout, and a neighbour
+// answer that lands between its first look and its queueing of the request is not seen until that
+// timeout. (Seen once in CI's bed: a connect right after a link came back up ran into its 4 s
+// SLUICE_CONNECT_TIMEOUT_MS while "resolving the address", and this race is the one cause we found
+// in the kernel's code.) A short attempt bounds that delay; each new attempt looks again, and
+// starts ARP/ND again if it had given up.
+inline constexpr int kCmResolveAttemptMs = 1000;
+// The shortest attempt worth starting: with less left, the last attempt's error stands.
+inline constexpr int kCmResolveMinAttemptMs = 100;
+// Whether an address resolution that ended with the rdma_cm event status `event_status` (a
+// negative errno) is tried again, `left_ms` before its bound: only a timeout (no neighbour answer
+// yet), and only with time for one more attempt.
+bool cm_resolve_again(int event_status, long long left_ms);
+
 }  // namespace sluice
