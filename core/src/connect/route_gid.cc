@@ -133,15 +133,7 @@ Status RouteGid::step(const Device& d, const sockaddr_storage& peer, int budget_
       return Status::ok();
     }
     mailbox_ = std::move(m).value();
-    if (rdma_create_id(mailbox_->channel(), &id_, mailbox_->context(), RDMA_PS_TCP) != 0) {
-      id_ = nullptr;
-      facts_.failure = std::string("rdma_cm id: ") + std::strerror(errno);
-      finish(d, side);
-      return Status::ok();
-    }
-    sockaddr_storage dst = peer;
-    if (rdma_resolve_addr(id_, nullptr, reinterpret_cast<sockaddr*>(&dst), timeout_ms_) != 0) {
-      facts_.failure = std::string("rdma_resolve_addr: ") + std::strerror(errno);
+    if (!resolve_attempt(peer)) {
       finish(d, side);
       return Status::ok();
     }
@@ -194,11 +186,37 @@ Status RouteGid::step(const Device& d, const sockaddr_storage& peer, int budget_
       local_interface_of(g, &facts_.netdev, &prefix);
       break;
     }
-    facts_.failure = event_text(e);
+    if (e.type == RDMA_CM_EVENT_ADDR_ERROR && cm_resolve_again(e.status, ms_left()) &&
+        resolve_attempt(peer)) {
+      continue;  // no neighbour answer yet: look again with a fresh id (cm_choice.h says why)
+    }
+    if (facts_.failure.empty()) facts_.failure = event_text(e);
     break;
   }
   finish(d, side);
   return Status::ok();
+}
+
+long long RouteGid::ms_left() const {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - Clock::now()).count();
+}
+
+bool RouteGid::resolve_attempt(const sockaddr_storage& peer) {
+  if (id_ != nullptr) rdma_destroy_id(id_);  // its attempt ended (ADDR_ERROR)
+  id_ = nullptr;
+  if (rdma_create_id(mailbox_->channel(), &id_, mailbox_->context(), RDMA_PS_TCP) != 0) {
+    id_ = nullptr;
+    facts_.failure = std::string("rdma_cm id: ") + std::strerror(errno);
+    return false;
+  }
+  sockaddr_storage dst = peer;
+  const long long left = std::max<long long>(ms_left(), 1);
+  if (rdma_resolve_addr(id_, nullptr, reinterpret_cast<sockaddr*>(&dst),
+                        static_cast<int>(std::min<long long>(kCmResolveAttemptMs, left))) != 0) {
+    facts_.failure = std::string("rdma_resolve_addr: ") + std::strerror(errno);
+    return false;
+  }
+  return true;
 }
 
 void RouteGid::reuse(const Device& d, const sockaddr_storage& peer, const CmFacts& cm,

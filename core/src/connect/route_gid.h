@@ -25,7 +25,8 @@
 namespace sluice {
 
 // Address and route resolution together end by this: a peer address with no neighbour answer then
-// falls back to the table's guess instead of eating the connect bound.
+// falls back to the table's guess instead of eating the connect bound. Address resolution goes in
+// attempts of kCmResolveAttemptMs within it (cm_choice.h says why).
 inline constexpr int kRouteGidTimeoutMs = 2000;
 
 class RouteGid {
@@ -55,6 +56,10 @@ class RouteGid {
  private:
   void finish(const Device& d, const char* side);
   void release();
+  // One address resolution of `peer` with a fresh id, in an attempt of at most kCmResolveAttemptMs
+  // (cm_choice.h) and what is left of the bound; false with facts_.failure set if it cannot start.
+  bool resolve_attempt(const sockaddr_storage& peer);
+  long long ms_left() const;
 
   std::unique_ptr<CmMailbox> mailbox_;
   rdma_cm_id* id_ = nullptr;
