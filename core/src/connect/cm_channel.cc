@@ -11,6 +11,7 @@
 #include <unordered_map>
 
 #include "comm/fd_census.h"
+#include "sluice/core/connect/cm_choice.h"
 
 namespace sluice {
 
@@ -146,6 +147,33 @@ void CmMailbox::adopt(rdma_cm_id* id) {
   Shared& s = shared();
   std::lock_guard<std::mutex> lk(s.mu);
   id->context = context();
+}
+
+int CmMailbox::resolve_attempt(rdma_cm_id** id, const sockaddr_storage* src,
+                               const sockaddr_storage& dst,
+                               std::chrono::steady_clock::time_point until, const char** what) {
+  if (*id != nullptr) rdma_destroy_id(*id);
+  *id = nullptr;
+  if (rdma_create_id(channel(), id, context(), RDMA_PS_TCP) != 0) {
+    const int err = errno;
+    *id = nullptr;
+    *what = "rdma_create_id";
+    return err;
+  }
+  sockaddr_storage d = dst;
+  sockaddr_storage s{};
+  if (src != nullptr) s = *src;  // port 0: rdma_cm picks one per id
+  const long long left = std::max<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                 until - std::chrono::steady_clock::now())
+                                                 .count(),
+                                             1);
+  if (rdma_resolve_addr(*id, src != nullptr ? reinterpret_cast<sockaddr*>(&s) : nullptr,
+                        reinterpret_cast<sockaddr*>(&d),
+                        static_cast<int>(std::min<long long>(kCmResolveAttemptMs, left))) != 0) {
+    *what = "rdma_resolve_addr";
+    return errno;
+  }
+  return 0;
 }
 
 }  // namespace sluice

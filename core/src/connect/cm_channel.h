@@ -18,6 +18,7 @@
 
 #include <rdma/rdma_cma.h>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -51,6 +52,13 @@ class CmMailbox {
   Result<bool> next(CmEvent* e);
   // `id` (a connect request's new id) reports to this mailbox from now on.
   void adopt(rdma_cm_id* id);
+  // One attempt at resolving `dst`'s address (from `src`, or where the route goes when null) with
+  // a fresh id of this mailbox in *id, destroying the one there (its attempt ended), for at most
+  // kCmResolveAttemptMs and what is left until `until` (cm_choice.h says why each attempt gets a
+  // fresh id). 0, or the errno of the call that failed with *what naming it; *id is null when its
+  // creation failed. Each caller words its own error.
+  int resolve_attempt(rdma_cm_id** id, const sockaddr_storage* src, const sockaddr_storage& dst,
+                      std::chrono::steady_clock::time_point until, const char** what);
 
  private:
   explicit CmMailbox(uint64_t key) : key_(key) {}

@@ -268,26 +268,17 @@ long long ms_left(CmClock::time_point until) {
 // One attempt at resolving id q's address (l.resolve[q]) with a fresh id, bounded by
 // kCmResolveAttemptMs and what is left of l.resolve_until.
 Status resolve_attempt(CmLink& l, int q) {
-  if (l.ids[q] != nullptr) rdma_destroy_id(l.ids[q]);  // its attempt ended (ADDR_ERROR)
-  l.ids[q] = nullptr;
-  if (rdma_create_id(l.mailbox->channel(), &l.ids[q], l.mailbox->context(), RDMA_PS_TCP) != 0) {
-    l.ids[q] = nullptr;
-    return errno_status(Code::kSystemError, "rdma_create_id", errno);
-  }
   CmLink::Resolve& r = l.resolve[q];
-  sockaddr_storage d = r.dst;
-  sockaddr_storage s = r.src;  // port 0: rdma_cm picks one per id
-  const long long left = std::max<long long>(ms_left(l.resolve_until), 1);
   ++r.attempts;
-  if (rdma_resolve_addr(l.ids[q], r.has_src ? reinterpret_cast<sockaddr*>(&s) : nullptr,
-                        reinterpret_cast<sockaddr*>(&d),
-                        static_cast<int>(std::min<long long>(kCmResolveAttemptMs, left))) != 0) {
-    return errno_status(Code::kRemoteError,
-                        "rdma_resolve_addr of " + sockaddr_text(r.dst) +
-                            (r.has_src ? " from " + address_to_string(r.src) : std::string()),
-                        errno);
-  }
-  return Status::ok();
+  const char* what = "";
+  const int err = l.mailbox->resolve_attempt(&l.ids[q], r.has_src ? &r.src : nullptr, r.dst,
+                                             l.resolve_until, &what);
+  if (err == 0) return Status::ok();
+  if (l.ids[q] == nullptr) return errno_status(Code::kSystemError, what, err);
+  return errno_status(Code::kRemoteError,
+                      std::string(what) + " of " + sockaddr_text(r.dst) +
+                          (r.has_src ? " from " + address_to_string(r.src) : std::string()),
+                      err);
 }
 
 }  // namespace

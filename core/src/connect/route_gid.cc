@@ -202,21 +202,11 @@ long long RouteGid::ms_left() const {
 }
 
 bool RouteGid::resolve_attempt(const sockaddr_storage& peer) {
-  if (id_ != nullptr) rdma_destroy_id(id_);  // its attempt ended (ADDR_ERROR)
-  id_ = nullptr;
-  if (rdma_create_id(mailbox_->channel(), &id_, mailbox_->context(), RDMA_PS_TCP) != 0) {
-    id_ = nullptr;
-    facts_.failure = std::string("rdma_cm id: ") + std::strerror(errno);
-    return false;
-  }
-  sockaddr_storage dst = peer;
-  const long long left = std::max<long long>(ms_left(), 1);
-  if (rdma_resolve_addr(id_, nullptr, reinterpret_cast<sockaddr*>(&dst),
-                        static_cast<int>(std::min<long long>(kCmResolveAttemptMs, left))) != 0) {
-    facts_.failure = std::string("rdma_resolve_addr: ") + std::strerror(errno);
-    return false;
-  }
-  return true;
+  const char* what = "";
+  const int err = mailbox_->resolve_attempt(&id_, nullptr, peer, deadline_, &what);
+  if (err == 0) return true;
+  facts_.failure = std::string(what) + ": " + std::strerror(err);
+  return false;
 }
 
 void RouteGid::reuse(const Device& d, const sockaddr_storage& peer, const CmFacts& cm,
