@@ -253,5 +253,31 @@ TEST(FailoverDriver, AFencesEpochDecidesWhetherItsFieldsAreUsed) {
   close(peer);
 }
 
+// A WARN names each QP's own port. A device of a multi-port adapter is named "mlx5_0:1" already
+// (engine.cc): its QPs are "on mlx5_0:1", not "mlx5_0:1:1"; a device of a one-port adapter gets
+// its port appended.
+TEST(FailoverDriver, AQpIsNamedByItsOwnPortOnceEvenOnAMultiPortAdapter) {
+  Device multi, single;
+  multi.name = "mlx5_0:2";
+  multi.port = 2;
+  single.name = "rxe1";
+  single.port = 1;
+  RecvComm r;
+  int peer = -1;
+  make_comm(r.c, false, &peer);
+  r.c.nmembers = 2;
+  r.c.members[0].dev = &multi;
+  r.c.members[1].dev = &single;
+  r.c.qp_member[0] = 0;
+  r.c.qp_member[1] = 1;
+  const std::string q0 = r.c.describe_qp(0), q1 = r.c.describe_qp(1);
+  EXPECT_NE(q0.find(" on mlx5_0:2 -> "), std::string::npos) << q0;
+  EXPECT_EQ(q0.find("mlx5_0:2:2"), std::string::npos) << q0;
+  EXPECT_NE(q1.find(" on rxe1:1 -> "), std::string::npos) << q1;
+  EXPECT_EQ(port_label(multi), "mlx5_0:2");
+  EXPECT_EQ(port_label(single), "rxe1:1");
+  close(peer);
+}
+
 }  // namespace
 }  // namespace sluice

@@ -57,7 +57,7 @@ std::string Conn::describe_qp(int q) const {
   s += (q >= 0 && q < nqps && qp[q]) ? std::to_string(qp[q].qpn) : "?";
   // A fused comm names the QP's own member ("rxe1:1"); a one-member comm its local_desc.
   const Device* md = (nmembers > 1 && q >= 0 && q < nqps) ? members[qp_member[q]].dev : nullptr;
-  s += " on " + (md ? md->name + ":" + std::to_string(md->port) : local_desc) + " -> qpn " +
+  s += " on " + (md ? port_label(*md) : local_desc) + " -> qpn " +
        ((q >= 0 && q < nqps) ? std::to_string(qp[q].remote_qpn) : std::string("?")) + " on " +
        remote_dev;
   // A fused peer: the member this QP's path reaches there (wire.h: path p, member p % n).

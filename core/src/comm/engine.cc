@@ -124,8 +124,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const LocalityProvider& locality,
   std::string list;
   for (const auto& d : e->devices_) {
     if (!list.empty()) list += " ";
-    list += "[" + std::to_string(d->index) + "]" + d->name + ":" + std::to_string(d->port) + "/" +
-            (d->roce ? "RoCE" : "IB");
+    list += "[" + std::to_string(d->index) + "]" + port_label(*d) + "/" + (d->roce ? "RoCE" : "IB");
   }
   SLUICE_INFO(kSubInit | kSubNet, "Using %s; OOB %s:%s", list.c_str(), e->oob_.name.c_str(),
               sockaddr_to_string(e->oob_.addr).c_str());

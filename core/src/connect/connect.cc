@@ -285,7 +285,7 @@ Status build_send_comm(ConnectState& s) {
   const int qpp = e->config().qps_per_connection;
   SLUICE_RETURN_IF_ERROR(set_members(comm->c, s.members, s.npaths, qpp));
   comm->c.peer = s.peer;
-  comm->c.local_desc = d->name + ":" + std::to_string(d->port);
+  comm->c.local_desc = port_label(*d);
   const Config& cfg = e->config();
   // FIFO + local completion records, one registration. A fused comm's entries are cell pairs.
   size_t fifo_bytes = sizeof(wire::CtsEntry) * wire::kFifoSlots * wire::kEntriesPerSlot *

@@ -92,7 +92,7 @@ Status build_recv_comm(ListenComm& l, ListenComm::Pending& p) {
   SLUICE_RETURN_IF_ERROR(
       set_members(comm->c, members, npaths, ext ? p.remote_x.qps_per_path : p.remote.nqps));
   comm->c.peer = p.peer;
-  comm->c.local_desc = d->name + ":" + std::to_string(d->port);
+  comm->c.local_desc = port_label(*d);
   size_t stage_bytes = sizeof(wire::CtsEntry) * wire::kFifoSlots * wire::kEntriesPerSlot *
                        static_cast<size_t>(wire::cts_cells(comm->c.npaths));
   size_t rec_bytes = sizeof(wire::DoneRecord) * wire::kFifoSlots;

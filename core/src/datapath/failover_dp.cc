@@ -108,7 +108,7 @@ std::string members_text(const Conn& c, uint32_t bits) {
   for (int m = 0; m < c.nmembers; ++m) {
     if ((bits >> m & 1u) == 0) continue;
     const Device* d = c.members[m].dev;
-    t += (t.empty() ? "" : ", ") + (d != nullptr ? d->name + ":" + std::to_string(d->port) : "?");
+    t += (t.empty() ? "" : ", ") + (d != nullptr ? port_label(*d) : "?");
   }
   return t;
 }
