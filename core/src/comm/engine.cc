@@ -3,6 +3,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -117,6 +118,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const LocalityProvider& locality,
     if (rc.rail != kNetIdUndef) SLUICE_INFO(kSubInit | kSubNet, "%s", d->rail_reason.c_str());
   }
   e->choose_standbys(nearness);
+  e->wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);  // -1: stop at the 100-ms tick
   for (auto& a : e->adapters_) {
     Adapter* ap = a.get();
     e->threads_.emplace_back([eng = e.get(), ap] { eng->async_loop(ap); });
@@ -324,8 +326,11 @@ void Engine::async_loop(Adapter* a) {
   };
   bool injected = false;
   while (!stop_.load(std::memory_order_acquire)) {
-    pollfd pfd{fd, POLLIN, 0};
-    int rc = poll(&pfd, 1, 100);
+    // The device's events, and stop_threads' wake-up (never read: once written it stays
+    // readable, for every adapter's thread).
+    pollfd fds[2] = {{fd, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+    pollfd& pfd = fds[0];
+    int rc = poll(fds, wake_fd_ >= 0 ? 2 : 1, 100);
     if (!injected && !cfg_.test_fault_file.empty() && test_fault_requested(cfg_, a->name)) {
       injected = true;  // SLUICE_TEST_FAULT_FILE: as the event would, once
       device_fatal(ibv_event_type_str(IBV_EVENT_DEVICE_FATAL),
@@ -353,6 +358,12 @@ void Engine::async_loop(Adapter* a) {
 
 void Engine::stop_threads() {
   stop_.store(true, std::memory_order_release);
+  if (wake_fd_ >= 0) {
+    const uint64_t one = 1;
+    if (write(wake_fd_, &one, sizeof one) < 0) {
+      // Only EAGAIN (the counter full: already readable) can happen; the threads wake anyway.
+    }
+  }
   for (auto& t : threads_)
     if (t.joinable()) t.join();
   threads_.clear();
@@ -360,6 +371,8 @@ void Engine::stop_threads() {
 
 Engine::~Engine() {
   stop_threads();
+  if (wake_fd_ >= 0) close(wake_fd_);
+  wake_fd_ = -1;
   devices_.clear();
   // Every eager pool before any adapter: a pool may hold a registration on another adapter's PD
   // (a fused comm's member, EagerPool::keys_on). No comm is left to use one.
