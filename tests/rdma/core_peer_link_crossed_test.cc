@@ -111,24 +111,37 @@ std::string connect_crossed(int fd, int send_dev, std::vector<char>& theirs, Lis
 // kLinkFirstWaitMs for its end, then makes its handshake over TCP (its offer no longer takes the
 // listener's choice, or the answer would name the same link again, for as long as C's accept is
 // not polled). Only with C's comm up does C accept. "" when both comms are up.
+// P's connect and C's accept take turns in windows, never at once (so C's accept cannot read P's
+// ready byte): C accepts for a window, then P polls its connect for one; if the answer has not come
+// (a loaded host: P's metadata went out late, or C's window ended before it answered), C accepts
+// for another window, and so on.
 std::string connect_theirs_late(int side, int fd, int send_dev, std::vector<char>& theirs,
                                 ListenComm* l, SendComm** s, RecvComm** r, double* connect_ms) {
   char sync = 'x';
   auto step = [&]() { return send_all(fd, &sync, 1) && recv_all(fd, &sync, 1); };
+  auto tell = [&](char c) { return send_all(fd, &c, 1); };
+  auto hear = [&](char* c) { return recv_all(fd, c, 1); };
+  constexpr double kWindowMs = 300.0;
   const auto t0 = Clock::now();
   if (side == 1) {                  // P
     while (ms_since(t0) < 200.0) {  // its metadata out
       if (!connect(send_dev, theirs.data(), CommConfig{}, s).is_ok()) return "FAIL connect";
     }
-    if (!step()) return "FAIL sync 1";  // C answers
-    if (!step()) return "FAIL sync 2";
-    while (*s == nullptr) {  // the answer read, the ready byte sent: P's end of the link
+    if (!step()) return "FAIL sync 1";
+    for (;;) {
+      char w = 0;
+      if (!hear(&w) || w != 'w') return "FAIL sync 2";  // C's accept window is over
+      const auto t1 = Clock::now();
+      while (*s == nullptr && ms_since(t1) < kWindowMs) {  // the answer read, the ready byte
+        if (!connect(send_dev, theirs.data(), CommConfig{}, s).is_ok()) return "FAIL connect";
+      }
+      if (*s != nullptr) break;  // P's end of the link
       if (ms_since(t0) > 30000.0) return "FAIL P's connect within 30 s";
-      if (!connect(send_dev, theirs.data(), CommConfig{}, s).is_ok()) return "FAIL connect";
+      if (!tell('a')) return "FAIL sync 3";  // not yet: C accepts for another window
     }
     *connect_ms = ms_since(t0);
     if (link_count() != 1) return "FAIL P has no link after its connect";
-    if (!step()) return "FAIL sync 3";
+    if (!tell('d')) return "FAIL sync 3";
     while (*r == nullptr) {  // C's connect: answered "use" with that link, then over TCP
       if (ms_since(t0) > 60000.0) return "FAIL P's accept within 60 s";
       if (!accept(l, r).is_ok()) return "FAIL accept";
@@ -138,12 +151,16 @@ std::string connect_theirs_late(int side, int fd, int send_dev, std::vector<char
   }
   // C
   if (!step()) return "FAIL sync 1";
-  while (ms_since(t0) < 300.0) {  // P's metadata read and answered; no ready byte yet
-    if (!accept(l, r).is_ok()) return "FAIL accept";
-    if (*r != nullptr) return "FAIL C's accept done before P's connect read the answer";
+  for (char verdict = 'a'; verdict != 'd';) {
+    const auto w = Clock::now();
+    while (ms_since(w) < kWindowMs) {  // P's metadata read and answered; no ready byte yet
+      if (!accept(l, r).is_ok()) return "FAIL accept";
+      if (*r != nullptr) return "FAIL C's accept done before P's connect read the answer";
+    }
+    if (!tell('w')) return "FAIL sync 2";
+    if (!hear(&verdict)) return "FAIL sync 3";  // 'd': P's connect is done, its link live there
+    if (verdict != 'a' && verdict != 'd') return "FAIL sync 3 (a bad verdict)";
   }
-  if (!step()) return "FAIL sync 2";
-  if (!step()) return "FAIL sync 3";  // P's connect is done: its link is live there
   const auto t1 = Clock::now();
   while (*s == nullptr) {
     if (ms_since(t1) > 30000.0) return "FAIL C's connect within 30 s (its accept not polled)";
