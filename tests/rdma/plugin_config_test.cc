@@ -3,15 +3,20 @@
 // a later init with a good configuration still works (nothing is left behind). A wrong GID index
 // fails the RoCE ports only: InfiniBand ports address by LID and ignore it. The WARNs a test
 // provokes on purpose are printed with the "[expected] " prefix (rdma_env.h), any other WARN
-// without it.
+// without it. Also: a child forked after init that finalizes leaves the parent's engine alone.
 #include <dlfcn.h>
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "rdma_env.h"
@@ -156,6 +161,40 @@ TEST_F(PluginConfig, AffinityAutoKeepsEveryDevice) {
   std::sort(plain.begin(), plain.end());
   std::sort(ordered.begin(), ordered.end());
   EXPECT_EQ(plain, ordered);
+}
+
+ncclResult_t noop_profiler(void** handle, int, void*, int64_t, void*) {
+  if (handle != nullptr) *handle = nullptr;
+  return ncclSuccess;
+}
+
+double process_cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+
+// A child forked after init (a data-loader worker, say) that finalizes its copy of the context
+// ends its copy of the engine; the parent's async-event threads share the wake-up eventfd with it
+// and must neither stop nor spin: over a second of idling the parent's CPU stays near zero (each
+// thread spinning in poll() would add a CPU second a second), and its own finalize still works.
+TEST_F(PluginConfig, AChildsFinalizeAfterForkLeavesTheParentsThreadsAsleep) {
+  void* ctx = nullptr;
+  ncclNetCommConfig_v11_t cfg{NCCL_NET_TRAFFIC_CLASS_UNDEF};
+  ASSERT_EQ(net_->init(&ctx, 9, &cfg, capture_logger, noop_profiler), ncclSuccess) << g_warns;
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) _exit(net_->finalize(ctx) == ncclSuccess ? 0 : 1);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the child's finalize failed";
+  const double before = process_cpu_seconds();
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  const double used = process_cpu_seconds() - before;
+  std::printf("parent CPU over 1 s idle after the child's finalize: %.3f s\n", used);
+  EXPECT_LT(used, 0.5) << "the parent's async-event threads spin after the child's finalize";
+  EXPECT_EQ(net_->finalize(ctx), ncclSuccess);
 }
 
 }  // namespace

@@ -231,8 +231,11 @@ class Engine {
   // An eventfd that stop_threads makes readable, so an async-event thread sleeping in poll()
   // returns at once instead of at its next 100-ms tick (finalize joined each thread for up to
   // 100 ms). -1 where eventfd failed (at the fd limit): the threads then stop at that tick, as
-  // before. Closed after the threads are joined.
+  // before. Closed after the threads are joined. A child forked after init shares it: only the
+  // process that made it (wake_pid_) writes it, and a thread that finds it readable while not
+  // stopping drains it (a spurious wake-up, never a busy loop).
   int wake_fd_ = -1;
+  pid_t wake_pid_ = 0;
   std::vector<std::thread> threads_;
 };
 
