@@ -119,7 +119,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const LocalityProvider& locality,
   }
   e->choose_standbys(nearness);
   e->wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);  // -1: stop at the 100-ms tick
-  e->wake_pid_ = getpid();
+  e->owner_pid_ = getpid();
   for (auto& a : e->adapters_) {
     Adapter* ap = a.get();
     e->threads_.emplace_back([eng = e.get(), ap] { eng->async_loop(ap); });
@@ -365,7 +365,7 @@ void Engine::async_loop(Adapter* a) {
 
 void Engine::stop_threads() {
   stop_.store(true, std::memory_order_release);
-  if (wake_fd_ >= 0 && getpid() == wake_pid_) {  // a forked child's write would wake the parent's
+  if (wake_fd_ >= 0 && getpid() == owner_pid_) {  // a forked child's write would wake the parent's
     const uint64_t one = 1;
     if (write(wake_fd_, &one, sizeof one) < 0) {
       // Only EAGAIN (the counter full: already readable) can happen; the threads wake anyway.
@@ -412,6 +412,22 @@ void engine_release() {
   std::lock_guard<std::mutex> lk(g_engine_mu);
   if (g_refs == 0) return;
   if (--g_refs > 0) return;
+  if (const pid_t me = getpid(); me != g_engine->owner_pid_) {
+    // A child forked after init finalized its copy. Every verbs object, socket and eventfd in it is
+    // an open file it shares with the parent: destroying a PD, QP or MR through the shared verbs
+    // context destroys the parent's, and shutting a socket down shuts the parent's. Left behind,
+    // as the peer link's registries are (peer_link.cc, on_fork_child), and kept reachable; the
+    // child's next init makes an engine of its own.
+    static Engine* left_behind = nullptr;  // NOLINT: deliberately never released
+    left_behind = g_engine;
+    g_engine = nullptr;
+    g_engine_ptr.store(nullptr, std::memory_order_release);
+    SLUICE_INFO(kSubInit | kSubNet,
+                "finalize in process %d, forked from %d after init: the engine's verbs objects and "
+                "sockets are the parent's too and are left as they are",
+                static_cast<int>(me), static_cast<int>(left_behind->owner_pid_));
+    return;
+  }
   // What NCCL abandoned goes first, while the devices are alive: connects still in progress, and
   // listen comms' pending handshakes (comm.h).
   const size_t connects = reap_abandoned_connects(true);

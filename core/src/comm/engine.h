@@ -232,10 +232,12 @@ class Engine {
   // returns at once instead of at its next 100-ms tick (finalize joined each thread for up to
   // 100 ms). -1 where eventfd failed (at the fd limit): the threads then stop at that tick, as
   // before. Closed after the threads are joined. A child forked after init shares it: only the
-  // process that made it (wake_pid_) writes it, and a thread that finds it readable while not
-  // stopping drains it (a spurious wake-up, never a busy loop).
+  // process that made the engine (owner_pid_) writes it, and a thread that finds it readable while
+  // not stopping drains it (a spurious wake-up, never a busy loop).
   int wake_fd_ = -1;
-  pid_t wake_pid_ = 0;
+  // The process that made the engine. Its verbs objects, sockets and eventfd are open files that a
+  // child forked after init shares: the child's last finalize leaves them alone (engine_release).
+  pid_t owner_pid_ = 0;
   std::vector<std::thread> threads_;
 };
 
