@@ -337,12 +337,6 @@ void Engine::async_loop(Adapter* a) {
       device_fatal(ibv_event_type_str(IBV_EVENT_DEVICE_FATAL),
                    " (injected by SLUICE_TEST_FAULT_FILE)");
     }
-    if (rc > 0 && (fds[1].revents & POLLIN) != 0 && !stop_.load(std::memory_order_acquire)) {
-      uint64_t n = 0;  // not ours to stop on (a forked child's finalize wrote it): drain it
-      if (read(wake_fd_, &n, sizeof n) < 0) {
-        // EAGAIN: another adapter's thread drained it first.
-      }
-    }
     if (rc <= 0 || !(pfd.revents & POLLIN)) continue;
     // The fd is blocking; poll said an event is ready.
     ibv_async_event ev{};
@@ -365,7 +359,7 @@ void Engine::async_loop(Adapter* a) {
 
 void Engine::stop_threads() {
   stop_.store(true, std::memory_order_release);
-  if (wake_fd_ >= 0 && getpid() == owner_pid_) {  // a forked child's write would wake the parent's
+  if (wake_fd_ >= 0) {
     const uint64_t one = 1;
     if (write(wake_fd_, &one, sizeof one) < 0) {
       // Only EAGAIN (the counter full: already readable) can happen; the threads wake anyway.

@@ -231,9 +231,9 @@ class Engine {
   // An eventfd that stop_threads makes readable, so an async-event thread sleeping in poll()
   // returns at once instead of at its next 100-ms tick (finalize joined each thread for up to
   // 100 ms). -1 where eventfd failed (at the fd limit): the threads then stop at that tick, as
-  // before. Closed after the threads are joined. A child forked after init shares it: only the
-  // process that made the engine (owner_pid_) writes it, and a thread that finds it readable while
-  // not stopping drains it (a spurious wake-up, never a busy loop).
+  // before. Closed after the threads are joined. A child forked after init shares it, and never
+  // writes it: its last finalize leaves the engine behind without stopping anything
+  // (engine_release), so the parent's threads are not woken.
   int wake_fd_ = -1;
   // The process that made the engine. Its verbs objects, sockets and eventfd are open files that a
   // child forked after init shares: the child's last finalize leaves them alone (engine_release).
