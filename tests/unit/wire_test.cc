@@ -5,8 +5,12 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <set>
 #include <vector>
@@ -177,6 +181,56 @@ TEST(Nonce, FreshNoncesFromTheOsAreDistinct) {
     for (const Nonce& n : seen) values.insert(n.bytes[b]);
     EXPECT_GT(values.size(), 100u) << "byte " << b << " takes only " << values.size() << " values";
   }
+}
+
+// The kernel's pool not seeded yet (early boot): getrandom(GRND_NONBLOCK) says EAGAIN. new_nonce
+// waits for the seed within its bound and then draws; past the bound it fails, naming the cause,
+// instead of blocking in getrandom for as long as seeding takes.
+int g_unseeded_reads = 0;   // EAGAIN answers left before the pool is "seeded"
+unsigned g_flags_seen = 0;  // the flags of the last read
+int g_reads = 0;
+ssize_t unseeded_then_seeded(void* buf, size_t len, unsigned flags) {
+  ++g_reads;
+  g_flags_seen = flags;
+  if (g_unseeded_reads > 0) {
+    --g_unseeded_reads;
+    errno = EAGAIN;
+    return -1;
+  }
+  const size_t n = std::min<size_t>(len, 5);  // short reads, as getrandom may give
+  std::memset(buf, 0x5a, n);
+  return static_cast<ssize_t>(n);
+}
+
+TEST(Nonce, AnUnseededPoolIsWaitedForWithinTheBoundNeverBlockedOn) {
+  g_unseeded_reads = 3;
+  g_reads = 0;
+  Nonce n{};
+  const Status st = new_nonce_from(&n, &unseeded_then_seeded, 5000);
+  ASSERT_TRUE(st.is_ok()) << st.message();
+  EXPECT_EQ(g_flags_seen & GRND_NONBLOCK, static_cast<unsigned>(GRND_NONBLOCK));
+  EXPECT_EQ(g_reads, 3 + 4);  // 3 refused, then 16 bytes in reads of 5, 5, 5, 1
+  for (uint8_t b : n.bytes) EXPECT_EQ(b, 0x5a);
+}
+
+TEST(Nonce, APoolStillUnseededAtTheBoundFailsNamingTheCause) {
+  g_unseeded_reads = 1 << 30;
+  g_reads = 0;
+  Nonce n{};
+  const auto t0 = std::chrono::steady_clock::now();
+  const Status st = new_nonce_from(&n, &unseeded_then_seeded, 200);
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
+          .count();
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_NE(st.message().find("random pool is still not initialized"), std::string::npos)
+      << st.message();
+  EXPECT_NE(st.message().find("EAGAIN"), std::string::npos) << st.message();
+  EXPECT_GE(ms, 200);
+  EXPECT_LT(ms, 5000);  // the bound, not a blocked read
+  // Polled, not spun: about one read per kRandomSeedPollNs.
+  EXPECT_LE(g_reads, 200 / (kRandomSeedPollNs / 1'000'000) + 2);
+  EXPECT_GE(g_reads, 2);
 }
 
 TEST(Nonce, TheHandleCarriesAll128BitsUnderItsChecksum) {

@@ -3,9 +3,11 @@
 #include <netinet/in.h>
 #include <sys/random.h>
 #include <sys/socket.h>
+#include <time.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -27,15 +29,41 @@ bool same_nonce(const Nonce& a, const Nonce& b) {
 }
 
 Status new_nonce(Nonce* out) {
+  return new_nonce_from(out, &::getrandom, kRandomSeedWaitMs);
+}
+
+Status new_nonce_from(Nonce* out, RandomSource source, int wait_ms) {
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point t0 = Clock::now();
   size_t got = 0;
   while (got < sizeof out->bytes) {
-    // Flags 0: the urandom source, blocking only until the kernel's pool was first seeded (boot).
-    const ssize_t n = getrandom(out->bytes + got, sizeof out->bytes - got, 0);
+    // The urandom source. It has data once the kernel's pool was first seeded, at boot; before
+    // that, getrandom without GRND_NONBLOCK would block for as long as seeding takes (over 60 s
+    // seen in a TCG VM without RDRAND: a listen that never returned), so it is polled here
+    // within wait_ms instead.
+    const ssize_t n = source(out->bytes + got, sizeof out->bytes - got, GRND_NONBLOCK);
     if (n > 0) {
       got += static_cast<size_t>(n);
       continue;
     }
     if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) {
+      const auto waited =
+          std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
+      if (waited >= wait_ms) {
+        return Status(Code::kSystemError,
+                      "cannot draw a nonce: the kernel's random pool is still not initialized "
+                      "after " +
+                          std::to_string(waited) +
+                          " ms (getrandom(2): EAGAIN; early boot on a host without a hardware "
+                          "random source such as RDRAND, a TPM or a virtio-rng device: wait for "
+                          "\"random: crng init done\" in dmesg, or seed it with rngd; Sluice uses "
+                          "no weaker source)");
+      }
+      const timespec pause{0, kRandomSeedPollNs};
+      nanosleep(&pause, nullptr);
+      continue;
+    }
     const int err = n < 0 ? errno : EIO;
     return errno_status(Code::kSystemError,
                         "listen: cannot read the listener's nonce from the OS's random source "

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <sys/socket.h>
+#include <sys/types.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -37,8 +38,14 @@ static_assert(std::is_trivially_copyable_v<Nonce>);
 // True when a and b are equal; the time taken does not depend on where they differ.
 bool same_nonce(const Nonce& a, const Nonce& b);
 // A fresh nonce from getrandom(2). Fails (naming the errno and the likely cause) when the kernel's
-// random source cannot be read; never falls back to a predictable generator.
+// random source cannot be read, or when its pool is still not seeded (early boot) after
+// kRandomSeedWaitMs; never falls back to a predictable generator.
 Status new_nonce(Nonce* out);
+inline constexpr int kRandomSeedWaitMs = 10000;
+inline constexpr long kRandomSeedPollNs = 10'000'000;  // between reads while the pool is unseeded
+// new_nonce with getrandom's stand-in (tests) and its own bound on the wait for the seed.
+using RandomSource = ssize_t (*)(void* buf, size_t len, unsigned flags);
+Status new_nonce_from(Nonce* out, RandomSource source, int wait_ms);
 // The nonce folded to 64 bits (for the connector's own guard, Handle::connect_check).
 uint64_t nonce_fold(const Nonce& n);
 
