@@ -109,6 +109,140 @@ TEST(EagerSlot, RoundTripAndZeroBytes) {
   EXPECT_EQ(h.size, 0u);
 }
 
+// A batch: several messages in one WRITE, each after the first with its own checked record.
+struct Batch {
+  Slot slot{4 * 4160};
+  size_t end = 0;
+  std::vector<std::string> payloads;
+};
+
+Batch make_batch(uint64_t counter, const std::vector<size_t>& sizes, uint64_t head = 0) {
+  Batch b;
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    std::string p(sizes[k], '\0');
+    for (size_t i = 0; i < p.size(); ++i) p[i] = static_cast<char>(k * 31 + i * 7 + counter);
+    b.payloads.push_back(p);
+  }
+  wire::put_eager_first(b.slot.data(), b.payloads[0].data(), static_cast<uint32_t>(sizes[0]));
+  b.end = wire::kEagerHeaderBytes + sizes[0];
+  for (size_t k = 1; k < sizes.size(); ++k) {
+    b.end = wire::append_eager_record(b.slot.data(), b.end, counter + k,
+                                      static_cast<int32_t>(k + 10), static_cast<uint32_t>(k + 100),
+                                      b.payloads[k].data(), static_cast<uint32_t>(sizes[k]));
+  }
+  wire::seal_eager_slot(b.slot.data(), counter, 3, 10, 100, static_cast<uint32_t>(sizes[0]),
+                        static_cast<uint32_t>(sizes.size() - 1), head);
+  return b;
+}
+
+TEST(EagerBatch, RoundTripOfMessagesOfEverySizeIncludingZero) {
+  const std::vector<size_t> sizes = {7, 0, 1, 100, 0, 4096, 9};
+  Batch b = make_batch(77, sizes, 1234);
+  EXPECT_EQ(wire::eager_slot_bytes(b.slot.data()), b.end);
+  wire::EagerHeader h{};
+  std::string why;
+  ASSERT_EQ(wire::read_eager_slot(b.slot.data(), 77, 3, 4096, &h, &why), SlotRead::kReady) << why;
+  EXPECT_EQ(wire::eager_more(h), sizes.size() - 1);
+  EXPECT_EQ(h.head, 1234u);
+  wire::EagerPart parts[wire::kEagerMaxMore + 1];
+  int n = 0;
+  ASSERT_EQ(wire::read_eager_batch(b.slot.data(), h, b.slot.bytes.size(), 4096, parts, &n, &why),
+            SlotRead::kReady)
+      << why;
+  ASSERT_EQ(n, static_cast<int>(sizes.size()));
+  for (int k = 0; k < n; ++k) {
+    EXPECT_EQ(parts[k].size, sizes[k]) << k;
+    EXPECT_EQ(parts[k].tag, k + 10) << k;
+    EXPECT_EQ(parts[k].ordinal, static_cast<uint32_t>(k + 100)) << k;
+    EXPECT_EQ(parts[k].at % 8, 0u) << k;
+    EXPECT_EQ(0, std::memcmp(b.slot.bytes.data() + parts[k].at, b.payloads[k].data(), sizes[k]))
+        << k;
+  }
+  // A batch of one is the plain slot, byte for byte.
+  Batch one = make_batch(5, {40});
+  Slot plain(4 * 4160);
+  std::string p40 = one.payloads[0];
+  wire::encode_eager_slot(plain.data(), 5, 3, 10, 100, p40.data(), 40);
+  EXPECT_EQ(0, std::memcmp(one.slot.data(), plain.data(), wire::kEagerHeaderBytes + 40));
+  ASSERT_EQ(wire::read_eager_slot(one.slot.data(), 5, 3, 4096, &h, &why), SlotRead::kReady);
+  EXPECT_EQ(wire::eager_more(h), 0u);
+  EXPECT_EQ(h.size, 40u);
+}
+
+void landing_in_any_order(const Batch& old_b, const Batch& new_b) {
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 30; ++trial) {
+    std::vector<size_t> order(new_b.end);
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    if (trial == 1) std::reverse(order.begin(), order.end());
+    if (trial > 1) std::shuffle(order.begin(), order.end(), rng);
+    Slot ring = old_b.slot;
+    for (size_t k = 0; k <= order.size(); ++k) {
+      wire::EagerHeader h{};
+      wire::EagerPart parts[wire::kEagerMaxMore + 1];
+      int got = 0;
+      SlotRead r = wire::read_eager_slot(ring.data(), 21, 3, 4096, &h, nullptr);
+      if (r == SlotRead::kReady && wire::eager_more(h) != 0)
+        r = wire::read_eager_batch(ring.data(), h, ring.bytes.size(), 4096, parts, &got, nullptr);
+      bool all_in = true;
+      for (size_t j = k; j < order.size(); ++j)
+        if (ring.bytes[order[j]] != new_b.slot.bytes[order[j]]) all_in = false;
+      if (!all_in) {
+        ASSERT_EQ(r, SlotRead::kNotYet) << "trial " << trial << " byte " << k;
+      } else {
+        ASSERT_EQ(r, SlotRead::kReady) << "trial " << trial << " byte " << k;
+        ASSERT_EQ(got, 5);
+      }
+      if (k < order.size()) ring.bytes[order[k]] = new_b.slot.bytes[order[k]];
+    }
+  }
+}
+
+// Every prefix of every byte order of a batch landing over an older one reads as "not yet" until
+// every byte is in: the header may land first, and a record's size is not trusted before its CRC.
+TEST(EagerBatch, ABatchStillLandingInAnyOrderIsNotYet) {
+  // Over an older batch of another layout, and over one of the same layout (its records lie where
+  // the new ones go, and check as they stand: only the counter in their CRC tells them apart).
+  for (bool same : {false, true}) {
+    SCOPED_TRACE(same ? "same layout" : "other layout");
+    const Batch old_b = same ? make_batch(5, {8, 200, 0, 16, 64}) : make_batch(5, {300, 8, 8, 500});
+    const Batch new_b = make_batch(5 + 16, {8, 200, 0, 16, 64});
+    landing_in_any_order(old_b, new_b);
+  }
+}
+
+TEST(EagerBatch, ABatchThatChecksButIsWrongIsCorrupt) {
+  std::string why;
+  wire::EagerHeader h{};
+  wire::EagerPart parts[wire::kEagerMaxMore + 1];
+  int n = 0;
+  // A record above the receiver's limit (its CRC checks: the peer's error).
+  Batch big = make_batch(9, {8, 300});
+  ASSERT_EQ(wire::read_eager_slot(big.slot.data(), 9, 3, 256, &h, &why), SlotRead::kReady);
+  EXPECT_EQ(wire::read_eager_batch(big.slot.data(), h, big.slot.bytes.size(), 256, parts, &n, &why),
+            SlotRead::kCorrupt);
+  EXPECT_NE(why.find("above the eager limit"), std::string::npos) << why;
+  // A batch that would run past the ring's end.
+  Batch b = make_batch(9, {8, 8, 100});
+  ASSERT_EQ(wire::read_eager_slot(b.slot.data(), 9, 3, 4096, &h, &why), SlotRead::kReady);
+  EXPECT_EQ(wire::read_eager_batch(b.slot.data(), h, 64, 4096, parts, &n, &why),
+            SlotRead::kCorrupt);
+  EXPECT_NE(why.find("past the ring"), std::string::npos) << why;
+  // A header with kEagerMore and no count, or a bit no Sluice writes: corrupt at the header.
+  for (uint32_t size :
+       {wire::kEagerMore | 8u, wire::kEagerMore | 1u << 27 | 1u << 20 | 8u, 1u << 18 | 8u}) {
+    Slot s(4160);
+    wire::encode_eager_slot(s.data(), 4, 3, 0, 0, nullptr, 0);
+    wire::EagerHeader x;
+    std::memcpy(&x, s.data(), sizeof x);
+    x.size = size;
+    x.pcrc = wire::crc32c(0, s.bytes.data() + wire::kEagerHeaderBytes, size & 0xff);
+    x.hcrc = wire::crc32c(0, &x, offsetof(wire::EagerHeader, hcrc));
+    std::memcpy(s.data(), &x, sizeof x);
+    EXPECT_EQ(wire::read_eager_slot(s.data(), 4, 3, 4096, &h, &why), SlotRead::kCorrupt) << size;
+  }
+}
+
 // An ask is a header alone whose size has kEagerAsk and the asking send's size (saturated): ready
 // whatever the ring's largest message, with no payload read.
 TEST(EagerSlot, AnAskIsAHeaderAloneThatCarriesTheSendsSize) {

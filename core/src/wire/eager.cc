@@ -158,11 +158,44 @@ const Crc32cChoice& crc32c_choice() {
 
 size_t encode_eager_slot(void* slot, uint64_t counter, uint32_t grant, int32_t tag,
                          uint32_t ordinal, const void* payload, uint32_t size, uint64_t head) {
+  put_eager_first(slot, payload, size);
+  seal_eager_slot(slot, counter, grant, tag, ordinal, size, 0, head);
+  return kEagerHeaderBytes + size;
+}
+
+namespace {
+
+size_t align8(size_t n) {
+  return (n + 7) & ~size_t{7};
+}
+
+// The record's own eager counter first (not written: the receiver knows it from the batch's), so a
+// record left in the ring by an older batch never checks as one of this batch's, whatever landed.
+uint32_t record_crc(uint64_t counter, const EagerRecord& r, const uint8_t* payload) {
+  const uint32_t c = crc32c(0, &counter, sizeof counter);
+  return crc32c(crc32c(c, &r, offsetof(EagerRecord, crc)), payload, r.size);
+}
+
+}  // namespace
+
+size_t append_eager_record(void* slot, size_t end, uint64_t counter, int32_t tag, uint32_t ordinal,
+                           const void* payload, uint32_t size) {
   auto* base = static_cast<uint8_t*>(slot);
-  if (size > 0) std::memcpy(base + kEagerHeaderBytes, payload, size);
+  const size_t at = align8(end);
+  uint8_t* dst = base + at + kEagerRecordBytes;
+  if (size > 0) std::memcpy(dst, payload, size);
+  EagerRecord r{size, tag, ordinal, 0};
+  r.crc = record_crc(counter, r, dst);
+  std::memcpy(base + at, &r, sizeof r);
+  return at + kEagerRecordBytes + size;
+}
+
+void seal_eager_slot(void* slot, uint64_t counter, uint32_t grant, int32_t tag, uint32_t ordinal,
+                     uint32_t size, uint32_t more, uint64_t head) {
+  auto* base = static_cast<uint8_t*>(slot);
   EagerHeader h{};
   h.seq = counter + 1;
-  h.size = size;
+  h.size = more == 0 ? size : size | kEagerMore | more << kEagerMoreShift;
   h.tag = tag;
   h.ordinal = ordinal;
   h.grant = static_cast<uint16_t>(grant);
@@ -170,7 +203,20 @@ size_t encode_eager_slot(void* slot, uint64_t counter, uint32_t grant, int32_t t
   h.pcrc = crc32c(0, base + kEagerHeaderBytes, size);
   h.hcrc = header_crc(h);
   std::memcpy(base, &h, sizeof h);
-  return kEagerHeaderBytes + size;
+}
+
+size_t eager_slot_bytes(const void* slot) {
+  const auto* base = static_cast<const uint8_t*>(slot);
+  EagerHeader h;
+  std::memcpy(&h, base, sizeof h);
+  if ((h.size & kEagerAsk) != 0) return kEagerHeaderBytes;
+  size_t end = kEagerHeaderBytes + (h.size & kEagerSizeMask);
+  for (uint32_t i = 0, m = eager_more(h); i < m; ++i) {
+    EagerRecord r;
+    std::memcpy(&r, base + align8(end), sizeof r);
+    end = align8(end) + kEagerRecordBytes + r.size;
+  }
+  return end;
 }
 
 size_t encode_eager_ask(void* slot, uint64_t counter, uint32_t grant, int32_t tag, uint32_t ordinal,
@@ -208,12 +254,58 @@ SlotRead read_eager_slot(const void* slot, uint64_t counter, uint32_t grant, siz
   if (h.grant != static_cast<uint16_t>(grant))
     return bad("grant " + std::to_string(h.grant) + ", expected " +
                std::to_string(static_cast<uint16_t>(grant)));
-  const uint32_t payload = (h.size & kEagerAsk) != 0 ? 0 : h.size;
+  const bool ask = (h.size & kEagerAsk) != 0;
+  // A message's size: its own in the low bits, and with kEagerMore the count of those that follow;
+  // any other bit is none Sluice writes.
+  const uint32_t payload = ask ? 0 : h.size & kEagerSizeMask;
+  if (!ask && (h.size & kEagerMore) == 0 && h.size != payload)
+    return bad("size " + std::to_string(h.size) + " above the eager limit of " +
+               std::to_string(max_bytes) + " bytes");
+  if (!ask && (h.size & kEagerMore) != 0 &&
+      (eager_more(h) == 0 ||
+       (h.size & ~(kEagerMore | kEagerSizeMask | kEagerMaxMore << kEagerMoreShift)) != 0))
+    return bad("batch header " + std::to_string(h.size) + " (a count of 1.." +
+               std::to_string(kEagerMaxMore) + " more messages and no other bit)");
   if (payload > max_bytes)
     return bad("size " + std::to_string(h.size) + " above the eager limit of " +
                std::to_string(max_bytes) + " bytes");
   if (crc32c(0, base + kEagerHeaderBytes, payload) != h.pcrc) return SlotRead::kNotYet;
   *out = h;
+  return SlotRead::kReady;
+}
+
+SlotRead read_eager_batch(const void* slot, const EagerHeader& h, size_t region, size_t max_bytes,
+                          EagerPart* parts, int* n, std::string* why) {
+  const auto* base = static_cast<const uint8_t*>(slot);
+  *n = 0;
+  auto bad = [&](std::string m) {
+    if (why != nullptr) *why = "eager batch of message " + std::to_string(h.seq - 1) + ": " + m;
+    return SlotRead::kCorrupt;
+  };
+  const uint32_t first = h.size & kEagerSizeMask;
+  if (kEagerHeaderBytes + first > region) return bad("its first message runs past the ring");
+  parts[0] = EagerPart{first, h.tag, h.ordinal, static_cast<uint32_t>(kEagerHeaderBytes)};
+  size_t end = kEagerHeaderBytes + first;
+  const uint32_t more = eager_more(h);
+  for (uint32_t i = 1; i <= more; ++i) {
+    const size_t at = align8(end);
+    // Bytes that may still be landing: read once into a copy, trusted only once the CRC checks.
+    if (at + kEagerRecordBytes > region)
+      return bad("record " + std::to_string(i) + " past the ring");
+    EagerRecord r;
+    std::memcpy(&r, base + at, sizeof r);
+    if (at + kEagerRecordBytes + r.size > region || r.size > kEagerSizeMask) {
+      return SlotRead::kNotYet;  // a size not checked yet: the record may be landing
+    }
+    if (record_crc(h.seq - 1 + i, r, base + at + kEagerRecordBytes) != r.crc)
+      return SlotRead::kNotYet;
+    if (r.size > max_bytes)
+      return bad("record " + std::to_string(i) + ": size " + std::to_string(r.size) +
+                 " above the eager limit of " + std::to_string(max_bytes) + " bytes");
+    parts[i] = EagerPart{r.size, r.tag, r.ordinal, static_cast<uint32_t>(at + kEagerRecordBytes)};
+    end = at + kEagerRecordBytes + r.size;
+  }
+  *n = static_cast<int>(more + 1);
   return SlotRead::kReady;
 }
 

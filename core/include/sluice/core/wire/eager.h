@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <type_traits>
 
@@ -58,6 +59,39 @@ inline constexpr uint32_t kEagerAskAll = 0x40000000u;
 inline constexpr uint32_t kEagerAskLimit = 0x20000000u;
 inline constexpr uint32_t kEagerAskSize = 0x1fffffffu;
 
+// A batch (kMetaFeatureEagerBatch): several messages in one WRITE, eager counters c .. c + m. The
+// slot of c holds the header of message c with kEagerMore in its size, the number of messages that
+// follow (m, 1..kEagerMaxMore) at kEagerMoreShift, and its own size in the low bits
+// (kEagerSizeMask); then its payload; then, for each message that follows, at the next multiple of
+// 8, an EagerRecord and its payload. Each record checks itself (its CRC covers its own counter, its
+// first 12 bytes and its payload: a record an older batch left at the same place never checks), so
+// the receiver takes the batch only once every record checks, and a record's size is trusted only
+// once its CRC does. A batch may run on past its first slot into the slots of its later counters
+// (never past the ring's end): message c + j's bytes always lie within the first j + 1 slots (a
+// record is never longer than a stride).
+inline constexpr uint32_t kEagerMore = 0x10000000u;
+inline constexpr uint32_t kEagerMoreShift = 20;
+inline constexpr uint32_t kEagerMaxMore = 63;
+inline constexpr uint32_t kEagerSizeMask = 0x1ffffu;  // kEagerMaxBytes fits
+static_assert(kEagerMaxBytes <= kEagerSizeMask && (kEagerMaxMore << kEagerMoreShift) < kEagerMore &&
+              (kEagerMore & (kEagerAsk | kEagerAskAll | kEagerAskLimit)) == 0);
+struct alignas(8) EagerRecord {
+  uint32_t size;
+  int32_t tag;
+  uint32_t ordinal;
+  uint32_t crc;  // CRC32C of the record's eager counter (8 bytes), of bytes [0, 12), of the payload
+};
+static_assert(sizeof(EagerRecord) == 16 && offsetof(EagerRecord, crc) == 12);
+inline constexpr size_t kEagerRecordBytes = sizeof(EagerRecord);
+// One message of a slot as the receiver reads it: its payload lies `at` bytes past the slot's
+// start.
+struct EagerPart {
+  uint32_t size = 0;
+  int32_t tag = 0;
+  uint32_t ordinal = 0;
+  uint32_t at = 0;
+};
+
 // Bytes between two slots of a ring whose largest message is `max_bytes`: header + payload, rounded
 // up to 64 (each slot starts on a cache line).
 size_t eager_stride(size_t max_bytes);
@@ -88,6 +122,18 @@ uint32_t crc32c_by(Crc32cMethod m, uint32_t crc, const void* p, size_t n);
 size_t encode_eager_slot(void* slot, uint64_t counter, uint32_t grant, int32_t tag,
                          uint32_t ordinal, const void* payload, uint32_t size, uint64_t head = 0);
 
+// A batch, built in staging in three steps: the first message's payload is copied behind the header
+// room (put_eager_first), each later one appended at `end` (the bytes written so far, starting at
+// kEagerHeaderBytes + the first size; returns the new end), and the header written last
+// (seal_eager_slot, `more` = the messages appended; 0 writes a plain slot, encode_eager_slot's).
+inline void put_eager_first(void* slot, const void* payload, uint32_t size);
+size_t append_eager_record(void* slot, size_t end, uint64_t counter, int32_t tag, uint32_t ordinal,
+                           const void* payload, uint32_t size);
+void seal_eager_slot(void* slot, uint64_t counter, uint32_t grant, int32_t tag, uint32_t ordinal,
+                     uint32_t size, uint32_t more, uint64_t head);
+// The bytes a slot built here holds (header, payloads and records): for a WRITE posted again.
+size_t eager_slot_bytes(const void* slot);
+
 // Writes an ask (kEagerAsk) into `slot` (at least kEagerHeaderBytes): the header alone. Returns the
 // bytes to write (kEagerHeaderBytes).
 size_t encode_eager_ask(void* slot, uint64_t counter, uint32_t grant, int32_t tag, uint32_t ordinal,
@@ -112,6 +158,22 @@ inline bool eager_slot_landed(const void* slot, uint64_t counter) {
 // `grant` with the expected seq (the tag is the receiver book's to judge).
 SlotRead read_eager_slot(const void* slot, uint64_t counter, uint32_t grant, size_t max_bytes,
                          EagerHeader* out, std::string* why);
+// The messages of a slot read ready (`h`, its header): parts[0] the first, then the records that
+// follow (h.size's count), each within `region` bytes from the slot's start (the ring's bytes from
+// this slot to its end). Returns the count in *n (1 for a plain slot). kNotYet: a record that does
+// not check yet (still landing); kCorrupt: a record that checks but says what no Sluice writes (a
+// size above max_bytes), or a batch that cannot fit the region. `parts`: kEagerMaxMore + 1 entries.
+SlotRead read_eager_batch(const void* slot, const EagerHeader& h, size_t region, size_t max_bytes,
+                          EagerPart* parts, int* n, std::string* why);
+inline uint32_t eager_more(const EagerHeader& h) {
+  return (h.size & kEagerAsk) == 0 && (h.size & kEagerMore) != 0
+             ? h.size >> kEagerMoreShift & kEagerMaxMore
+             : 0;
+}
+
+inline void put_eager_first(void* slot, const void* payload, uint32_t size) {
+  if (size > 0) std::memcpy(static_cast<char*>(slot) + kEagerHeaderBytes, payload, size);
+}
 
 // The grant block: 64 bytes after the sender's FIFO and completion records, written by the
 // receiver when it lends the comm a ring (again, byte for byte, with a failover's
