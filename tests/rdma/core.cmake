@@ -103,6 +103,10 @@ sluice_add_rdma_test(NAME core_eager COMMAND $<TARGET_FILE:core_eager_test> TIME
 set_property(TEST core_eager APPEND PROPERTY ENVIRONMENT SLUICE_EAGER_MAX=4096)
 set_property(TEST core_eager APPEND PROPERTY ENVIRONMENT
                                                GTEST_FILTER=-CoreEagerPool.*:CoreEagerPoolUnmade.*)
+# One WRITE per eager message (SLUICE_EAGER_BATCH=1): the batches' stream, counted the other way.
+sluice_add_rdma_test(NAME core_eager_batch1 COMMAND $<TARGET_FILE:core_eager_test> TIMEOUT 300)
+set_property(TEST core_eager_batch1 APPEND PROPERTY ENVIRONMENT SLUICE_EAGER_MAX=4096
+             SLUICE_EAGER_BATCH=1 GTEST_FILTER=CoreEager.BatchesOfSendsAgainstAWiderWindowThanTheCredits)
 # The pool's bound: two rings and two sender books per adapter, lent at first use, given back at
 # close; comms without them correct by clear-to-send (a sender without a book asks for everything).
 sluice_add_rdma_test(NAME core_eager_pool COMMAND $<TARGET_FILE:core_eager_test> TIMEOUT 600)

@@ -331,9 +331,11 @@ TEST_F(CoreEager, GroupedReceivesMixEagerAndRendezvousParts) {
     if (rq == nullptr) {
       ASSERT_TRUE(irecv(r_, n, d, cap, tags, mhs, &rq).is_ok());
     }
+    // The sends first, as NCCL's proxy tests each send it posted: a send that joined a batch of
+    // eager sends goes at its comm's next test (docs/eager.md, "Batches").
+    for (Request* q : sqs) ASSERT_TRUE(wait(q, nullptr).is_ok()) << "round " << round;
     size_t got[8] = {};
     ASSERT_TRUE(wait(rq, got).is_ok()) << "round " << round;
-    for (Request* q : sqs) ASSERT_TRUE(wait(q, nullptr).is_ok());
     for (int i = 0; i < n; ++i) {
       ASSERT_EQ(got[i], want[i]) << "round " << round << " part " << i;
       ASSERT_EQ(std::memcmp(d[i], src_.data() + static_cast<size_t>(i) * 7777, want[i]), 0)
@@ -598,6 +600,91 @@ TEST_F(CoreEagerPoolUnmade, CommsGoByClearToSendWhenThePoolCannotBeMade) {
   EXPECT_EQ(copied, 0u);
   close_sender(&p1);
   close_receiver(&p1);
+}
+
+// Batches (docs/eager.md "Batches"): a window of 32 sends against a window of 17 receives, more
+// than the ring's 16 credits, one thread testing everything it posted in turn (NCCL's proxy), sizes
+// across the threshold mixed (0 B to SLUICE_EAGER_MAX, and rendezvous sizes above it). Every size
+// and byte checked, completions in posting order. With SLUICE_EAGER_BATCH > 1 (the default), sends
+// made while an eager WRITE is in flight go several to a WRITE: fewer WRITEs than eager messages;
+// with 1, at least one per message. Before the receiver's credit for a batch
+// (ReceiverBook::credit_due) this stream stopped for good: the sender waited for a slot a batch
+// filled, with fewer than W/2 freed.
+TEST_F(CoreEager, BatchesOfSendsAgainstAWiderWindowThanTheCredits) {
+  constexpr int kRank = 7, kMsgs = 1500, kSendWin = 32, kRecvWin = 17;
+  constexpr size_t kCap = 2 * kEagerMax + 64;
+  std::mt19937 rng(1234);
+  std::vector<size_t> sizes(kMsgs);
+  for (int i = 0; i < kMsgs; ++i) {
+    const uint32_t r = rng() % 16;
+    sizes[i] = r < 9    ? rng() % 65                                  // small: the batches' case
+               : r < 12 ? rng() % (kEagerMax + 1)                     // up to the threshold
+               : r < 13 ? kEagerMax + static_cast<size_t>(rng() % 2)  // at it and one past
+               : r < 14 ? 0
+                        : kEagerMax + 1 + rng() % (kCap - kEagerMax - 1);  // rendezvous
+  }
+  auto src_of = [&](int i) { return static_cast<size_t>(i) * 7919 % (kBuf - kCap); };
+  // The tag is numbered on both ends once one message went: the rest may go before the receive.
+  {
+    Request* r = nullptr;
+    Request* q = nullptr;
+    ASSERT_TRUE(recv1(0, 64, kRank, &r).is_ok());
+    ASSERT_TRUE(send(0, 8, kRank, &q, r).is_ok());
+    ASSERT_TRUE(wait(q, nullptr).is_ok());
+    ASSERT_TRUE(wait(r, nullptr).is_ok());
+  }
+  const CommStats s0 = stats(s_);
+  std::vector<Request*> sq(kMsgs, nullptr), rq(kMsgs, nullptr);
+  int sent = 0, received = 0, sdone = 0, rdone = 0;
+  const auto deadline = Clock::now() + std::chrono::seconds(120);
+  while (sdone < kMsgs || rdone < kMsgs) {
+    ASSERT_LT(Clock::now(), deadline) << "sent " << sent << " (" << sdone << " done), received "
+                                      << received << " (" << rdone << " done)";
+    while (sent < kMsgs && sent - sdone < kSendWin) {
+      Status st = isend(s_, src_.data() + src_of(sent), sizes[sent], kRank, ms_, &sq[sent]);
+      if (st.is_again()) break;
+      ASSERT_TRUE(st.is_ok()) << st.message();
+      ++sent;
+    }
+    while (received < kMsgs && received - rdone < kRecvWin) {
+      void* d = dst_.data() + static_cast<size_t>(received % kRecvWin) * kCap;
+      size_t cap = kCap;
+      int tag = kRank;
+      Status st = irecv(r_, 1, &d, &cap, &tag, &mr_, &rq[received]);
+      if (st.is_again()) break;
+      ASSERT_TRUE(st.is_ok()) << st.message();
+      ++received;
+    }
+    // The oldest of each, as NCCL's proxy tests them.
+    while (sdone < sent) {
+      int done = 0;
+      ASSERT_TRUE(test(sq[sdone], &done, nullptr).is_ok());
+      if (!done) break;
+      ++sdone;
+    }
+    while (rdone < received) {
+      int done = 0;
+      size_t got = 0;
+      ASSERT_TRUE(test(rq[rdone], &done, &got).is_ok());
+      if (!done) break;
+      ASSERT_EQ(got, sizes[rdone]) << "message " << rdone;
+      const uint8_t* d = dst_.data() + static_cast<size_t>(rdone % kRecvWin) * kCap;
+      ASSERT_EQ(std::memcmp(d, src_.data() + src_of(rdone), got), 0) << "message " << rdone;
+      ++rdone;
+    }
+  }
+  const CommStats s1 = stats(s_);
+  const uint64_t eager = s1.eager - s0.eager, wrs = s1.eager_writes - s0.eager_writes;
+  std::fprintf(stderr, "[batches] %d messages, %llu eager, in %llu WRITEs (%llu WRs in all)\n",
+               kMsgs, static_cast<unsigned long long>(eager), static_cast<unsigned long long>(wrs),
+               static_cast<unsigned long long>(s1.wrs - s0.wrs));
+  EXPECT_GT(eager, static_cast<uint64_t>(kMsgs) / 3) << "most small messages go eagerly";
+  const char* batch = std::getenv("SLUICE_EAGER_BATCH");
+  if (batch == nullptr || std::atoi(batch) > 1) {
+    EXPECT_LT(2 * wrs, eager) << "bursts of eager sends went fewer than two to a WRITE";
+  } else {
+    EXPECT_EQ(wrs, eager) << "SLUICE_EAGER_BATCH=1: one WRITE per eager message";
+  }
 }
 
 }  // namespace

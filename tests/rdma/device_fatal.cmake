@@ -15,7 +15,12 @@ add_dependencies(plugin_device_fatal_test nccl-net-sluice)
 sluice_add_rdma_test(NAME plugin_device_fatal_fused COMMAND $<TARGET_FILE:plugin_device_fatal_test>
                      TIMEOUT 300)
 set_property(TEST plugin_device_fatal_fused APPEND PROPERTY ENVIRONMENT
-             SLUICE_TEST_FAULT_FILE=/tmp/sluice-device-fatal-fused SLUICE_CM=oob)
+             SLUICE_TEST_FAULT_FILE=/tmp/sluice-device-fatal-fused SLUICE_CM=oob
+             # Batches of 3 (docs/eager.md "Batches"): of the burst, counter c goes alone, then
+             # c+1, c+4 and c+7 each start a batch posted before the device dies (c+10.. goes at the
+             # first test): the paths take them by counter, so each carries a batch, and the dead
+             # one's are replayed whole.
+             SLUICE_EAGER_BATCH=3)
 sluice_add_rdma_test(NAME plugin_device_fatal_standby
                      COMMAND $<TARGET_FILE:plugin_device_fatal_test> TIMEOUT 300)
 set_property(TEST plugin_device_fatal_standby APPEND PROPERTY ENVIRONMENT

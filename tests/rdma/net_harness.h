@@ -828,6 +828,35 @@ inline ::testing::AssertionResult wait_done(Net& net, const char* what, void* re
   }
 }
 
+// Tests every request of `reqs` in turn until all are done, bounded, as NCCL's proxy tests all it
+// posted (a send that joined a batch of eager sends goes at its comm's next test, and a failover
+// needs both ends driven). sizes[i]: request i's size (one part), when not null.
+inline ::testing::AssertionResult wait_all(Net& net, const char* what,
+                                           const std::vector<void*>& reqs, int* sizes) {
+  const auto deadline = Clock::now() + wait_limit();
+  std::vector<bool> done(reqs.size(), false);
+  size_t left = reqs.size();
+  while (left > 0) {
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      if (done[i]) continue;
+      int d = 0;
+      int sz[8] = {};
+      ncclResult_t r = net.test(reqs[i], &d, sz);
+      if (r != ncclSuccess)
+        return ::testing::AssertionFailure() << what << " " << i << ": test returned " << r;
+      if (!d) continue;
+      done[i] = true;
+      --left;
+      if (sizes != nullptr) sizes[i] = sz[0];
+    }
+    if (left > 0 && Clock::now() > deadline) {
+      return ::testing::AssertionFailure()
+             << what << ": " << left << " not done within " << wait_limit().count() << " ms";
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
 // One message of `n` bytes from `src` (handle smh) into `dst` (handle rmh), as NCCL's proxy drives
 // it: the send is tried first (it may go eagerly before the receive exists), the receive posted,
 // and while either is open both are tested. Every byte checked. on_send_done() runs right

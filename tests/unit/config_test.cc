@@ -112,6 +112,7 @@ TEST(Config, EveryParameterReachesItsField) {
       {"SLUICE_EAGER_SLOTS", "32"},
       {"SLUICE_EAGER_HOLD", "0"},
       {"SLUICE_EAGER_FUSED", "0"},
+      {"SLUICE_EAGER_BATCH", "5"},
       {"SLUICE_EAGER_RINGS", "7"},
       {"SLUICE_HANDSHAKE_TIMEOUT_MS", "1500"},
       {"SLUICE_LIVENESS_POLL_MS", "250"},
@@ -182,6 +183,7 @@ TEST(Config, EveryParameterReachesItsField) {
   EXPECT_EQ(c.eager_slots, 32);
   EXPECT_FALSE(c.eager_hold);
   EXPECT_FALSE(c.eager_fused);
+  EXPECT_EQ(c.eager_batch, 5);
   EXPECT_EQ(c.eager_rings, 7);
   EXPECT_EQ(c.handshake_timeout_ms, 1500);
   EXPECT_EQ(c.liveness_poll_ms, 250);
@@ -516,7 +518,7 @@ TEST(Config, LogLevelForTheLoggerUsesTheTableRow) {
 
 TEST(ParamDocs, OneRowPerParameterWithEverythingFilledIn) {
   const auto& docs = param_docs();
-  EXPECT_EQ(docs.size(), 66u);
+  EXPECT_EQ(docs.size(), 67u);
   std::set<std::string> names;
   for (const ParamDoc& d : docs) {
     SCOPED_TRACE(d.name);

@@ -51,6 +51,44 @@ TEST(EagerSender, NothingGoesEagerBeforeACreditOrForAnUnnumberedTagOrAVisiblePar
   EXPECT_EQ(s.waiting(), 8);
 }
 
+// A batch packs later counters' bytes into its first slots: a slot is written again only once
+// every message whose bytes lie in it was copied out (the limit is W past the last of them).
+TEST(EagerSender, ARingSlotIsFreeOnlyOnceEveryMessageInItWasCopiedOut) {
+  SenderBook s;
+  s.reset(true);
+  s.set_slots(8);
+  SlotMatch m;
+  auto credit = [&](uint16_t limit) {
+    ASSERT_TRUE(s.on_slot(nullptr, nullptr, 0, 0, false, limit, &m).is_ok());
+  };
+  EXPECT_FALSE(s.ring_free(0, 1));  // no credit yet
+  credit(8);
+  EXPECT_TRUE(s.ring_free(0, 8));
+  EXPECT_FALSE(s.ring_free(0, 9));  // more than the ring
+  // Messages 0..7 in one WRITE, all in slot 0's bytes.
+  s.occupy(0, 1, 7);
+  EXPECT_TRUE(s.ring_free(9, 7));   // slots 1..7: message 1..7's own, never written
+  credit(15);                       // 0..6 copied out, 7 not yet
+  EXPECT_FALSE(s.ring_free(8, 1));  // slot 0 still holds message 7
+  EXPECT_TRUE(s.ring_free(9, 6));
+  credit(16);
+  EXPECT_TRUE(s.ring_free(8, 1));
+  // A batch of 8..10 spanning slots 0..2 (large messages).
+  s.occupy(8, 3, 10);
+  credit(18);  // 8, 9 out
+  EXPECT_FALSE(s.ring_free(16, 1));
+  EXPECT_FALSE(s.ring_free(18, 1));
+  EXPECT_TRUE(s.ring_free(11, 5));  // slots 3..7
+  credit(19);
+  EXPECT_TRUE(s.ring_free(16, 3));
+  // One message alone in its slot: the rule before batches (counter c + W once c is out).
+  s.occupy(11, 1, 11);
+  credit(19);
+  EXPECT_FALSE(s.ring_free(19, 1));
+  credit(20);
+  EXPECT_TRUE(s.ring_free(19, 1));
+}
+
 TEST(EagerSender, ASlotPreMatchesWhatWasSentAndRefusesABadCredit) {
   SenderBook s;
   s.reset(true);
@@ -243,9 +281,9 @@ TEST(EagerReceiver, HeldMessagesFillTheirPartWhenItIsPostedAndTheCreditFollowsTh
   int32_t tags[1] = {0};
   EXPECT_EQ(r.post(50, tags, 1), 1);
   r.finish(50);
-  ASSERT_TRUE(r.arrive(0, 0, 1, 8, &posted, &seq, &index).is_ok());
+  ASSERT_TRUE(r.arrive(0, 0, 1, 8, 0, &posted, &seq, &index).is_ok());
   EXPECT_FALSE(posted);
-  ASSERT_TRUE(r.arrive(1, 0, 2, 8, &posted, &seq, &index).is_ok());
+  ASSERT_TRUE(r.arrive(1, 0, 2, 8, 0, &posted, &seq, &index).is_ok());
   // Receive 0 (tag 0) takes message 0.
   EXPECT_EQ(r.post(0, tags, 1), 1);
   uint64_t c[wire::kEntriesPerSlot];
@@ -262,16 +300,16 @@ TEST(EagerReceiver, HeldMessagesFillTheirPartWhenItIsPostedAndTheCreditFollowsTh
   EXPECT_TRUE(r.credit_due());
   EXPECT_EQ(r.limit(), 6u);
   // Beyond the credit written (4): the sender could not have written it.
-  Status st = r.arrive(4, 0, 3, 8, &posted, &seq, &index);
+  Status st = r.arrive(4, 0, 3, 8, 0, &posted, &seq, &index);
   EXPECT_EQ(st.code(), Code::kRemoteError);
   // A posted part that arrives fills it at once.
   r.post(2, tags, 1);
-  ASSERT_TRUE(r.arrive(2, 0, 3, 8, &posted, &seq, &index).is_ok());
+  ASSERT_TRUE(r.arrive(2, 0, 3, 8, 0, &posted, &seq, &index).is_ok());
   EXPECT_TRUE(posted);
   EXPECT_EQ(seq, 2u);
   EXPECT_EQ(index, 0);
   // The same part again is the peer's error.
-  st = r.arrive(3, 0, 3, 8, &posted, &seq, &index);
+  st = r.arrive(3, 0, 3, 8, 0, &posted, &seq, &index);
   EXPECT_EQ(st.code(), Code::kRemoteError);
 }
 
@@ -506,7 +544,7 @@ struct Sim {
     bool is_posted = false;
     uint64_t seq = 0;
     int index = -1;
-    Status st = rb.arrive(m.counter, s.tag, m.ordinal, s.size, &is_posted, &seq, &index);
+    Status st = rb.arrive(m.counter, s.tag, m.ordinal, s.size, 0, &is_posted, &seq, &index);
     if (!st.is_ok()) return fail("arrive: " + st.message());
     if (is_posted) {
       const int j = static_cast<int>(seq);

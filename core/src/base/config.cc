@@ -181,6 +181,11 @@ const std::vector<Param>& table() {
      .doc = "The eager path on fused comms too (NIC fusion, a standby), where both ends offer "
             "it: eager WRITEs follow failover's routes and a failover replays those it did not "
             "see complete; 0 = fused comms use clear-to-send only"},
+    {.name = "SLUICE_EAGER_BATCH", .type = Type::kInt, .field = &Config::eager_batch, .min = 1,
+     .max = 64,
+     .doc = "Most eager messages one WRITE carries: an eager send made while an earlier eager "
+            "WRITE of its comm is not seen complete joins a batch that goes at the comm's next "
+            "test (or sooner: full, or a send that cannot join); 1 = one WRITE per message"},
     {.name = "SLUICE_EAGER_RINGS", .type = Type::kInt, .field = &Config::eager_rings, .min = 0,
      .max = 4096,
      .doc = "Eager rings per adapter, shared by its comms: a comm that finds none free sends "

@@ -160,8 +160,9 @@ struct CommCounters {
   StatCell messages, wrs, doorbells, cts_writes, cts_entries;
   StatCell cts_probes;     // the watchdog's zero-length CTS probes (progress.h), also in wrs
   StatCell ar_imm_writes;  // adaptive routing's separate closing WRITE_WITH_IMMs, also in wrs
-  StatCell eager;          // eager WRITEs posted (send) / eager messages copied out (receive)
+  StatCell eager;  // eager messages sent (send; a batch is one WRITE) / copied out (receive)
   StatCell eager_replays;  // eager WRITEs a failover posted again (send comm)
+  StatCell eager_writes;   // WRITEs of eager messages, alone or batched, replays too (send comm)
   std::atomic<int> eager_state{0};  // api.h CommStatsV2::eager (EagerState)
   void set_eager(EagerState s) {
     eager_state.store(static_cast<int>(s), std::memory_order_relaxed);
@@ -214,6 +215,8 @@ struct SendReq : Request {
   uint8_t pending = 0;  // leader: closing completions still expected (one per QP)
   uint8_t group_n = 0;  // leader: members in `group`
   uint16_t index = 0;   // position in the pool (the closing WR's wr_id)
+  // An eager send in a batch (eager.cc): the pool index of the batch's next request (kPool: none).
+  uint16_t batch_next = 0;
   uint32_t lkey = 0;
   uint32_t paths = 1;   // leader: the receive's paths (its clear-to-send entry's mask)
   uint32_t shares = 0;  // leader: the receive's shares (wire::CtsMembers; 0: whole weights)
@@ -412,9 +415,24 @@ class SendComm : public CommBase {
     // request (its pool index) for that.
     uint32_t mod = 0;
     uint64_t on_path[wire::kMaxMetaMembers] = {};
-    uint8_t slot_req[wire::kEagerMaxSlots] = {};
-    int8_t ask_path = -1;     // the path the ask went on
-    int8_t report_path = -1;  // the path the head report went on
+    uint8_t slot_req[wire::kEagerMaxSlots] = {};  // a batch's first request (then batch_next)
+    // The staging slots where a WRITE not seen complete starts (it may span the next ones, busy
+    // too: a batch): the slots a failover's replay reads a header from.
+    uint64_t starts = 0;
+    // Batches (wire::kEagerMore): at most batch_max messages a WRITE (1 to a receiver that does not
+    // read them). The open batch: built in staging at counter `open_counter`'s slot, not posted
+    // yet; it goes at the comm's next test, or when a send cannot join it (eager_flush).
+    uint32_t batch_max = 1;
+    bool open = false;
+    uint32_t open_n = 0;     // messages in it
+    uint32_t open_span = 0;  // slots it covers (staging and ring)
+    uint64_t open_counter = 0;
+    size_t open_end = 0;  // its bytes so far
+    int32_t open_tag = 0;
+    uint32_t open_ordinal = 0, open_size = 0;  // its first message's
+    uint16_t open_last = 0;                    // its last request
+    int8_t ask_path = -1;                      // the path the ask went on
+    int8_t report_path = -1;                   // the path the head report went on
     uint32_t ask_bytes = 0;
     uint64_t ask_counter = 0;  // while ask_busy, counter ask_counter + W waits (eager_send)
     // The staging pool's lkey on each member (member 0: the pool's own adapter).

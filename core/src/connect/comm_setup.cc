@@ -34,6 +34,7 @@ void fill_local_meta(const Device& d, uint8_t role, const wire::Nonce& nonce, wi
   if (cfg.eager_max > 0 && cfg.eager_rings > 0) {
     m->features |= wire::kMetaFeatureEager;
     if (cfg.eager_fused) m->features |= wire::kMetaFeatureEagerFused;
+    m->features |= wire::kMetaFeatureEagerBatch;  // every receiver reads batches
   }
 }
 
@@ -115,6 +116,10 @@ Status setup_send_eager(SendComm& s, uint8_t local_features, uint8_t remote_feat
   // pool here (it could not be made, or not keyed on a member) it sends nothing eagerly (no book,
   // no staging), and if the receiver lends it a ring it asks once for everything (decide_book).
   s.eg.on = negotiated;
+  // Messages per WRITE: more than one only to a receiver that reads batches.
+  s.eg.batch_max = (remote_features & wire::kMetaFeatureEagerBatch) != 0
+                       ? static_cast<uint32_t>(engine()->config().eager_batch)
+                       : 1;
   if (s.eg.on) {
     s.c.stats.set_eager(p != nullptr ? EagerState::kNegotiated : EagerState::kWithout);
     s.eg.book_lease.pool = p;  // its book: borrowed at its first use (eager.cc)

@@ -239,6 +239,8 @@ Status test(Request* req, int* done, size_t* sizes) {
         Status h = dp::eager_read_head(s);
         if (!h.is_ok() && !h.is_again()) return h;
       }
+      // An open batch of eager sends goes now (eager.cc: it waits for the comm's next test).
+      if (s.eg.open) SLUICE_RETURN_IF_ERROR(dp::eager_flush(s));
       if (r->posted) SLUICE_RETURN_IF_ERROR(poll_send(s));
       if (!r->done) return liveness_verdict(s.c);  // fails once the peer is gone
     }
@@ -297,6 +299,7 @@ Status comm_stats(void* comm, CommStats* out) {
   out->cts_probes = c->stats.cts_probes.get();
   out->ar_imm_writes = c->stats.ar_imm_writes.get();
   out->eager = c->stats.eager.get();
+  out->eager_writes = c->stats.eager_writes.get();
   return Status::ok();
 }
 

@@ -20,7 +20,8 @@ inline constexpr uint64_t kWrReject = 1ull << 61;  // oversize notice: one WR on
 inline constexpr uint64_t kWrProgress = 1ull << 59;
 // Failback's check of a fresh QP (failback_dp.cc): | the QP's index.
 inline constexpr uint64_t kWrCheck = 1ull << 58;
-// The eager path's WRITE of staging slot s (datapath/eager.cc): | s << 8 | the request's index.
+// The eager path's WRITE of staging slot s (datapath/eager.cc): | span << 16 | s << 8 | the
+// request's index (a batch's first; span: the staging slots it covers).
 inline constexpr uint64_t kWrEager = 1ull << 56;
 inline constexpr int kWrProgressWrsShift = 40;
 inline constexpr uint64_t kWrProgressBytesMask = (1ull << kWrProgressWrsShift) - 1;
@@ -31,8 +32,10 @@ static_assert((kWrCheck & (kWrUnsignaled | kWrCts | kWrReject | kWrProgress | kW
               kWrCheck > SendComm::kPool);
 static_assert((kWrEager & (kWrUnsignaled | kWrCts | kWrReject | kWrProgress | kWrCheck |
                            kWrDrainMarker | kWrDrainRetired)) == 0 &&
-                  kWrEager > (uint64_t{wire::kEagerMaxSlots} << 8 | SendComm::kPool),
-              "an eager WRITE's wr_id is told apart from every other");
+                  kWrEager > (uint64_t{wire::kEagerMaxSlots} << 16 |
+                              uint64_t{wire::kEagerMaxSlots} << 8 | SendComm::kPool) &&
+                  wire::kEagerMaxSlots < 256 && SendComm::kPool <= 256,
+              "an eager WRITE's wr_id is told apart from every other, its fields in 8 bits each");
 static_assert((kWrDrainMarker & (kWrUnsignaled | kWrCts | kWrReject | kWrProgress)) == 0 &&
                   kWrDrainMarker > SendComm::kPool,
               "close's drain marker (comm.h) is told apart from every data-path wr_id");
@@ -190,6 +193,10 @@ Status eager_send(SendComm& s, const void* data, size_t size, int tag, bool host
 Status eager_ask(SendComm& s, size_t size, int tag, bool host);
 // A completion of an eager WRITE (poll_send).
 void eager_write_done(SendComm& s, uint64_t wr_id);
+// Posts the open batch of eager sends (SendComm::Eager::open), if one waits and its path and send
+// queue take it now; it stays open otherwise (a later call posts it). Every call that may wait on a
+// message's arrival makes it: test, a send that cannot join the batch, an ask, close.
+Status eager_flush(SendComm& s);
 // A fused comm's failover (eager.cc "Failover"): once both sides fenced path p, every eager WRITE
 // that went on it and was not seen complete is posted again where the eager path goes now, in
 // counter order (*done: all of them; else the next call goes on).

@@ -50,19 +50,17 @@ void learn_head(RecvComm& r, uint64_t v) {
 // ring slot. A part larger than its buffer, or in GPU memory, fails the comm (the sender's send was
 // legal for it: it is told by the failure notice).
 Status copy_part(RecvComm& r, RecvReq& req, int i, uint64_t counter) {
-  wire::EagerHeader h;
-  const char* slot = ring_slot(r, counter);
-  std::memcpy(&h, slot, sizeof h);
+  const uint32_t size = r.eg.book->size(counter);
   const uint32_t bit = 1u << i;
-  if (h.size > req.posted[i]) {
+  if (size > req.posted[i]) {
     return fail(
         r.c, Status(Code::kInvalidUsage,
-                    "peer sent " + std::to_string(h.size) +
-                        " bytes (eagerly) into receive buffer " + std::to_string(i) + " (tag " +
-                        std::to_string(req.tags[i]) + ") of only " + std::to_string(req.posted[i]) +
-                        " bytes on " + r.c.describe_qp(0) + "; nothing was written"));
+                    "peer sent " + std::to_string(size) + " bytes (eagerly) into receive buffer " +
+                        std::to_string(i) + " (tag " + std::to_string(req.tags[i]) + ") of only " +
+                        std::to_string(req.posted[i]) + " bytes on " + r.c.describe_qp(0) +
+                        "; nothing was written"));
   }
-  if (h.size > 0 && (req.host & bit) == 0) {
+  if (size > 0 && (req.host & bit) == 0) {
     return fail(r.c, Status(Code::kInvalidUsage,
                             "an eager message for receive buffer " + std::to_string(i) +
                                 " in GPU memory on " + r.c.describe_qp(0) +
@@ -71,12 +69,12 @@ Status copy_part(RecvComm& r, RecvReq& req, int i, uint64_t counter) {
                                 "before the first receive, as NCCL does, or set "
                                 "SLUICE_EAGER_MAX=0"));
   }
-  if (h.size > 0) {
+  if (size > 0) {
     void* dst = reinterpret_cast<void*>(
         r.c.entry(r.stage, static_cast<uint32_t>(req.seq % wire::kFifoSlots), i)->addr);
-    std::memcpy(dst, slot + wire::kEagerHeaderBytes, h.size);
+    std::memcpy(dst, r.eg.ring.base + r.eg.book->at(counter), size);
   }
-  req.received[i] = h.size;
+  req.received[i] = size;
   req.eager_got |= static_cast<uint8_t>(bit);
   r.eg.book->consume(counter, req.seq, i);
   r.c.stats.eager.add(1);
@@ -246,6 +244,43 @@ Status eager_recv_post(RecvComm& r, RecvReq& req, const MemHandle* const* mhs,
   return resolve(r, req, &now);
 }
 
+namespace {
+
+// Eager message `counter` (part `p` of a slot `base` bytes into the ring) checked in: copied into
+// its receive part if posted (and the receive finished if that was its last part), else held in
+// the ring until its receive is posted (eager_recv_post's fill_from_ring).
+Status take_message(RecvComm& r, uint64_t counter, const wire::EagerPart& p, uint32_t base,
+                    bool batch_end) {
+  bool posted = false;
+  uint64_t seq = 0;
+  int index = -1;
+  if (Status st =
+          r.eg.book->arrive(counter, p.tag, p.ordinal, p.size, base + p.at, &posted, &seq, &index);
+      !st.is_ok())
+    return fail(r.c, Status(Code::kRemoteError, st.message() + " on " + r.c.describe_qp(0)));
+  if (batch_end) r.eg.book->batch_read(counter);
+  if (!posted) return Status::ok();
+  RecvReq& req = r.pool[seq % wire::kFifoSlots];
+  SLUICE_RETURN_IF_ERROR(copy_part(r, req, index, counter));
+  int64_t now = 0;
+  if (req.closed && (req.eager_want & ~req.eager_got) == 0) {
+    SLUICE_RETURN_IF_ERROR(finish_recv(r, req, &now));
+  } else if (!req.done && req.seq < r.rq_posted && req.eager_got == all_parts(req)) {
+    // Every part came eagerly though its clear-to-send went out: done now (its sender may be
+    // idle); the zero-length close it owes the receive WR is taken when it comes (recv.cc).
+    req.close_owed = true;
+    req.eager_want = req.eager_got;
+    SLUICE_RETURN_IF_ERROR(finish_recv(r, req, &now));
+  } else if (!req.done && req.seq >= r.rq_posted && req.eager_got == all_parts(req)) {
+    // A receive whose clear-to-send was held back (no receive WR, nothing published): done from
+    // the ring, its entries marked resolved (eager_publish_end writes them later).
+    SLUICE_RETURN_IF_ERROR(resolve(r, req, &now));
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
 Status eager_poll(RecvComm& r) {
   if (!r.eg.on || !r.eg.ring.held()) return Status::ok();
   eager::ReceiverBook& b = *r.eg.book;
@@ -279,27 +314,29 @@ Status eager_poll(RecvComm& r) {
       SLUICE_RETURN_IF_ERROR(take_ask(r, c, h));
       continue;
     }
-    bool posted = false;
-    uint64_t seq = 0;
-    int index = -1;
-    if (Status st = b.arrive(c, h.tag, h.ordinal, h.size, &posted, &seq, &index); !st.is_ok())
-      return fail(r.c, Status(Code::kRemoteError, st.message() + " on " + r.c.describe_qp(0)));
-    if (!posted) continue;  // held in the ring until its receive is posted
-    RecvReq& req = r.pool[seq % wire::kFifoSlots];
-    SLUICE_RETURN_IF_ERROR(copy_part(r, req, index, c));
-    int64_t now = 0;
-    if (req.closed && (req.eager_want & ~req.eager_got) == 0) {
-      SLUICE_RETURN_IF_ERROR(finish_recv(r, req, &now));
-    } else if (!req.done && req.seq < r.rq_posted && req.eager_got == all_parts(req)) {
-      // Every part came eagerly though its clear-to-send went out: done now (its sender may be
-      // idle); the zero-length close it owes the receive WR is taken when it comes (recv.cc).
-      req.close_owed = true;
-      req.eager_want = req.eager_got;
-      SLUICE_RETURN_IF_ERROR(finish_recv(r, req, &now));
-    } else if (!req.done && req.seq >= r.rq_posted && req.eager_got == all_parts(req)) {
-      // A receive whose clear-to-send was held back (no receive WR, nothing published): done from
-      // the ring, its entries marked resolved (eager_publish_end writes them later).
-      SLUICE_RETURN_IF_ERROR(resolve(r, req, &now));
+    // A batch (wire::kEagerMore): messages c .. c + n - 1, every record checked before any is
+    // taken; it may run on into the next slots, never past the ring's end.
+    wire::EagerPart parts[wire::kEagerMaxMore + 1];
+    int n = 1;
+    parts[0] = wire::EagerPart{h.size, h.tag, h.ordinal, 0};
+    if (wire::eager_more(h) != 0) {
+      const size_t region = (r.eg.ring.slots - c % r.eg.ring.slots) * r.eg.ring.stride;
+      const wire::SlotRead br = wire::read_eager_batch(slot, h, region, max, parts, &n, &why);
+      if (br == wire::SlotRead::kNotYet) {
+        if (in_order) break;
+        continue;
+      }
+      if (br == wire::SlotRead::kCorrupt)
+        return fail(r.c, Status(Code::kRemoteError, why + " on " + r.c.describe_qp(0)));
+    } else {
+      parts[0].at = static_cast<uint32_t>(wire::kEagerHeaderBytes);
+    }
+    const auto base = static_cast<uint32_t>(static_cast<const char*>(slot) - r.eg.ring.base);
+    for (int j = 0; j < n; ++j) {
+      // The batch's end is marked before its last message can be copied out (and the prefix pass
+      // it): a credit is due then (ReceiverBook::credit_due).
+      SLUICE_RETURN_IF_ERROR(
+          take_message(r, c + static_cast<uint64_t>(j), parts[j], base, n > 1 && j == n - 1));
     }
   }
   if (r.eg.flush_to > r.published) return publish(r);  // an ask names a held receive
@@ -558,6 +595,74 @@ Status post_eager_wr(SendComm& s, int q, ibv_send_wr* w, const char* what) {
 
 }  // namespace
 
+namespace {
+
+// Staging slots [ss, ss + span) as a mask.
+uint64_t span_bits(uint32_t ss, uint32_t span) {
+  const uint64_t m = span >= 64 ? ~uint64_t{0} : (uint64_t{1} << span) - 1;
+  return m << ss;
+}
+
+// The slots (staging and ring alike: counter c's are c % mod and c % W, W a multiple of mod) a
+// slot of `bytes` covers: by the smaller of the two strides, so it fits both.
+uint32_t span_of(const SendComm::Eager& g, size_t bytes) {
+  const size_t stride = std::min<size_t>(g.staging.stride, size_t{g.grant.stride64} * 64);
+  return static_cast<uint32_t>((bytes + stride - 1) / stride);
+}
+
+// Whether a slot of counter `first` covering `span` slots may be written now: no wrap (in staging,
+// and so in the ring), staging slots free (no WRITE into them, or into the ring slots that share
+// them, is still to complete or to be posted again by a failover), ring slots free of messages not
+// copied out (the book), and clear of an ask's ring slot while that ask's WRITE may be replayed.
+bool slot_free(const SendComm::Eager& g, uint64_t first, uint32_t span) {
+  const uint32_t ss = static_cast<uint32_t>(first % g.mod);
+  if (ss + span > g.mod) return false;
+  if ((g.busy & span_bits(ss, span)) != 0) return false;
+  if (g.ask_busy && first + span - 1 >= g.ask_counter + g.grant.slots) return false;
+  return g.book->ring_free(first, span);
+}
+
+}  // namespace
+
+Status eager_flush(SendComm& s) {
+  SendComm::Eager& g = s.eg;
+  if (!g.open) return Status::ok();
+  const uint64_t counter = g.open_counter;
+  const int q = eager_qp(s, counter);
+  if (q < 0) return Status::ok();  // a fence waits for its substitute: a later call posts it
+  if (s.c.qp[q].sq_used + 1 > kSendSqDepth) {
+    SLUICE_RETURN_IF_ERROR(poll_send(s));
+    if (s.c.qp[q].sq_used + 1 > kSendSqDepth) return Status::ok();
+  }
+  const uint32_t ss = static_cast<uint32_t>(counter % g.mod);
+  char* src = g.staging.base + static_cast<size_t>(ss) * g.staging.stride;
+  wire::seal_eager_slot(src, counter, g.grant.grant, g.open_tag, g.open_ordinal, g.open_size,
+                        g.open_n - 1, s.head);
+  const uint16_t first = g.slot_req[ss];
+  ibv_send_wr w;
+  ibv_sge sge;
+  SLUICE_RETURN_IF_ERROR(ring_write(s, q, src, static_cast<uint32_t>(g.open_end), counter, ss,
+                                    first | g.open_span << 16, &w, &sge));
+  if (s.c.prof.start != nullptr) [[unlikely]] {
+    for (uint16_t i = first; i < SendComm::kPool; i = s.pool[i].batch_next)
+      prof_eager_send(s.c, s.pool[i], w, q, kEagerEv);
+  }
+  SLUICE_RETURN_IF_ERROR(post_eager_wr(s, q, &w, "eager"));
+  s.c.stats.eager_writes.add(1);
+  g.busy |= span_bits(ss, g.open_span);
+  g.starts |= uint64_t{1} << ss;
+  g.on_path[q / s.c.qpp] |= uint64_t{1} << ss;
+  g.book->occupy(counter, g.open_span, counter + g.open_n - 1);
+  told_head(g, s.head);
+  if (s.c.nmembers > 1) {  // the rail it went on: the payload bytes
+    uint64_t bytes = 0;
+    for (uint16_t i = first; i < SendComm::kPool; i = s.pool[i].batch_next) bytes += s.pool[i].size;
+    s.c.member_bytes[s.c.qp_member[q]].add(bytes);
+  }
+  g.open = false;
+  return Status::ok();
+}
+
 Status eager_send(SendComm& s, const void* data, size_t size, int tag, bool host, void* parent,
                   Request** out) {
   // The CPU copies the message into staging: a buffer in GPU memory goes by rendezvous.
@@ -586,23 +691,55 @@ Status eager_send(SendComm& s, const void* data, size_t size, int tag, bool host
     // replay of c included ("Failover" below).
     g.mod = std::min<uint32_t>(st.slots, g.grant.slots);
   }
-  if (!g.book->may_send(tag, size, g.max)) return Status::again();
-  const uint64_t counter = g.book->counter();
-  const uint32_t ss = static_cast<uint32_t>(counter % g.mod);
-  const int q = eager_qp(s, counter);
-  if (q < 0) return Status::again();  // a fence waits for its substitute
-  // An ask whose WRITE is not known complete (it may be replayed) holds counter ask + W back.
-  auto blocked = [&] {
-    return (g.busy >> ss & 1u) != 0 || s.c.qp[q].sq_used + 1 > kSendSqDepth ||
-           (g.ask_busy && counter >= g.ask_counter + g.grant.slots);
-  };
-  if (blocked()) {
-    SLUICE_RETURN_IF_ERROR(poll_send(s));
-    if (blocked()) return Status::again();
+  // A send that cannot go eagerly now posts the open batch first: its caller may wait for what
+  // the batch carries (a credit, the receive this send needs) before it tests anything.
+  if (!g.book->may_send(tag, size, g.max) || s.free_top == 0) {
+    SLUICE_RETURN_IF_ERROR(eager_flush(s));
+    return Status::again();
   }
-  if (s.free_top == 0) return Status::again();
+  const uint64_t counter = g.book->counter();
+  const uint32_t ordinal = g.book->send_ordinal(tag);
+  if (g.open) {
+    // Joins the open batch if it fits: its count, and its bytes in the slots the batch may cover.
+    const size_t end = ((g.open_end + 7) & ~size_t{7}) + wire::kEagerRecordBytes + size;
+    const uint32_t span = span_of(g, end);
+    const bool fits = g.open_n < std::min<uint32_t>(g.batch_max, wire::kEagerMaxMore + 1) &&
+                      (span == g.open_span || slot_free(g, g.open_counter, span));
+    if (fits) {
+      SendReq* r = take_send_req(s);
+      r->posted = true;  // tested, it posts the batch (eager_flush) and polls
+      r->eager = true;
+      r->shadow = false;
+      r->eager_size = static_cast<uint32_t>(size);
+      r->data = static_cast<const char*>(data);
+      r->size = size;
+      r->lkey = 0;
+      r->parent = parent;
+      r->batch_next = SendComm::kPool;
+      char* src = st.base + static_cast<size_t>(g.open_counter % g.mod) * st.stride;
+      g.open_end = wire::append_eager_record(src, g.open_end, counter, tag, ordinal, data,
+                                             static_cast<uint32_t>(size));
+      g.open_span = span;
+      s.pool[g.open_last].batch_next = r->index;
+      g.open_last = r->index;
+      ++g.open_n;
+      g.book->on_eager(tag, static_cast<uint32_t>(size), r->index);
+      s.c.stats.messages.add(1);
+      s.c.stats.bytes.add(size);
+      s.c.stats.eager.add(1);
+      *out = r;
+      return Status::ok();
+    }
+    SLUICE_RETURN_IF_ERROR(eager_flush(s));
+    if (g.open) return Status::again();  // its path or send queue is not free yet
+  }
+  const uint32_t ss = static_cast<uint32_t>(counter % g.mod);
+  const uint32_t span = span_of(g, wire::kEagerHeaderBytes + size);
+  if (!slot_free(g, counter, span)) {
+    SLUICE_RETURN_IF_ERROR(poll_send(s));
+    if (!slot_free(g, counter, span)) return Status::again();
+  }
   SendReq* r = take_send_req(s);
-  const uint16_t index = r->index;
   r->posted = true;
   r->eager = true;
   r->shadow = false;
@@ -611,27 +748,28 @@ Status eager_send(SendComm& s, const void* data, size_t size, int tag, bool host
   r->size = size;
   r->lkey = 0;
   r->parent = parent;
+  r->batch_next = SendComm::kPool;
   char* src = st.base + static_cast<size_t>(ss) * st.stride;
-  const size_t bytes =
-      wire::encode_eager_slot(src, counter, g.grant.grant, tag, g.book->send_ordinal(tag), data,
-                              static_cast<uint32_t>(size), s.head);
-  ibv_send_wr w;  // ring_write sets both (once: this is every eager message's path)
-  ibv_sge sge;
-  SLUICE_RETURN_IF_ERROR(
-      ring_write(s, q, src, static_cast<uint32_t>(bytes), counter, ss, index, &w, &sge));
-  if (s.c.prof.start != nullptr) [[unlikely]]
-    prof_eager_send(s.c, *r, w, q, kEagerEv);
-  SLUICE_RETURN_IF_ERROR(post_eager_wr(s, q, &w, "eager"));
-  g.busy |= uint64_t{1} << ss;
-  g.on_path[q / s.c.qpp] |= uint64_t{1} << ss;
-  g.slot_req[ss] = static_cast<uint8_t>(index);
-  g.book->on_eager(tag, static_cast<uint32_t>(size), index);
-  told_head(g, s.head);
-  if (s.c.nmembers > 1) s.c.member_bytes[s.c.qp_member[q]].add(size);  // the rail it went on
+  wire::put_eager_first(src, data, static_cast<uint32_t>(size));
+  g.open = true;
+  g.open_n = 1;
+  g.open_span = span;
+  g.open_counter = counter;
+  g.open_end = wire::kEagerHeaderBytes + size;
+  g.open_tag = tag;
+  g.open_ordinal = ordinal;
+  g.open_size = static_cast<uint32_t>(size);
+  g.open_last = r->index;
+  g.slot_req[ss] = static_cast<uint8_t>(r->index);
+  g.book->on_eager(tag, static_cast<uint32_t>(size), r->index);
   s.c.stats.messages.add(1);
   s.c.stats.bytes.add(size);
   s.c.stats.eager.add(1);
   *out = r;
+  // With no eager WRITE of this comm in flight it goes now: a lone message waits for nothing.
+  // Behind one, later sends may join it until the comm's next test (NCCL's proxy posts every step
+  // that is ready before it tests the oldest), and the batch goes as one WRITE.
+  if (g.batch_max <= 1 || g.busy == 0) return eager_flush(s);
   return Status::ok();
 }
 
@@ -674,6 +812,7 @@ Status ask_all_without_book(SendComm& s, size_t size, int tag, bool host) {
 Status eager_ask(SendComm& s, size_t size, int tag, bool host) {
   SendComm::Eager& g = s.eg;
   if (!g.on) return Status::ok();
+  SLUICE_RETURN_IF_ERROR(eager_flush(s));  // what the receiver may need before it answers
   // The previous ask's completion may be on the CQ, unpolled: a send that waits polls once rather
   // than leave this ask to the next test (or to the liveness poll, a second later).
   if (g.ask_busy) SLUICE_RETURN_IF_ERROR(poll_send(s));
@@ -691,14 +830,17 @@ Status eager_ask(SendComm& s, size_t size, int tag, bool host) {
   if (q < 0 || s.c.qp[q].sq_used + 1 > kSendSqDepth) return Status::ok();  // a later call asks
   // Its ring slot must not hold a message the receiver has not taken: counter - W's WRITE is
   // known complete (its staging slot is free), as for a message (eager_send).
+  // And no batch's bytes for messages not copied out yet lie in it (the book).
   const uint64_t slot_bit = g.mod != 0 ? uint64_t{1} << (counter % g.mod) : 0;
   if ((g.busy & slot_bit) != 0) SLUICE_RETURN_IF_ERROR(poll_send(s));
-  if ((g.busy & slot_bit) != 0) return Status::ok();  // a later call asks
+  if ((g.busy & slot_bit) != 0 || !g.book->ring_free(counter, 1))
+    return Status::ok();  // a later call asks
   const bool all = !g.book->numbers(tag);
   const size_t bytes =
       wire::encode_eager_ask(g.ask_src, counter, g.grant.grant, tag,
                              all ? 0 : g.book->send_ordinal(tag), size, all, limit, s.head);
   SLUICE_RETURN_IF_ERROR(post_ask(s, q, static_cast<uint32_t>(bytes), counter, "eager ask"));
+  g.book->occupy(counter, 1, counter);
   g.book->on_ask(tag);
   told_head(g, s.head);
   return Status::ok();
@@ -746,10 +888,13 @@ void eager_write_done(SendComm& s, uint64_t wr_id) {
     s.eg.ask_busy = false;
     return;
   }
-  s.eg.busy &= ~(uint64_t{1} << ss);
+  const uint32_t span = std::max<uint32_t>(1, static_cast<uint32_t>(wr_id >> 16 & 0xff));
+  s.eg.busy &= ~span_bits(ss, span);
+  s.eg.starts &= ~(uint64_t{1} << ss);
   for (uint64_t& m : s.eg.on_path) m &= ~(uint64_t{1} << ss);
-  if (index < static_cast<uint32_t>(SendComm::kPool)) {
-    SendReq& r = s.pool[index];
+  // Every request of the batch (one for a message alone), in posting order.
+  for (uint32_t i = index; i < static_cast<uint32_t>(SendComm::kPool); i = s.pool[i].batch_next) {
+    SendReq& r = s.pool[i];
     if (s.c.prof.start != nullptr) [[unlikely]]
       prof_stop(s.c, r.ev[kEagerEv]);
     r.done = true;
@@ -782,20 +927,22 @@ Status eager_replay(SendComm& s, int p, bool* done) {
     g.unreported = true;
   }
   // In counter order (a staging slot's header holds its counter); at most 64, each posted once.
-  while ((g.on_path[p] & g.busy) != 0) {
+  while ((g.on_path[p] & g.busy & g.starts) != 0) {
     uint32_t best = 64;
     uint64_t best_counter = UINT64_MAX;
     uint32_t best_size = 0;
-    for (uint64_t m = g.on_path[p] & g.busy; m != 0; m &= m - 1) {
+    for (uint64_t m = g.on_path[p] & g.busy & g.starts; m != 0; m &= m - 1) {
       const uint32_t ss = static_cast<uint32_t>(std::countr_zero(m));
       wire::EagerHeader h;
-      std::memcpy(&h, g.staging.base + static_cast<size_t>(ss) * g.staging.stride, sizeof h);
+      const char* at = g.staging.base + static_cast<size_t>(ss) * g.staging.stride;
+      std::memcpy(&h, at, sizeof h);
       if (h.seq - 1 < best_counter) {
         best_counter = h.seq - 1;
         best = ss;
-        best_size = h.size;
+        best_size = static_cast<uint32_t>(wire::eager_slot_bytes(at));  // a batch's, all of it
       }
     }
+    if (best == 64) break;
     const int q = eager_qp(s, best_counter);
     if (q < 0 || q / s.c.qpp == p) return Status::ok();  // its substitute fences too: later
     if (s.c.qp[q].sq_used + 1 > kSendSqDepth) {
@@ -803,12 +950,13 @@ Status eager_replay(SendComm& s, int p, bool* done) {
       if (s.c.qp[q].sq_used + 1 > kSendSqDepth) return Status::ok();  // the next call goes on
     }
     const char* src = g.staging.base + static_cast<size_t>(best) * g.staging.stride;
-    const auto bytes = static_cast<uint32_t>(wire::kEagerHeaderBytes + best_size);
+    const uint32_t bytes = best_size;
     ibv_send_wr w{};
     ibv_sge sge{};
-    SLUICE_RETURN_IF_ERROR(
-        ring_write(s, q, src, bytes, best_counter, best, g.slot_req[best], &w, &sge));
+    SLUICE_RETURN_IF_ERROR(ring_write(s, q, src, bytes, best_counter, best,
+                                      g.slot_req[best] | span_of(g, bytes) << 16, &w, &sge));
     SLUICE_RETURN_IF_ERROR(post_eager_wr(s, q, &w, "eager replay"));
+    s.c.stats.eager_writes.add(1);
     g.on_path[p] &= ~(uint64_t{1} << best);
     g.on_path[q / s.c.qpp] |= uint64_t{1} << best;
     s.c.stats.eager_replays.add(1);

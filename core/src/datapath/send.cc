@@ -346,6 +346,7 @@ Status isend_impl(SendComm* s, void* data, size_t size, int tag, MemHandle* mh, 
   if (s->eg.on) {  // the eager path (eager.cc): its reading of the head, or the send goes eagerly
     SLUICE_RETURN_IF_ERROR(eager_read_head(*s));
     if (s->snap.seq == 0) return send_eagerly(*s, data, size, tag, host, parent, out);
+    SLUICE_RETURN_IF_ERROR(eager_flush(*s));  // the eager sends before this one go first
   }
   if (s->snap.seq == 0) {  // first use of the slot at head: validate it once
     const size_t cells = static_cast<size_t>(s->c.cells());

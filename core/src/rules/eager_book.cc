@@ -62,6 +62,18 @@ uint64_t SenderBook::on_eager(int32_t tag, uint32_t size, uint16_t req) {
   return next_++;
 }
 
+bool SenderBook::ring_free(uint64_t first, uint32_t span) const {
+  if (slots_ == 0 || span == 0 || span > slots_) return false;
+  for (uint32_t j = 0; j < span; ++j)
+    if (limit_ < occupant_[(first + j) % slots_] + slots_) return false;
+  return true;
+}
+
+void SenderBook::occupy(uint64_t first, uint32_t span, uint64_t last) {
+  if (slots_ == 0) return;
+  for (uint32_t j = 0; j < span && j < slots_; ++j) occupant_[(first + j) % slots_] = last + 1;
+}
+
 void SenderBook::on_rendezvous(int32_t tag) {
   if (!numbers(tag)) return;
   sent(tags_.find(tag));
@@ -157,7 +169,7 @@ uint8_t ReceiverBook::fill_from_ring(uint64_t seq, uint64_t* counters) const {
 }
 
 Status ReceiverBook::arrive(uint64_t counter, int32_t tag, uint32_t ordinal, uint32_t size,
-                            bool* posted, uint64_t* seq, int* index) {
+                            uint32_t at, bool* posted, uint64_t* seq, int* index) {
   *posted = false;
   if (slots_ == 0 || counter < prefix_ || counter >= credited_ || arrived(counter)) {
     return Status(Code::kRemoteError, "eager message " + std::to_string(counter) +
@@ -169,7 +181,7 @@ Status ReceiverBook::arrive(uint64_t counter, int32_t tag, uint32_t ordinal, uin
     return Status(Code::kRemoteError, "eager message with tag " + std::to_string(tag) +
                                           ", which this receiver does not number (its entries "
                                           "said so)");
-  ring_[counter % slots_] = Slot{true, false, true, tag, ordinal, size};
+  ring_[counter % slots_] = Slot{true, false, true, tag, ordinal, size, at};
   ++unclaimed_;
   if (!ord_before(ordinal, part_ord_[x])) return Status::ok();  // not posted yet: held
   for (uint32_t m = open_bits_; m != 0; m &= m - 1) {
@@ -207,6 +219,7 @@ void ReceiverBook::consume(uint64_t counter, uint64_t seq, int index) {
 void ReceiverBook::advance() {
   while (prefix_ < credited_ && ring_[prefix_ % slots_].arrived &&
          ring_[prefix_ % slots_].consumed) {
+    if (ring_[prefix_ % slots_].batch_end) batch_due_ = true;
     ring_[prefix_ % slots_] = Slot();
     ++prefix_;
   }
@@ -220,7 +233,7 @@ Status ReceiverBook::arrive_ask(uint64_t counter, int32_t tag, uint32_t ordinal,
                                           " outside the credits given (" + std::to_string(prefix_) +
                                           " to " + std::to_string(credited_) + ")");
   }
-  ring_[counter % slots_] = Slot{true, true, false, 0, 0, 0};  // nothing to copy: free now
+  ring_[counter % slots_] = Slot{true, true, false, 0, 0, 0, 0};  // nothing to copy: free now
   advance();
   if (all) return Status::ok();
   // A tag met first in an ask (its parts not posted yet) is numbered from here, if there is room:

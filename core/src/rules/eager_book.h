@@ -99,6 +99,13 @@ class SenderBook {
   Status on_slot(const int32_t* tags, const uint32_t* sizes, uint8_t marks, int n, bool resolved,
                  uint16_t credit, SlotMatch* out);
 
+  // Whether the ring's slots of counters [first, first + span) may be written now: every message
+  // whose bytes lie in them was copied out (a batch packs later messages into its first slots, so
+  // a slot can hold counters past its own). occupy: a WRITE of counters up to `last` was posted
+  // into them (a message alone, an ask or a batch: wire::kEagerMore).
+  bool ring_free(uint64_t first, uint32_t span) const;
+  void occupy(uint64_t first, uint32_t span, uint64_t last);
+
   uint64_t limit() const { return limit_; }   // eager counters below it have a free ring slot
   uint64_t counter() const { return next_; }  // eager messages sent
   int waiting() const { return waiting_; }    // sent eagerly, part not read yet
@@ -126,6 +133,8 @@ class SenderBook {
   uint32_t part_ord_[wire::kEagerTags] = {};  // parts numbered from the slots read
   bool confirmed_[wire::kEagerTags] = {};     // the receiver numbers it too (kCtsNumbered seen)
   Sent sent_[wire::kEagerMaxSlots];
+  // Per ring slot (counter % W): 1 + the last counter whose bytes were written into it (0: none).
+  uint64_t occupant_[wire::kEagerMaxSlots] = {};
 };
 
 // ---- Receiver -----------------------------------------------------------------------------------
@@ -145,12 +154,16 @@ class ReceiverBook {
   // the mask of parts that have one. The caller copies each and calls consume.
   uint8_t fill_from_ring(uint64_t seq, uint64_t* counters) const;
 
-  // Eager message `counter` arrived (read_eager_slot said ready) with its tag, ordinal and size.
+  // Eager message `counter` arrived (read_eager_slot said ready) with its tag, ordinal and size,
+  // its payload `at` bytes into the ring (at(counter) gives it back to the copy).
   // *seq / *index: the posted part it fills (returns true), or false: held until its part is
   // posted. kRemoteError: a counter outside the credits given, a tag this end does not number, an
   // ordinal whose part was already filled or finished.
-  Status arrive(uint64_t counter, int32_t tag, uint32_t ordinal, uint32_t size, bool* posted,
-                uint64_t* seq, int* index);
+  Status arrive(uint64_t counter, int32_t tag, uint32_t ordinal, uint32_t size, uint32_t at,
+                bool* posted, uint64_t* seq, int* index);
+  // An arrived message's payload: its offset into the ring, and its size.
+  uint32_t at(uint64_t counter) const { return ring_[counter % slots_].at; }
+  uint32_t size(uint64_t counter) const { return ring_[counter % slots_].size; }
   // Ask `counter` arrived (wire::kEagerAsk) for part (tag, ordinal): its ring slot is free at once.
   // *asked_seq: the posted receive of that part whose clear-to-send must go now, or UINT64_MAX
   // (not posted yet: the ask is kept, and post() reports it; or the part was published and
@@ -173,12 +186,26 @@ class ReceiverBook {
   uint64_t limit() const { return prefix_ + slots_; }
   // The credit to write in an entry now (limit mod 2^16), and that it was written.
   uint16_t credit() const { return static_cast<uint16_t>(limit()); }
-  void on_credit_written() { credited_ = limit(); }
+  void on_credit_written() {
+    credited_ = limit();
+    batch_due_ = false;
+  }
   uint64_t credited() const {
     return credited_;
   }  // the last limit written: the sender may write below it
-  // Whether held resolved entries should go out now: W/2 slots freed since the last credit.
-  bool credit_due() const { return slots_ > 0 && limit() - credited_ >= slots_ / 2; }
+  // Whether held resolved entries should go out now: W/2 slots freed since the last credit, or a
+  // batch (several messages in one WRITE, wire::kEagerMore) was copied out whole since. A batch
+  // packs later counters' bytes into its first slots, and its sender writes those slots again
+  // only once the limit passed its last message by W (SenderBook::ring_free): it may be waiting
+  // for that credit with fewer than W/2 slots freed.
+  bool credit_due() const {
+    return slots_ > 0 && (limit() - credited_ >= slots_ / 2 || (batch_due_ && limit() > credited_));
+  }
+  // Messages c .. last came in one WRITE: once the prefix passes `last`, a credit is due.
+  void batch_read(uint64_t last) {
+    if (slots_ > 0 && last >= prefix_ && last < prefix_ + slots_)
+      ring_[last % slots_].batch_end = true;
+  }
 
  private:
   struct Slot {
@@ -188,6 +215,8 @@ class ReceiverBook {
     int32_t tag = 0;
     uint32_t ordinal = 0;
     uint32_t size = 0;
+    uint32_t at = 0;
+    bool batch_end = false;  // the last message of a batch (batch_read)
   };
   struct Part {
     bool numbered = false;
@@ -204,6 +233,7 @@ class ReceiverBook {
   uint32_t slots_ = 0;
   uint64_t prefix_ = 0;
   uint64_t credited_ = 0;
+  bool batch_due_ = false;  // the prefix passed a batch's last message since the last credit
   // Bit seq % kFifoSlots: open_[] holds an open receive (post sets it, finish clears it); the
   // scans for a message's part go over these only.
   uint32_t open_bits_ = 0;

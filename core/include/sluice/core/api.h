@@ -185,7 +185,8 @@ struct CommStats {
   uint64_t cts_entries = 0;    // receives those writes published (receive comm)
   uint64_t cts_probes = 0;     // progress watchdog's zero-length CTS probes (receive comm; in wrs)
   uint64_t ar_imm_writes = 0;  // adaptive routing's separate closing WRITE_WITH_IMMs (in wrs)
-  uint64_t eager = 0;  // eager WRITEs posted (send comm) / eager messages copied out (receive comm)
+  uint64_t eager = 0;          // eager messages sent (send comm) / copied out (receive comm)
+  uint64_t eager_writes = 0;   // send comm: WRITEs that carried them (a batch is one; replays too)
 };
 Status comm_stats(void* comm, CommStats* out);
 

@@ -50,6 +50,7 @@ struct Config {
   int eager_rings = 64;              // SLUICE_EAGER_RINGS: rings per adapter
   bool eager_hold = true;            // SLUICE_EAGER_HOLD: hold clear-to-send back (docs/eager.md)
   bool eager_fused = true;           // SLUICE_EAGER_FUSED: the eager path on fused comms too
+  int eager_batch = 64;              // SLUICE_EAGER_BATCH: eager messages per WRITE, at most
   int handshake_timeout_ms = 10000;  // SLUICE_HANDSHAKE_TIMEOUT_MS: bound on one accepted socket
   int liveness_poll_ms = 1000;       // SLUICE_LIVENESS_POLL_MS: period of the peer socket check
   int heartbeat_ms = 10000;          // SLUICE_HEARTBEAT_MS: TCP keepalive period (0 = off)

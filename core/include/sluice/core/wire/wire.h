@@ -195,6 +195,12 @@ static_assert(((kMetaFeatureEagerV1 | kMetaFeatureEager) & kMetaFeaturePathSet2)
 inline constexpr uint8_t kMetaFeatureEagerFused = 0x40;
 static_assert((kMetaFeatureEagerFused & (kMetaFeatureEagerV1 | kMetaFeatureEager |
                                          kMetaFeaturePathSet2 | kMetaFeatureEce)) == 0);
+// Batches (eager.h kEagerMore): this side reads several eager messages in one WRITE. A sender
+// batches only for a receiver that sets it; a Sluice without it is sent one message per WRITE.
+inline constexpr uint8_t kMetaFeatureEagerBatch = 0x80;
+static_assert((kMetaFeatureEagerBatch &
+               (kMetaFeatureEagerFused | kMetaFeatureEagerV1 | kMetaFeatureEager |
+                kMetaFeaturePathSet2 | kMetaFeatureEce | 0x2 | 0x20)) == 0);
 inline constexpr int kPathMsgSetNewest = 2;
 
 // The private data of each rdma_cm connect request in SLUICE_CM=rdmacm mode: the listener matches
