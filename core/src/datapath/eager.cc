@@ -622,6 +622,28 @@ bool slot_free(const SendComm::Eager& g, uint64_t first, uint32_t span) {
   return g.book->ring_free(first, span);
 }
 
+// An eager send's request: "posted" (tested, it posts its batch, eager_flush, and polls), done when
+// its WRITE completes (eager_write_done walks the batch's chain).
+SendReq* take_eager_req(SendComm& s, const void* data, size_t size, void* parent) {
+  SendReq* r = take_send_req(s);
+  r->posted = true;
+  r->eager = true;
+  r->shadow = false;
+  r->eager_size = static_cast<uint32_t>(size);
+  r->data = static_cast<const char*>(data);
+  r->size = size;
+  r->lkey = 0;
+  r->parent = parent;
+  r->batch_next = SendComm::kPool;
+  return r;
+}
+
+void count_eager(SendComm& s, size_t size) {
+  s.c.stats.messages.add(1);
+  s.c.stats.bytes.add(size);
+  s.c.stats.eager.add(1);
+}
+
 }  // namespace
 
 Status eager_flush(SendComm& s) {
@@ -706,16 +728,7 @@ Status eager_send(SendComm& s, const void* data, size_t size, int tag, bool host
     const bool fits = g.open_n < std::min<uint32_t>(g.batch_max, wire::kEagerMaxMore + 1) &&
                       (span == g.open_span || slot_free(g, g.open_counter, span));
     if (fits) {
-      SendReq* r = take_send_req(s);
-      r->posted = true;  // tested, it posts the batch (eager_flush) and polls
-      r->eager = true;
-      r->shadow = false;
-      r->eager_size = static_cast<uint32_t>(size);
-      r->data = static_cast<const char*>(data);
-      r->size = size;
-      r->lkey = 0;
-      r->parent = parent;
-      r->batch_next = SendComm::kPool;
+      SendReq* r = take_eager_req(s, data, size, parent);
       char* src = st.base + static_cast<size_t>(g.open_counter % g.mod) * st.stride;
       g.open_end = wire::append_eager_record(src, g.open_end, counter, tag, ordinal, data,
                                              static_cast<uint32_t>(size));
@@ -724,9 +737,7 @@ Status eager_send(SendComm& s, const void* data, size_t size, int tag, bool host
       g.open_last = r->index;
       ++g.open_n;
       g.book->on_eager(tag, static_cast<uint32_t>(size), r->index);
-      s.c.stats.messages.add(1);
-      s.c.stats.bytes.add(size);
-      s.c.stats.eager.add(1);
+      count_eager(s, size);
       *out = r;
       return Status::ok();
     }
@@ -739,16 +750,7 @@ Status eager_send(SendComm& s, const void* data, size_t size, int tag, bool host
     SLUICE_RETURN_IF_ERROR(poll_send(s));
     if (!slot_free(g, counter, span)) return Status::again();
   }
-  SendReq* r = take_send_req(s);
-  r->posted = true;
-  r->eager = true;
-  r->shadow = false;
-  r->eager_size = static_cast<uint32_t>(size);
-  r->data = static_cast<const char*>(data);
-  r->size = size;
-  r->lkey = 0;
-  r->parent = parent;
-  r->batch_next = SendComm::kPool;
+  SendReq* r = take_eager_req(s, data, size, parent);
   char* src = st.base + static_cast<size_t>(ss) * st.stride;
   wire::put_eager_first(src, data, static_cast<uint32_t>(size));
   g.open = true;
@@ -762,9 +764,7 @@ Status eager_send(SendComm& s, const void* data, size_t size, int tag, bool host
   g.open_last = r->index;
   g.slot_req[ss] = static_cast<uint8_t>(r->index);
   g.book->on_eager(tag, static_cast<uint32_t>(size), r->index);
-  s.c.stats.messages.add(1);
-  s.c.stats.bytes.add(size);
-  s.c.stats.eager.add(1);
+  count_eager(s, size);
   *out = r;
   // With no eager WRITE of this comm in flight it goes now: a lone message waits for nothing.
   // Behind one, later sends may join it until the comm's next test (NCCL's proxy posts every step
