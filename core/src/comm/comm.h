@@ -415,10 +415,10 @@ class SendComm : public CommBase {
     // request (its pool index) for that.
     uint32_t mod = 0;
     uint64_t on_path[wire::kMaxMetaMembers] = {};
-    uint8_t slot_req[wire::kEagerMaxSlots] = {};  // a batch's first request (then batch_next)
-    // The staging slots where a WRITE not seen complete starts (it may span the next ones, busy
-    // too: a batch): the slots a failover's replay reads a header from.
-    uint64_t starts = 0;
+    // A slot's request (a batch's first, then SendReq::batch_next). A batch's WRITE keeps every
+    // staging slot it covers busy, but only its first is in on_path: the slots a failover's replay
+    // reads a header from.
+    uint8_t slot_req[wire::kEagerMaxSlots] = {};
     // Batches (wire::kEagerMore): at most batch_max messages a WRITE (1 to a receiver that does not
     // read them). The open batch: built in staging at counter `open_counter`'s slot, not posted
     // yet; it goes at the comm's next test, or when a send cannot join it (eager_flush).

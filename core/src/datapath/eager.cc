@@ -318,7 +318,8 @@ Status eager_poll(RecvComm& r) {
     // taken; it may run on into the next slots, never past the ring's end.
     wire::EagerPart parts[wire::kEagerMaxMore + 1];
     int n = 1;
-    parts[0] = wire::EagerPart{h.size, h.tag, h.ordinal, 0};
+    parts[0] =
+        wire::EagerPart{h.size, h.tag, h.ordinal, static_cast<uint32_t>(wire::kEagerHeaderBytes)};
     if (wire::eager_more(h) != 0) {
       const size_t region = (r.eg.ring.slots - c % r.eg.ring.slots) * r.eg.ring.stride;
       const wire::SlotRead br = wire::read_eager_batch(slot, h, region, max, parts, &n, &why);
@@ -328,8 +329,6 @@ Status eager_poll(RecvComm& r) {
       }
       if (br == wire::SlotRead::kCorrupt)
         return fail(r.c, Status(Code::kRemoteError, why + " on " + r.c.describe_qp(0)));
-    } else {
-      parts[0].at = static_cast<uint32_t>(wire::kEagerHeaderBytes);
     }
     const auto base = static_cast<uint32_t>(static_cast<const char*>(slot) - r.eg.ring.base);
     for (int j = 0; j < n; ++j) {
@@ -672,7 +671,6 @@ Status eager_flush(SendComm& s) {
   SLUICE_RETURN_IF_ERROR(post_eager_wr(s, q, &w, "eager"));
   s.c.stats.eager_writes.add(1);
   g.busy |= span_bits(ss, g.open_span);
-  g.starts |= uint64_t{1} << ss;
   g.on_path[q / s.c.qpp] |= uint64_t{1} << ss;
   g.book->occupy(counter, g.open_span, counter + g.open_n - 1);
   told_head(g, s.head);
@@ -890,7 +888,6 @@ void eager_write_done(SendComm& s, uint64_t wr_id) {
   }
   const uint32_t span = std::max<uint32_t>(1, static_cast<uint32_t>(wr_id >> 16 & 0xff));
   s.eg.busy &= ~span_bits(ss, span);
-  s.eg.starts &= ~(uint64_t{1} << ss);
   for (uint64_t& m : s.eg.on_path) m &= ~(uint64_t{1} << ss);
   // Every request of the batch (one for a message alone), in posting order.
   for (uint32_t i = index; i < static_cast<uint32_t>(SendComm::kPool); i = s.pool[i].batch_next) {
@@ -927,11 +924,11 @@ Status eager_replay(SendComm& s, int p, bool* done) {
     g.unreported = true;
   }
   // In counter order (a staging slot's header holds its counter); at most 64, each posted once.
-  while ((g.on_path[p] & g.busy & g.starts) != 0) {
+  while ((g.on_path[p] & g.busy) != 0) {
     uint32_t best = 64;
     uint64_t best_counter = UINT64_MAX;
-    uint32_t best_size = 0;
-    for (uint64_t m = g.on_path[p] & g.busy & g.starts; m != 0; m &= m - 1) {
+    uint32_t best_bytes = 0;
+    for (uint64_t m = g.on_path[p] & g.busy; m != 0; m &= m - 1) {
       const uint32_t ss = static_cast<uint32_t>(std::countr_zero(m));
       wire::EagerHeader h;
       const char* at = g.staging.base + static_cast<size_t>(ss) * g.staging.stride;
@@ -939,10 +936,9 @@ Status eager_replay(SendComm& s, int p, bool* done) {
       if (h.seq - 1 < best_counter) {
         best_counter = h.seq - 1;
         best = ss;
-        best_size = static_cast<uint32_t>(wire::eager_slot_bytes(at));  // a batch's, all of it
+        best_bytes = static_cast<uint32_t>(wire::eager_slot_bytes(at));  // a batch's, all of it
       }
     }
-    if (best == 64) break;
     const int q = eager_qp(s, best_counter);
     if (q < 0 || q / s.c.qpp == p) return Status::ok();  // its substitute fences too: later
     if (s.c.qp[q].sq_used + 1 > kSendSqDepth) {
@@ -950,7 +946,7 @@ Status eager_replay(SendComm& s, int p, bool* done) {
       if (s.c.qp[q].sq_used + 1 > kSendSqDepth) return Status::ok();  // the next call goes on
     }
     const char* src = g.staging.base + static_cast<size_t>(best) * g.staging.stride;
-    const uint32_t bytes = best_size;
+    const uint32_t bytes = best_bytes;
     ibv_send_wr w{};
     ibv_sge sge{};
     SLUICE_RETURN_IF_ERROR(ring_write(s, q, src, bytes, best_counter, best,
