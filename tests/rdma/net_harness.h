@@ -840,7 +840,7 @@ inline ::testing::AssertionResult wait_all(Net& net, const char* what,
     for (size_t i = 0; i < reqs.size(); ++i) {
       if (done[i]) continue;
       int d = 0;
-      int sz[8] = {};
+      int sz[NCCL_NET_MAX_REQUESTS] = {};
       ncclResult_t r = net.test(reqs[i], &d, sz);
       if (r != ncclSuccess)
         return ::testing::AssertionFailure() << what << " " << i << ": test returned " << r;

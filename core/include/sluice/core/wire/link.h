@@ -60,6 +60,8 @@ bool handle_link(const void* handle, Nonce* proc, uint8_t* flags = nullptr);
 // connector sets it only when the handle advertised the listener's process (HandleLink), the
 // acceptor only in answer to a connector that set it.
 inline constexpr uint8_t kMetaFeatureLink = 0x20;
+static_assert((kMetaFeatureLink & (kMetaFeatureEagerBatch | kMetaFeatureEagerFused |
+                                   kMetaFeatureEager | kMetaFeatureMembers)) == 0);
 
 // MetaLink::verdict. The connector sends kLinkOffer; the acceptor answers kLinkUse (the link the
 // connector named: both close this connection's socket once the handshake is done) or kLinkAdopt

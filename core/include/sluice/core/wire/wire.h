@@ -200,7 +200,7 @@ static_assert((kMetaFeatureEagerFused & (kMetaFeatureEagerV1 | kMetaFeatureEager
 inline constexpr uint8_t kMetaFeatureEagerBatch = 0x80;
 static_assert((kMetaFeatureEagerBatch &
                (kMetaFeatureEagerFused | kMetaFeatureEagerV1 | kMetaFeatureEager |
-                kMetaFeaturePathSet2 | kMetaFeatureEce | 0x2 | 0x20)) == 0);
+                kMetaFeaturePathSet2 | kMetaFeatureEce)) == 0);
 inline constexpr int kPathMsgSetNewest = 2;
 
 // The private data of each rdma_cm connect request in SLUICE_CM=rdmacm mode: the listener matches
@@ -243,6 +243,7 @@ static_assert(offsetof(Meta, magic) == 0 && kMetaHeaderBytes == 10);
 //  * two one-member sides exchange the plain Meta, byte for byte as before fusion.
 // Meta's own port, GID, LID and MTU are member 0's.
 inline constexpr uint8_t kMetaFeatureMembers = 0x2;
+static_assert((kMetaFeatureMembers & kMetaFeatureEagerBatch) == 0);
 inline constexpr int kMaxMetaMembers = 4;              // per side (= CommStatsV2's kMaxMembers)
 inline constexpr uint32_t kMembersMagic = 0x4d424d53;  // "SMBM"
 // 2: a fused comm's clear-to-send entries carry CtsMembers (below). Version 1 (a Sluice whose fused
