@@ -201,6 +201,14 @@ class ReceiverBook {
   bool credit_due() const {
     return slots_ > 0 && (limit() - credited_ >= slots_ / 2 || (batch_due_ && limit() > credited_));
   }
+  // The batch eager_poll found landing: message seq - 1's header and first message checked (seq
+  // 0: none), and `records` of the records after them (wire::read_eager_batch's *checked). What
+  // checked is final until the slot is credited again, so a later poll checks only the rest.
+  struct Scan {
+    uint64_t seq = 0;
+    uint32_t records = 0;
+  };
+  Scan& scan() { return scan_; }
   // Messages c .. last came in one WRITE: once the prefix passes `last`, a credit is due.
   void batch_read(uint64_t last) {
     if (slots_ > 0 && last >= prefix_ && last < prefix_ + slots_)
@@ -234,6 +242,7 @@ class ReceiverBook {
   uint64_t prefix_ = 0;
   uint64_t credited_ = 0;
   bool batch_due_ = false;  // the prefix passed a batch's last message since the last credit
+  Scan scan_;
   // Bit seq % kFifoSlots: open_[] holds an open receive (post sets it, finish clears it); the
   // scans for a message's part go over these only.
   uint32_t open_bits_ = 0;

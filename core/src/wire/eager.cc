@@ -275,7 +275,7 @@ SlotRead read_eager_slot(const void* slot, uint64_t counter, uint32_t grant, siz
 }
 
 SlotRead read_eager_batch(const void* slot, const EagerHeader& h, size_t region, size_t max_bytes,
-                          EagerPart* parts, int* n, std::string* why) {
+                          EagerPart* parts, int* n, std::string* why, uint32_t* checked) {
   const auto* base = static_cast<const uint8_t*>(slot);
   *n = 0;
   auto bad = [&](std::string m) {
@@ -287,6 +287,7 @@ SlotRead read_eager_batch(const void* slot, const EagerHeader& h, size_t region,
   parts[0] = EagerPart{first, h.tag, h.ordinal, static_cast<uint32_t>(kEagerHeaderBytes)};
   size_t end = kEagerHeaderBytes + first;
   const uint32_t more = eager_more(h);
+  const uint32_t known = checked == nullptr ? 0 : std::min(*checked, more);
   for (uint32_t i = 1; i <= more; ++i) {
     const size_t at = align8(end);
     // Bytes that may still be landing: read once into a copy, trusted only once the CRC checks.
@@ -294,11 +295,12 @@ SlotRead read_eager_batch(const void* slot, const EagerHeader& h, size_t region,
       return bad("record " + std::to_string(i) + " past the ring");
     EagerRecord r;
     std::memcpy(&r, base + at, sizeof r);
-    if (at + kEagerRecordBytes + r.size > region || r.size > kEagerSizeMask) {
-      return SlotRead::kNotYet;  // a size not checked yet: the record may be landing
-    }
-    if (record_crc(h.seq - 1 + i, r, base + at + kEagerRecordBytes) != r.crc)
+    // A size not checked yet (the record may be landing), or a CRC that does not check yet.
+    if (at + kEagerRecordBytes + r.size > region || r.size > kEagerSizeMask ||
+        (i > known && record_crc(h.seq - 1 + i, r, base + at + kEagerRecordBytes) != r.crc)) {
+      if (checked != nullptr) *checked = i - 1;
       return SlotRead::kNotYet;
+    }
     if (r.size > max_bytes)
       return bad("record " + std::to_string(i) + ": size " + std::to_string(r.size) +
                  " above the eager limit of " + std::to_string(max_bytes) + " bytes");
@@ -306,6 +308,7 @@ SlotRead read_eager_batch(const void* slot, const EagerHeader& h, size_t region,
     end = at + kEagerRecordBytes + r.size;
   }
   *n = static_cast<int>(more + 1);
+  if (checked != nullptr) *checked = more;
   return SlotRead::kReady;
 }
 

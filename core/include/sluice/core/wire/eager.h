@@ -163,8 +163,12 @@ SlotRead read_eager_slot(const void* slot, uint64_t counter, uint32_t grant, siz
 // this slot to its end). Returns the count in *n (1 for a plain slot). kNotYet: a record that does
 // not check yet (still landing); kCorrupt: a record that checks but says what no Sluice writes (a
 // size above max_bytes), or a batch that cannot fit the region. `parts`: kEagerMaxMore + 1 entries.
+// *checked (null: none): how many records a previous call of this slot's same header found
+// checking; they are read again without their CRCs (what checked is final: its writer rewrites it
+// only after a credit, or with the same bytes), and *checked says how many check now. A batch of
+// many messages lands over several polls: each byte's CRC is then computed once, not once a poll.
 SlotRead read_eager_batch(const void* slot, const EagerHeader& h, size_t region, size_t max_bytes,
-                          EagerPart* parts, int* n, std::string* why);
+                          EagerPart* parts, int* n, std::string* why, uint32_t* checked = nullptr);
 inline uint32_t eager_more(const EagerHeader& h) {
   return (h.size & kEagerAsk) == 0 && (h.size & kEagerMore) != 0
              ? h.size >> kEagerMoreShift & kEagerMaxMore
