@@ -103,6 +103,15 @@ sluice_add_rdma_test(NAME core_eager COMMAND $<TARGET_FILE:core_eager_test> TIME
 set_property(TEST core_eager APPEND PROPERTY ENVIRONMENT SLUICE_EAGER_MAX=4096)
 set_property(TEST core_eager APPEND PROPERTY ENVIRONMENT
                                                GTEST_FILTER=-CoreEagerPool.*:CoreEagerPoolUnmade.*)
+# The smallest and the largest ring (SLUICE_EAGER_SLOTS 4 and 32; core_eager runs 16): a whole
+# ring of messages ahead of every receive, and both windows full of small messages.
+foreach(slots 4 32)
+  sluice_add_rdma_test(NAME core_eager_slots${slots} COMMAND $<TARGET_FILE:core_eager_test>
+                       TIMEOUT 300)
+  set_property(TEST core_eager_slots${slots} APPEND PROPERTY ENVIRONMENT SLUICE_EAGER_MAX=4096
+               SLUICE_EAGER_SLOTS=${slots}
+               GTEST_FILTER=CoreEager.AWholeRing*:CoreEager.SmallMessagesWithBothWindowsFull)
+endforeach()
 # One WRITE per eager message (SLUICE_EAGER_BATCH=1): the batches' stream, counted the other way.
 sluice_add_rdma_test(NAME core_eager_batch1 COMMAND $<TARGET_FILE:core_eager_test> TIMEOUT 300)
 set_property(TEST core_eager_batch1 APPEND PROPERTY ENVIRONMENT SLUICE_EAGER_MAX=4096
@@ -113,10 +122,10 @@ sluice_add_rdma_test(NAME core_eager_pool COMMAND $<TARGET_FILE:core_eager_test>
 set_property(TEST core_eager_pool APPEND PROPERTY ENVIRONMENT SLUICE_EAGER_MAX=4096
                                                               SLUICE_EAGER_RINGS=2
                                                               GTEST_FILTER=CoreEagerPool.*)
-# A pool too large to make (17 GB): the adapter's comms go by clear-to-send, with a WARN once.
+# A pool too large to make (8.6 GB): the adapter's comms go by clear-to-send, with a WARN once.
 sluice_add_rdma_test(NAME core_eager_pool_unmade COMMAND $<TARGET_FILE:core_eager_test> TIMEOUT 300)
 set_property(TEST core_eager_pool_unmade APPEND PROPERTY ENVIRONMENT SLUICE_EAGER_MAX=65536
-                                                                     SLUICE_EAGER_SLOTS=64
+                                                                     SLUICE_EAGER_SLOTS=32
                                                                      SLUICE_EAGER_RINGS=4096
                                                                      GTEST_FILTER=CoreEagerPoolUnmade.*)
 # A fused comm's member adapter refusing the pool's registration, for real: no CAP_IPC_LOCK and

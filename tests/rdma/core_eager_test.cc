@@ -65,6 +65,8 @@ class CoreEager : public ::testing::Test {
     }
     if (acquired_) engine_release();
   }
+  void stream(const std::vector<size_t>& sizes, int send_window, int recv_window);
+  uint64_t batch_eager = 0, batch_writes = 0, batch_wrs = 0;  // stream()'s counts
   // A send comm on dev_a_ connected to a receive comm on dev_b_ (the listen closed after accept).
   void open_pair(SendComm** s, RecvComm** r) {
     char handle[kHandleSize];
@@ -206,6 +208,62 @@ TEST_F(CoreEager, SendsAheadOfTheirReceivesCompleteFromTheRing) {
     // Eight receives completed from the ring: their entries went out in at most two writes (held
     // until W/2 slots were freed), not eight.
     EXPECT_LE(r1.cts_writes - r0.cts_writes, 2u) << "round " << round;
+  }
+}
+
+// The sender as far ahead as the credits let it, with no receive posted (a whole ring of messages,
+// whatever SLUICE_EAGER_SLOTS: the ctest entries run 4, 16 and 32): every send completes, then
+// every receive posted later completes from the ring, in order, bytes and sizes intact.
+TEST_F(CoreEager, AWholeRingOfMessagesAheadOfTheirReceives) {
+  constexpr int kRank = 3;
+  Request *rq = nullptr, *sq = nullptr;
+  ASSERT_TRUE(recv1(0, 64, kRank, &rq).is_ok());
+  ASSERT_TRUE(send(0, 64, kRank, &sq, rq).is_ok());
+  ASSERT_TRUE(wait(rq, nullptr).is_ok());
+  ASSERT_TRUE(wait(sq, nullptr).is_ok());
+  for (int round = 0; round < 6; ++round) {
+    std::vector<Request*> sends;
+    std::vector<size_t> sizes;
+    // Send until isend says "again" with every send complete: the credits are spent.
+    const auto deadline = Clock::now() + std::chrono::seconds(30);
+    for (;;) {
+      ASSERT_LT(Clock::now(), deadline) << "round " << round << ": " << sends.size() << " sent";
+      ASSERT_LT(sends.size(), 200u) << "more sends than any ring holds went with no receive";
+      const size_t n = 8 + (sends.size() * 13 + round) % 120;
+      Request* q = nullptr;
+      Status st = isend(s_, src_.data() + sends.size() * 512 + round, n, kRank, ms_, &q);
+      if (st.is_ok()) {
+        sends.push_back(q);
+        sizes.push_back(n);
+        continue;
+      }
+      ASSERT_TRUE(st.is_again()) << st.message();
+      bool all_done = true;
+      for (Request*& x : sends) {
+        if (x == nullptr) continue;
+        int done = 0;
+        ASSERT_TRUE(test(x, &done, nullptr).is_ok());
+        if (done) {
+          x = nullptr;
+        } else {
+          all_done = false;
+        }
+      }
+      if (all_done) break;
+    }
+    ASSERT_GE(sends.size(), 4u) << "round " << round;
+    if (round == 0) std::fprintf(stderr, "[ahead] %zu sends ahead of any receive\n", sends.size());
+    for (size_t i = 0; i < sends.size(); ++i) {
+      Request* q = nullptr;
+      std::memset(dst_.data() + i * 256, 0, 256);
+      Status st = recv1(i * 256, 256, kRank, &q);
+      ASSERT_TRUE(st.is_ok()) << "round " << round << " message " << i << ": " << st.message();
+      size_t got = 0;
+      ASSERT_TRUE(wait(q, &got).is_ok()) << "round " << round << " message " << i;
+      ASSERT_EQ(got, sizes[i]) << "round " << round << " message " << i;
+      ASSERT_EQ(std::memcmp(dst_.data() + i * 256, src_.data() + i * 512 + round, got), 0)
+          << "round " << round << " message " << i;
+    }
   }
 }
 
@@ -569,7 +627,7 @@ TEST_F(CoreEagerPool, RingsAndBooksAreBoundedLentAtFirstUseAndGivenBack) {
 
 // ---- A pool that cannot be made (core_eager_pool_unmade) ----------------------------------------
 //
-// SLUICE_EAGER_RINGS=4096 rings of 64 slots of 64 KiB: 17 GB to allocate and register, more than
+// SLUICE_EAGER_RINGS=4096 rings of 32 slots of 64 KiB: 8.6 GB to allocate and register, more than
 // the bed's VM holds (its mmap is refused). The eager path is an optimisation: the adapter says so
 // once at WARN and its comms go by clear-to-send, every byte delivered, and a later pair too. Both
 // ends negotiated it (the features were exchanged before the pools): the receive comm lends no
@@ -582,7 +640,7 @@ TEST_F(CoreEagerPoolUnmade, CommsGoByClearToSendWhenThePoolCannotBeMade) {
   ASSERT_EQ(cfg.value().eager_rings, 4096) << "run it with SLUICE_EAGER_RINGS=4096 (core.cmake)";
   ASSERT_GT(cfg.value().eager_max, 0);
   if (state(r_) != EagerState::kOff)
-    GTEST_SKIP() << "this machine made a 17 GB eager pool: nothing to test here";
+    GTEST_SKIP() << "this machine made an 8.6 GB eager pool: nothing to test here";
   constexpr int kMsgs = 40;
   uint64_t sent = 0, copied = 0;
   Pair p0{s_, r_, ms_, mr_};
@@ -610,19 +668,13 @@ TEST_F(CoreEagerPoolUnmade, CommsGoByClearToSendWhenThePoolCannotBeMade) {
 // with 1, at least one per message. Before the receiver's credit for a batch
 // (ReceiverBook::credit_due) this stream stopped for good: the sender waited for a slot a batch
 // filled, with fewer than W/2 freed.
-TEST_F(CoreEager, BatchesOfSendsAgainstAWiderWindowThanTheCredits) {
-  constexpr int kRank = 7, kMsgs = 1500, kSendWin = 32, kRecvWin = 17;
+// Streams `sizes` on tag 7 with kSendWin sends and kRecvWin receives in flight, one thread
+// testing the oldest of each in turn (as NCCL's proxy does); every size and byte checked.
+void CoreEager::stream(const std::vector<size_t>& sizes, int send_window, int recv_window) {
+  const int kSendWin = send_window, kRecvWin = recv_window;
+  constexpr int kRank = 7;
   constexpr size_t kCap = 2 * kEagerMax + 64;
-  std::mt19937 rng(1234);
-  std::vector<size_t> sizes(kMsgs);
-  for (int i = 0; i < kMsgs; ++i) {
-    const uint32_t r = rng() % 16;
-    sizes[i] = r < 9    ? rng() % 65                                  // small: the batches' case
-               : r < 12 ? rng() % (kEagerMax + 1)                     // up to the threshold
-               : r < 13 ? kEagerMax + static_cast<size_t>(rng() % 2)  // at it and one past
-               : r < 14 ? 0
-                        : kEagerMax + 1 + rng() % (kCap - kEagerMax - 1);  // rendezvous
-  }
+  const int kMsgs = static_cast<int>(sizes.size());
   auto src_of = [&](int i) { return static_cast<size_t>(i) * 7919 % (kBuf - kCap); };
   // The tag is numbered on both ends once one message went: the rest may go before the receive.
   {
@@ -674,10 +726,29 @@ TEST_F(CoreEager, BatchesOfSendsAgainstAWiderWindowThanTheCredits) {
     }
   }
   const CommStats s1 = stats(s_);
-  const uint64_t eager = s1.eager - s0.eager, wrs = s1.eager_writes - s0.eager_writes;
+  batch_eager = s1.eager - s0.eager;
+  batch_writes = s1.eager_writes - s0.eager_writes;
+  batch_wrs = s1.wrs - s0.wrs;
+}
+
+TEST_F(CoreEager, BatchesOfSendsAgainstAWiderWindowThanTheCredits) {
+  constexpr int kMsgs = 1500;
+  constexpr size_t kCap = 2 * kEagerMax + 64;
+  std::mt19937 rng(1234);
+  std::vector<size_t> sizes(kMsgs);
+  for (int i = 0; i < kMsgs; ++i) {
+    const uint32_t r = rng() % 16;
+    sizes[i] = r < 9    ? rng() % 65                                  // small: the batches' case
+               : r < 12 ? rng() % (kEagerMax + 1)                     // up to the threshold
+               : r < 13 ? kEagerMax + static_cast<size_t>(rng() % 2)  // at it and one past
+               : r < 14 ? 0
+                        : kEagerMax + 1 + rng() % (kCap - kEagerMax - 1);  // rendezvous
+  }
+  ASSERT_NO_FATAL_FAILURE(stream(sizes, 32, 17));
+  const uint64_t eager = batch_eager, wrs = batch_writes;
   std::fprintf(stderr, "[batches] %d messages, %llu eager, in %llu WRITEs (%llu WRs in all)\n",
                kMsgs, static_cast<unsigned long long>(eager), static_cast<unsigned long long>(wrs),
-               static_cast<unsigned long long>(s1.wrs - s0.wrs));
+               static_cast<unsigned long long>(batch_wrs));
   EXPECT_GT(eager, static_cast<uint64_t>(kMsgs) / 3) << "most small messages go eagerly";
   const char* batch = std::getenv("SLUICE_EAGER_BATCH");
   if (batch == nullptr || std::atoi(batch) > 1) {
@@ -685,6 +756,15 @@ TEST_F(CoreEager, BatchesOfSendsAgainstAWiderWindowThanTheCredits) {
   } else {
     EXPECT_EQ(wrs, eager) << "SLUICE_EAGER_BATCH=1: one WRITE per eager message";
   }
+}
+
+// All small, both windows full (sluice-bench's rate test): every message eager, whatever the ring's
+// size (the ctest entries run it at 4 and 64 slots too).
+TEST_F(CoreEager, SmallMessagesWithBothWindowsFull) {
+  std::vector<size_t> sizes(3000);
+  for (size_t i = 0; i < sizes.size(); ++i) sizes[i] = 8 + i % 3 * 8;
+  ASSERT_NO_FATAL_FAILURE(stream(sizes, 32, 32));
+  EXPECT_EQ(batch_eager, sizes.size());
 }
 
 }  // namespace

@@ -169,8 +169,8 @@ const std::vector<Param>& table() {
      .max = 65536,
      .doc = "Largest message in bytes sent eagerly (without waiting for the receiver's "
             "clear-to-send) on a comm whose peer also has it; 0 = off (docs/eager.md)"},
-    {.name = "SLUICE_EAGER_SLOTS", .type = Type::kInt, .field = &Config::eager_slots, .min = 4,
-     .max = 64,
+    {.name = "SLUICE_EAGER_SLOTS", .type = Type::kInt, .field = &Config::eager_slots,
+     .min = kEagerSlotsMin, .max = kEagerSlotsMax,
      .doc = "Eager ring slots per comm (rounded down to a power of two): eager messages a sender "
             "may have ahead of the receiver's copies"},
     {.name = "SLUICE_EAGER_HOLD", .type = Type::kBool, .field = &Config::eager_hold,

@@ -152,6 +152,9 @@ Result<EagerPool*> eager_pool_of(Adapter& a, int numa) {
   std::lock_guard<std::mutex> lk(a.eager_mu);
   if (!a.eager_error.empty()) return static_cast<EagerPool*>(nullptr);
   if (!a.eager) {
+    static_assert(kEagerSlotsMin == static_cast<int>(wire::kEagerMinSlots) &&
+                      kEagerSlotsMax == static_cast<int>(wire::kEagerMaxSlots),
+                  "SLUICE_EAGER_SLOTS' bounds are the ring's");
     const uint32_t slots = std::bit_floor(static_cast<uint32_t>(cfg.eager_slots));
     auto p = EagerPool::create(a, static_cast<uint32_t>(cfg.eager_rings), slots,
                                static_cast<size_t>(cfg.eager_max), numa);

@@ -12,6 +12,11 @@
 
 namespace sluice {
 
+// SLUICE_EAGER_SLOTS' bounds: wire::kEagerMinSlots and kEagerMaxSlots (comm/eager_pool.cc ties
+// them; base sees no wire header).
+inline constexpr int kEagerSlotsMin = 4;
+inline constexpr int kEagerSlotsMax = 32;
+
 struct Config {
   // Devices and addressing
   std::string ib_hca;         // NCCL_IB_HCA: device filter ("" = every active port)
@@ -46,7 +51,7 @@ struct Config {
   // The eager path (docs/eager.md): messages up to eager_max bytes go without waiting for a
   // clear-to-send, into a ring of eager_slots slots lent from a pool of eager_rings per adapter.
   int eager_max = 4096;              // SLUICE_EAGER_MAX: 0 = off
-  int eager_slots = 16;              // SLUICE_EAGER_SLOTS (a power of two, 4..64)
+  int eager_slots = 16;              // SLUICE_EAGER_SLOTS (a power of two, 4..32)
   int eager_rings = 64;              // SLUICE_EAGER_RINGS: rings per adapter
   bool eager_hold = true;            // SLUICE_EAGER_HOLD: hold clear-to-send back (docs/eager.md)
   bool eager_fused = true;           // SLUICE_EAGER_FUSED: the eager path on fused comms too

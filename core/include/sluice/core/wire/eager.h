@@ -11,17 +11,27 @@
 #include <string>
 #include <type_traits>
 
+#include "sluice/core/wire/wire.h"
+
 namespace sluice::wire {
 
 // Each end of a comm numbers the first kEagerTags distinct tags it meets (rules/eager_book.h
 // TagTable); a send whose tag is not numbered on both ends always takes the clear-to-send path.
 inline constexpr int kEagerTags = 64;
-// The largest SLUICE_EAGER_MAX: a slot's size is a 32-bit field, and a ring of 64 slots of this
+// The largest SLUICE_EAGER_MAX: a slot's size is a 32-bit field, and a ring of 32 slots of this
 // size stays a few MiB.
 inline constexpr size_t kEagerMaxBytes = size_t{64} << 10;
-// Ring slots per comm (W): a power of two, at least 4 (credits come back every W/2), at most 64.
+// Ring slots per comm (W): a power of two, at least 4 (credits come back every W/2), at most the
+// receiver's clear-to-send FIFO. A sender may be W messages ahead of every receive, and each later
+// receive completes from the ring; but a receive's FIFO slot is used again only once the sender
+// read its entry kFifoSlots receives back, and a sender that sent all it had reads nothing. With
+// W <= kFifoSlots the receive that would wait is for a message the sender could send only after
+// reading an entry at or past that one (its credit); with W = 64 a receiver waited for good
+// (CoreEager.AWholeRingOfMessagesAheadOfTheirReceives at 64 slots).
 inline constexpr uint32_t kEagerMinSlots = 4;
-inline constexpr uint32_t kEagerMaxSlots = 64;
+inline constexpr uint32_t kEagerMaxSlots = 32;
+static_assert(kEagerMaxSlots <= static_cast<uint32_t>(kFifoSlots),
+              "a sender's eager messages ahead of every receive fit the receiver's FIFO");
 
 // An eager slot: this header, then `size` payload bytes, written by one RDMA WRITE from the
 // sender's staging slot. `seq` = the eager counter + 1 (so a zeroed slot never reads as message 0);
