@@ -267,6 +267,45 @@ TEST_F(CoreEager, AWholeRingOfMessagesAheadOfTheirReceives) {
   }
 }
 
+// A sender whose eager sends all completed closes its comm (its rank finished: NCCL may destroy
+// the communicator once its own operations are done) before the receiver posts their receives: the
+// messages are in the receiver's ring, and every receive of them completes; only a receive for a
+// message never sent fails, naming the peer's close.
+TEST_F(CoreEager, MessagesInTheRingOutliveTheSendersClose) {
+  constexpr int kRank = 5, kMsgs = 6;
+  Request *rq = nullptr, *sq = nullptr;
+  ASSERT_TRUE(recv1(0, 64, kRank, &rq).is_ok());
+  ASSERT_TRUE(send(0, 64, kRank, &sq, rq).is_ok());
+  ASSERT_TRUE(wait(rq, nullptr).is_ok());
+  ASSERT_TRUE(wait(sq, nullptr).is_ok());
+  const CommStats s0 = stats(s_);
+  for (int i = 0; i < kMsgs; ++i) {
+    Request* q = nullptr;
+    ASSERT_TRUE(send(static_cast<size_t>(i) * 300, 40 + i, kRank, &q).is_ok());
+    ASSERT_TRUE(wait(q, nullptr).is_ok());
+  }
+  ASSERT_EQ(stats(s_).eager - s0.eager, static_cast<uint64_t>(kMsgs));
+  ASSERT_TRUE(dereg_mr(s_, ms_).is_ok());
+  ms_ = nullptr;
+  ASSERT_TRUE(close_send(s_).is_ok());
+  s_ = nullptr;
+  for (int i = 0; i < kMsgs; ++i) {
+    Request* q = nullptr;
+    Status st = recv1(static_cast<size_t>(i) * 100, 100, kRank, &q);
+    ASSERT_TRUE(st.is_ok()) << "message " << i << ": " << st.message();
+    size_t got = 0;
+    st = wait(q, &got);
+    ASSERT_TRUE(st.is_ok()) << "message " << i << ": " << st.message();
+    ASSERT_EQ(got, 40u + i);
+    ASSERT_EQ(std::memcmp(dst_.data() + i * 100, src_.data() + i * 300, got), 0) << i;
+  }
+  Request* q = nullptr;
+  Status st = recv1(0, 100, kRank, &q);
+  if (st.is_ok()) st = wait(q, nullptr);
+  EXPECT_FALSE(st.is_ok()) << "a receive for a message never sent completed";
+  EXPECT_NE(st.message().find("closed"), std::string::npos) << st.message();
+}
+
 // NCCL's steady state for small messages: receives posted ahead (4 here), each re-posted as one
 // completes. Once the comm's traffic is eager the receiver holds each receive's clear-to-send back
 // and the message comes through the ring: one WRITE per message on the sender, and the receiver's
