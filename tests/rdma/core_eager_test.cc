@@ -212,8 +212,9 @@ TEST_F(CoreEager, SendsAheadOfTheirReceivesCompleteFromTheRing) {
 }
 
 // The sender as far ahead as the credits let it, with no receive posted (a whole ring of messages,
-// whatever SLUICE_EAGER_SLOTS: the ctest entries run 4, 16 and 32): every send completes, then
-// every receive posted later completes from the ring, in order, bytes and sizes intact.
+// whatever SLUICE_EAGER_SLOTS: the ctest entries run 4, 16 and 32, the default): every send
+// completes, then every receive posted later completes from the ring, in order, bytes and sizes
+// intact.
 TEST_F(CoreEager, AWholeRingOfMessagesAheadOfTheirReceives) {
   constexpr int kRank = 3;
   Request *rq = nullptr, *sq = nullptr;
@@ -309,9 +310,10 @@ TEST_F(CoreEager, MessagesInTheRingOutliveTheSendersClose) {
 // NCCL's steady state for small messages: receives posted ahead (4 here), each re-posted as one
 // completes. Once the comm's traffic is eager the receiver holds each receive's clear-to-send back
 // and the message comes through the ring: one WRITE per message on the sender, and the receiver's
-// CTS writes are batched (W/2 = 8 receives per write), not one per receive. Then a large send asks
-// for its clear-to-send and goes by rendezvous, and small ones go eagerly again. The tag is NCCL's:
-// the sending rank, here one beyond 64 (each end numbers any tag value it meets).
+// CTS writes are batched (W/2 receives per write, 16 at the default W), not one per receive. Then a
+// large send asks for its clear-to-send and goes by rendezvous, and small ones go eagerly again.
+// The tag is NCCL's: the sending rank, here one beyond 64 (each end numbers any tag value it
+// meets).
 TEST_F(CoreEager, HeldClearToSendForStreamsOfSmallMessages) {
   constexpr int kAhead = 4, kMsgs = 400, kRank = 1000;
   std::vector<Request*> rq(kMsgs, nullptr);
@@ -356,7 +358,8 @@ TEST_F(CoreEager, HeldClearToSendForStreamsOfSmallMessages) {
   // Nearly every one: a receive that waits for the sender to pass its FIFO slot publishes what it
   // holds, and a message may then find its clear-to-send.
   EXPECT_GE(s1.eager - sw.eager, n - n / 32) << "messages after the first few go eagerly";
-  // Batches of W/2 = 8, some cut short by such a wait: far from one write per receive.
+  // Batches of W/2 (16 at the default), some cut short by such a wait: far from one write per
+  // receive.
   EXPECT_LE(r1.cts_writes - rw.cts_writes, n / 4) << "clear-to-send writes are batched";
   // Every message carries the sender's FIFO head: no head report while messages flow (there was
   // one per 16 slots read: n / 16 more).

@@ -51,7 +51,7 @@ struct Config {
   // The eager path (docs/eager.md): messages up to eager_max bytes go without waiting for a
   // clear-to-send, into a ring of eager_slots slots lent from a pool of eager_rings per adapter.
   int eager_max = 4096;              // SLUICE_EAGER_MAX: 0 = off
-  int eager_slots = 16;              // SLUICE_EAGER_SLOTS (a power of two, 4..32)
+  int eager_slots = 32;              // SLUICE_EAGER_SLOTS (a power of two, 4..32)
   int eager_rings = 64;              // SLUICE_EAGER_RINGS: rings per adapter
   bool eager_hold = true;            // SLUICE_EAGER_HOLD: hold clear-to-send back (docs/eager.md)
   bool eager_fused = true;           // SLUICE_EAGER_FUSED: the eager path on fused comms too
