@@ -9,7 +9,8 @@
 //               bits named in [15, 23) (so the fuzzer also starts from slots that check); bit 1
 //               with it = a batch (wire::kEagerMore) of 2..9 messages cut from those bytes at the
 //               lengths in [15, 23); bits 2..3 = the ring's bytes from the slot to its end, in
-//               strides (1..4: a batch that runs past it)
+//               strides (1..4: a batch that runs past it); bits 4..7 = the records a previous
+//               poll found checking (read_eager_batch's *checked, 0..15, right or wrong)
 //   [15, 23)    bit positions to flip (one byte each: position * 8 + bit, modulo the slot's bits)
 //   [23, 87)    a grant block
 //   [87, ...)   the slot's bytes (at most four strides of 4,096-byte messages)
@@ -138,6 +139,27 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         }
       } else if (br == wire::SlotRead::kCorrupt) {
         FUZZ_CHECK(!why.empty(), "a corrupt batch says why");
+      }
+      // Again, with records a previous poll found checking read without their CRCs: whatever
+      // count it says (a wrong one too), nothing is read outside the region, and a batch that
+      // checks whole reads the same, part for part.
+      uint32_t checked = static_cast<uint32_t>(control >> 4);
+      wire::EagerPart again[wire::kEagerMaxMore + 1];
+      int m = 0;
+      const wire::SlotRead cr =
+          wire::read_eager_batch(slot.data(), h, region, max, again, &m, nullptr, &checked);
+      if (cr == wire::SlotRead::kReady) {
+        FUZZ_CHECK(m == static_cast<int>(wire::eager_more(h)) + 1 && checked == wire::eager_more(h),
+                   "count %d, checked %u", m, checked);
+        for (int k = 0; k < m; ++k)
+          FUZZ_CHECK(again[k].at + size_t{again[k].size} <= region, "part %d in the region", k);
+      }
+      if (br == wire::SlotRead::kReady) {
+        FUZZ_CHECK(cr == wire::SlotRead::kReady && m == n, "a batch that checks reads the same");
+        for (int k = 0; k < n; ++k)
+          FUZZ_CHECK(again[k].size == parts[k].size && again[k].at == parts[k].at &&
+                         again[k].tag == parts[k].tag && again[k].ordinal == parts[k].ordinal,
+                     "part %d the same", k);
       }
     }
   } else if (r == wire::SlotRead::kCorrupt) {
